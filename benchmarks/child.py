@@ -1,0 +1,167 @@
+"""One measurement in its own process: one implementation, one phase (train | eval | generate), or the matmul rate.
+
+Run by bench.py / scaling.py; writes one JSON object to --out. Peak resident memory is this process's high-water
+mark (VmHWM), so every phase gets a fresh process and its own peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # so that `benchmarks.*` imports work from any working directory
+
+
+def rss_mb(field: str) -> float:
+    """VmHWM (peak) or VmRSS (current) of this process in MiB, from /proc; ru_maxrss as a fallback."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def summary(times: list[float]) -> dict:
+    s = sorted(times)
+    q = lambda f: s[min(len(s) - 1, int(round(f * (len(s) - 1))))]  # noqa: E731
+    return {"median_s": statistics.median(s), "p25_s": q(0.25), "p75_s": q(0.75), "min_s": s[0], "n": len(s)}
+
+
+def matmul_rate(n: int, repeats: int) -> dict:
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    c = torch.empty(n, n)
+    for _ in range(3):
+        torch.mm(a, b, out=c)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        times.append(time.perf_counter() - t0)
+    s = summary(times)
+    flops = 2.0 * n**3
+    return {"n": n, **s, "gflops_median": flops / s["median_s"] / 1e9, "gflops_best": flops / s["min_s"] / 1e9}
+
+
+def batches(w, n: int, seed: int, batch: int, seg_len: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    stream = torch.randint(0, w.vocab, (batch, n * seg_len + 1), generator=g)
+    return [(stream[:, i * seg_len : (i + 1) * seg_len], stream[:, i * seg_len + 1 : (i + 1) * seg_len + 1]) for i in range(n)]
+
+
+def run_steps(impl, w, phase: str, steps: int, warmup: int) -> dict:
+    step = impl.train_step if phase == "train" else impl.eval_step
+    fill = w.fill_segments
+    n_warm = fill + warmup
+    data = [impl.prepare(x, y) for x, y in batches(w, n_warm + steps, seed=0, batch=w.batch, seg_len=w.seg_len)]
+    impl.reset()
+    t0 = time.perf_counter()
+    for b in data[:n_warm]:  # fill the memories (steady state), then warm up
+        step(b)
+    warm_s = time.perf_counter() - t0
+    times, losses = [], []
+    for b in data[n_warm:]:
+        t0 = time.perf_counter()
+        losses.append(step(b))
+        times.append(time.perf_counter() - t0)
+    s = summary(times)
+    tokens = w.batch * w.seg_len
+    out = {**s, "tokens_per_step": tokens, "tokens_per_s": tokens / s["median_s"], "warmup_steps": n_warm,
+           "warmup_s": warm_s, "last_loss": losses[-1]}  # fmt: skip
+    if hasattr(impl, "frozen_kv"):
+        out["frozen_kv_layers"] = impl.frozen_kv()
+    return out
+
+
+def run_generate(impl, w) -> dict:
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    per_prompt = []
+    prompts = list(w.gen_prompts)
+    for p in prompts:
+        prompt = torch.randint(0, w.vocab, (w.gen_batch, p), generator=g)
+        impl.generate(prompt[:, : w.seg_len], min(8, w.gen_new))  # warm-up (allocator, caches)
+        stamps = impl.generate(prompt, w.gen_new)
+        dts = [b - a for a, b in zip(stamps, stamps[1:])]
+        s = summary(dts)
+        per_prompt.append({"prompt": p, "new": w.gen_new, "ms_per_token_median": 1e3 * s["median_s"],
+                           "ms_per_token_mean": 1e3 * (stamps[-1] - stamps[0]) / (len(stamps) - 1),
+                           "ms_per_token_p25": 1e3 * s["p25_s"], "ms_per_token_p75": 1e3 * s["p75_s"]})  # fmt: skip
+    prompt = torch.randint(0, w.vocab, (w.gen_batch, w.gen_long_prompt), generator=g)
+    stamps = impl.generate(prompt, w.gen_long)
+    elapsed = stamps[-1] - stamps[0]  # tokens 2..N (the first comes with reading the prompt)
+    tps = w.gen_batch * (len(stamps) - 1) / elapsed
+    # Per-token cost over the long run in quarters: constant cost gives four equal numbers.
+    q = (len(stamps) - 1) // 4
+    quarters = [1e3 * (stamps[(i + 1) * q] - stamps[i * q]) / q for i in range(4)] if q > 0 else []
+    return {"batch": w.gen_batch, "per_prompt": per_prompt,
+            "long": {"prompt": w.gen_long_prompt, "new": w.gen_long, "seconds": elapsed, "tokens_per_s": tps,
+                     "ms_per_token_by_quarter": quarters}}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--impl", required=True)
+    ap.add_argument("--phase", required=True, choices=["train", "eval", "generate", "matmul", "build"])
+    ap.add_argument("--workload", required=True, help="name, or a JSON object of Workload fields")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--build-kw", default="{}", help="JSON keyword arguments for the adapter's build()")
+    ap.add_argument("--matmul-n", type=int, default=2048)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    from benchmarks import workloads
+
+    if a.workload.startswith("{"):
+        spec = json.loads(a.workload)
+        name = spec.pop("name")
+        spec = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()}
+        w = workloads.Workload(name, **spec)
+    else:
+        w = workloads.get(a.workload)
+    steps = w.steps if a.steps is None else a.steps
+    warmup = w.warmup if a.warmup is None else a.warmup
+    result: dict = {"impl": a.impl, "phase": a.phase, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                    "python": sys.executable}  # fmt: skip
+    rss_start = rss_mb("VmRSS")
+    if a.phase == "matmul":
+        result.update(matmul_rate(a.matmul_n, max(steps, 10)))
+    else:
+        mod = importlib.import_module(f"benchmarks.impls.{a.impl}")
+        t0 = time.perf_counter()
+        impl = mod.build(w, **json.loads(a.build_kw))
+        result.update(label=getattr(mod, "LABEL", a.impl), module_file=mod.__file__, param_count=impl.param_count,
+                      config=getattr(impl, "config", {}), build_s=time.perf_counter() - t0,
+                      rss_after_import_mb=rss_start, rss_after_build_mb=rss_mb("VmRSS"))  # fmt: skip
+        peers = {name: sys.modules[name].__file__ for name in ("compressive_transformer", "compressive_transformer_pytorch", "labml_nn") if name in sys.modules}  # fmt: skip
+        result["loaded_packages"] = peers
+        if a.phase in ("train", "eval"):
+            result.update(run_steps(impl, w, a.phase, steps, warmup))
+        elif a.phase == "generate":
+            result.update(run_generate(impl, w))
+    result["peak_rss_mb"] = rss_mb("VmHWM")
+    Path(a.out).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

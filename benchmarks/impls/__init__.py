@@ -1,0 +1,12 @@
+"""One adapter per implementation. Each module exposes ``build(workload) -> Impl`` where ``Impl`` has
+
+- ``param_count``: int (all parameters, embeddings included)
+- ``prepare(x, y)``: turns a (B, T) token batch into whatever ``train_step``/``eval_step`` take (not timed)
+- ``train_step(batch)``: forward + backward (task loss + auxiliary compression loss) + optimizer step, memory carried
+- ``eval_step(batch)``: forward under no_grad in eval mode, task loss computed, memory carried
+- ``generate(prompt, n_new)``: reads the (B, P) prompt, then produces ``n_new`` tokens; returns the
+  ``time.perf_counter()`` stamps at which each new token became available (list of n_new floats)
+- ``reset()``: empty memories (start of a new stream)
+
+Adapters never import each other, so each runs in its own process with only its own package loaded.
+"""

@@ -1,0 +1,87 @@
+"""Our CompressiveTransformerLM (``compressive_transformer``) on a benchmark workload."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from compressive_transformer import CompressiveTransformerLM, ModelConfig
+
+NAME = "ours"
+LABEL = "ours (compressive)"
+
+
+def model_config(w, *, compressive: bool = True, mem_len: int | None = None, cmem_len: int | None = None) -> ModelConfig:
+    mem = w.mem_len if mem_len is None else mem_len
+    cmem = w.cmem_len if cmem_len is None else cmem_len
+    if not compressive:  # Transformer-XL with the same attention size: the compressed slots become plain memory
+        mem, cmem = mem + cmem, 0
+    return ModelConfig(
+        vocab_size=w.vocab, d_model=w.d_model, n_layers=w.n_layers, n_heads=w.n_heads, d_ff=w.d_ff,
+        seg_len=w.seg_len, mem_len=mem, cmem_len=cmem, compression_rate=w.rate,
+        compression="conv", compression_loss="attention", dropout=0.0, attn_dropout=0.0,
+    )  # fmt: skip
+
+
+class Impl:
+    def __init__(self, w, cfg: ModelConfig) -> None:
+        self.w = w
+        self.model = CompressiveTransformerLM(cfg)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=w.lr)
+        self.param_count = sum(p.numel() for p in self.model.parameters())
+        self.config = {k: getattr(cfg, k) for k in ("mem_len", "cmem_len", "compression", "compression_loss", "norm", "attn_impl")}
+        self.memory = None
+
+    def reset(self) -> None:
+        self.memory = None
+
+    def prepare(self, x, y):
+        return x, y
+
+    def train_step(self, batch) -> float:
+        x, y = batch
+        self.model.train()
+        if self.memory is None:
+            self.memory = self.model.init_memory(x.shape[0])
+        out = self.model(x, memory=self.memory, targets=y)
+        loss = out.loss + out.aux_loss
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.memory = out.memory
+        return float(out.loss)
+
+    @torch.no_grad()
+    def eval_step(self, batch) -> float:
+        x, y = batch
+        self.model.eval()
+        if self.memory is None:
+            self.memory = self.model.init_memory(x.shape[0])
+        out = self.model(x, memory=self.memory, targets=y)
+        self.memory = out.memory
+        return float(out.loss)
+
+    @torch.no_grad()
+    def generate(self, prompt, n_new: int) -> list[float]:
+        self.model.eval()
+        memory = self.model.init_memory(prompt.shape[0])
+        logits = None
+        for seg in prompt.split(self.w.seg_len, dim=1):  # the prompt in segments of seg_len, memory carried
+            out = self.model(seg, memory=memory)
+            memory, logits = out.memory, out.logits
+        tok = logits[:, -1].argmax(-1)
+        stamps = [time.perf_counter()]
+        for _ in range(n_new - 1):  # then one token per forward
+            out = self.model(tok[:, None], memory=memory)
+            memory = out.memory
+            tok = out.logits[:, -1].argmax(-1)
+            stamps.append(time.perf_counter())
+        return stamps
+
+
+def build(w, **kw) -> Impl:
+    mem_len = kw.pop("mem_len", None)
+    cmem_len = kw.pop("cmem_len", None)
+    return Impl(w, model_config(w, compressive=True, mem_len=mem_len, cmem_len=cmem_len))

@@ -1,0 +1,171 @@
+"""Relative-position multi-head attention over ``[compressed memory; memory; segment]``.
+
+Scores follow Transformer-XL: ``(q + u)·k`` (content) plus ``(q + v)·W_r R_dist`` (position), with sinusoidal
+encodings R of the relative distance. The compressed memory has its own positional stream (its own projection and v
+bias, as the authors' code) or, optionally, shares the regular one. Distances come from slot order, so the same
+distance gets the same positional term however full memory is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from compressive_transformer.config import ModelConfig
+
+
+def sinusoid(distances: Tensor, d_model: int) -> Tensor:
+    """Transformer-XL sinusoidal encodings of (float) distances: (L,) -> (L, d_model)."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d_model, 2, device=distances.device, dtype=torch.float32) / d_model))
+    angles = distances.float()[:, None] * inv_freq[None, :]
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Sinusoids shared by all layers of one forward (each layer projects them with its own W_r)."""
+
+    mem: Tensor  # (cap + T, d): distances cap+T-1 ... 0, for memory + segment keys
+    cmem: Tensor  # (C + T - 1, d): distances offset+C+T-1 ... offset+1, for compressed keys
+
+
+def make_positions(
+    *, seg_len: int, mem_capacity: int, cmem_len: int, cmem_offset: int, d_model: int, clamp_len: int, device, dtype
+) -> Positions:
+    def enc(hi: int, lo: int) -> Tensor:
+        dist = torch.arange(hi, lo - 1, -1, device=device, dtype=torch.float32)  # descending
+        if clamp_len > 0:
+            dist = dist.clamp(max=clamp_len)
+        return sinusoid(dist, d_model).to(dtype)
+
+    T = seg_len
+    # One spare column (distance -1, always a masked future key) keeps the shifted view free of overlaps.
+    mem = enc(mem_capacity + T - 1, -1)
+    cmem = enc(cmem_offset + cmem_len + T - 1, cmem_offset + 1) if cmem_len > 0 else mem.new_zeros(0, d_model)
+    return Positions(mem=mem, cmem=cmem)
+
+
+def attention_mask(x_mask: Tensor, mem_mask: Tensor, cmem_mask: Tensor, *, same_length_window: int = 0) -> Tensor:
+    """Which keys of ``[cmem; mem; segment]`` each query may read: (B, 1, T, C+M+T) bool.
+
+    Valid slots, no future key, and always the query itself (so a padded row is never empty). With
+    ``same_length_window`` > 0 every query sees only that many previous positions of memory + segment.
+    """
+    B, T = x_mask.shape
+    M = mem_mask.shape[1]
+    i = torch.arange(T, device=x_mask.device)[:, None]
+    j = torch.arange(M + T, device=x_mask.device)[None, :]
+    dist = M + i - j  # (T, M+T) distance from query i to key j
+    causal = dist >= 0
+    if same_length_window > 0:
+        causal = causal & (dist <= same_length_window)
+    keys = torch.cat([mem_mask, x_mask], dim=1)  # (B, M+T)
+    allowed = (keys[:, None, :] & causal) | (dist == 0)  # (B, T, M+T)
+    if cmem_mask.shape[1] > 0:
+        allowed = torch.cat([cmem_mask[:, None, :].expand(B, T, -1), allowed], dim=-1)
+    return allowed.unsqueeze(1)
+
+
+class _RelShift(torch.autograd.Function):
+    """out[..., i, j] = raw[..., i, j + T - 1 - i] as a strided view: no copy forward, one strided write backward.
+
+    raw: (B, H, T, W) contiguous, column m holding distance (W - 1 - m) + const; needs W - 1 >= n_keys (or T = 1) so
+    that no two outputs share an element. Entries that read past the end of a row are future keys (masked).
+    """
+
+    @staticmethod
+    def forward(ctx, raw: Tensor, n_keys: int) -> Tensor:
+        ctx.raw_shape, ctx.n_keys = raw.shape, n_keys
+        return _shifted_view(raw, n_keys)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        grad_raw = grad.new_zeros(ctx.raw_shape)
+        _shifted_view(grad_raw, ctx.n_keys).copy_(grad)
+        return grad_raw, None
+
+
+def _shifted_view(raw: Tensor, n_keys: int) -> Tensor:
+    B, H, T, W = raw.shape
+    assert raw.is_contiguous() and (W - 1 >= n_keys or T == 1)
+    return raw.as_strided((B, H, T, n_keys), (H * T * W, T * W, W - 1, 1), raw.storage_offset() + T - 1)
+
+
+def rel_shift(raw: Tensor, n_keys: int) -> Tensor:
+    return _RelShift.apply(raw, n_keys)
+
+
+class RelativeAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d, H, dh = cfg.d_model, cfg.n_heads, cfg.head_dim
+        self.n_heads, self.d_head = H, dh
+        self.qkv = nn.Linear(d, 3 * H * dh, bias=False)
+        self.pos = nn.Linear(d, H * dh, bias=False)  # W_r for memory + segment
+        self.u = nn.Parameter(torch.zeros(H, dh))  # content bias
+        self.v = nn.Parameter(torch.zeros(H, dh))  # position bias
+        separate = cfg.uses_compression and cfg.cmem_positions == "separate"
+        self.cpos = nn.Linear(d, H * dh, bias=False) if separate else None  # W_r of the compressed stream
+        self.cv = nn.Parameter(torch.zeros(H, dh)) if separate else None
+        self.out = nn.Linear(H * dh, d, bias=False)
+        self.attn_dropout = cfg.attn_dropout
+        self.scale = 1.0 / math.sqrt(dh)
+
+    @property
+    def w_q(self) -> Tensor:
+        return self.qkv.weight[: self.n_heads * self.d_head]
+
+    @property
+    def w_k(self) -> Tensor:
+        n = self.n_heads * self.d_head
+        return self.qkv.weight[n : 2 * n]
+
+    @property
+    def w_v(self) -> Tensor:
+        return self.qkv.weight[2 * self.n_heads * self.d_head :]
+
+    def forward(
+        self,
+        x: Tensor,
+        mem: Tensor,
+        cmem: Tensor,
+        positions: Positions,
+        blocked: Tensor,
+        *,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x: (B, T, d) queries' inputs; mem: (B, M, d); cmem: (B, C, d); blocked: (B, 1, T, C+M+T), True where
+        a query may not read a key (``~attention_mask(...)``). Returns (B, T, d) and, with ``need_weights``, the weights (B, H, T, C+M+T)."""
+        B, T, d = x.shape
+        M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
+        n, K = H * dh, C + M + T
+        q = F.linear(x, self.w_q).view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
+        kv = F.linear(torch.cat([cmem, mem, x], dim=1), self.qkv.weight[n:])  # (B, K, 2n)
+        k, v = kv.view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4)  # each (B, H, K, dh)
+
+        # Positional scores, already scaled, written once into the additive bias of the content scores.
+        bias = q.new_empty(B, H, T, K)
+        r = self.pos(positions.mem).view(-1, H, dh).permute(1, 2, 0)  # (H, dh, M+T+1)
+        bias[..., C:] = rel_shift(((q + self.v[:, None]) * self.scale) @ r, M + T)
+        if C > 0:
+            cpos, cv = (self.cpos, self.cv) if self.cpos is not None else (self.pos, self.v)
+            rc = cpos(positions.cmem).view(-1, H, dh).permute(1, 2, 0)  # (H, dh, C+T-1)
+            bias[..., :C] = rel_shift(((q + cv[:, None]) * self.scale) @ rc, C)
+        bias.masked_fill_(blocked, float("-inf"))
+
+        qu = q + self.u[:, None]
+        if need_weights:
+            scores = torch.baddbmm(bias.view(B * H, T, K), qu.reshape(B * H, T, dh), k.reshape(B * H, K, dh).transpose(1, 2),
+                                   alpha=self.scale).view(B, H, T, K)  # fmt: skip
+            weights = torch.softmax(scores, dim=-1)
+            y = F.dropout(weights, self.attn_dropout, self.training) @ v
+        else:
+            weights = None
+            y = F.scaled_dot_product_attention(
+                qu, k, v, attn_mask=bias, dropout_p=self.attn_dropout if self.training else 0.0, scale=self.scale
+            )
+        return self.out(y.transpose(1, 2).reshape(B, T, n)), weights

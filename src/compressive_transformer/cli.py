@@ -1,0 +1,151 @@
+"""``compressive-transformer``: thin subcommands over :mod:`compressive_transformer.run`.
+
+Mistakes a user can make (a missing file, an unknown key, a run that already exists, a diverged loss) end as one
+``error: ...`` line on stderr with exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from compressive_transformer.config import ConfigError
+
+EXIT_USER_ERROR = 2
+
+
+def _add_overrides(p: argparse.ArgumentParser, help_text: str) -> None:
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE", help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compressive-transformer",
+        description="Train, evaluate and sample Compressive Transformers, Transformer-XL and Transformer-QL.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train a model (or resume a run)", description="Train a model into a run directory.")
+    p.add_argument("--config", type=Path, help="TOML config (see configs/); default: the built-in tiny config")
+    _add_overrides(p, "override one config key, e.g. --set train.steps=500 (repeatable)")
+    p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/<config>-<time>")
+    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
+
+    p = sub.add_parser("evaluate", help="stream a whole split through a trained run", description="Streaming evaluation (bpc, perplexity, word perplexity) with memory carried through the split; writes RUN_DIR/eval_<split>.json.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train`")
+    p.add_argument("--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split of the run)")
+    _add_overrides(p, "override an eval key, e.g. --set eval.mem_len=1024 (repeatable)")
+    p.add_argument("--checkpoint", type=Path, help="checkpoint directory to evaluate (default: the newest)")
+
+    p = sub.add_parser("generate", help="sample a continuation of a prompt", description="Sample text from a trained run, carrying memory across the prompt and the continuation.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train`")
+    p.add_argument("--prompt", required=True, help="text to continue")
+    p.add_argument("--max-tokens", type=int, default=200, help="tokens to generate (default 200)")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the K most likely tokens; 0 keeps all (default 0)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; 1 keeps all (default 1.0)")
+    p.add_argument("--seed", type=int, help="random seed for reproducible samples")
+
+    p = sub.add_parser("range", help="print the temporal range and attention cost of a config", description="Temporal range l x (n_m + c n_cm) and attention cost of a model config.")
+    p.add_argument("--config", type=Path, help="TOML config; default: the built-in tiny config")
+    _add_overrides(p, "override one config key, e.g. --set model.cmem_len=512 (repeatable)")
+
+    p = sub.add_parser("data", help="data utilities", description="Data utilities.")
+    data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    d = data_sub.add_parser("download", help="download a benchmark corpus and verify its checksum", description="Download a benchmark corpus into DIR.")
+    d.add_argument("name", choices=("enwik8", "wikitext-103", "pg19"), help="corpus to download")
+    d.add_argument("dir", type=Path, metavar="DIR", help="directory to download into")
+
+    p = sub.add_parser("demo", help="train, evaluate and sample a small model on the pydoc topics in a few minutes", description="Train a small Compressive Transformer on Python's own help topics (bytes), evaluate it and sample from it.")
+    p.add_argument("--steps", type=int, help="training steps (default: the demo config's 400)")
+    p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/demo-<time>")
+    return parser
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from compressive_transformer.run import build_config, fresh_run_dir, train_run
+
+    if args.resume:
+        if args.run_dir is None:
+            raise ConfigError("--resume: needs --run-dir, the run to continue")
+        cfg = build_config(args.config, args.overrides) if args.config is not None else None
+        summary = train_run(cfg, args.run_dir, resume=True, overrides=args.overrides)
+        run_dir = args.run_dir
+    else:
+        cfg = build_config(args.config, args.overrides)
+        run_dir = args.run_dir or fresh_run_dir(args.config.stem if args.config else "tiny")
+        summary = train_run(cfg, run_dir)
+    if summary.validation is not None:
+        print(summary.validation.summary())
+    print(f"run directory: {run_dir} (step {summary.step}, checkpoint {summary.checkpoint})")
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from compressive_transformer.run import evaluate_run
+
+    result = evaluate_run(args.run_dir, split=args.split, overrides=args.overrides, checkpoint=args.checkpoint)
+    print(result.summary())
+    print(f"wrote {args.run_dir / f'eval_{result.split}.json'}")
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from compressive_transformer.run import generate_run
+
+    text = generate_run(
+        args.run_dir, args.prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
+    )
+    print(args.prompt + text)
+
+
+def cmd_range(args: argparse.Namespace) -> None:
+    from compressive_transformer.ranges import temporal_range
+    from compressive_transformer.run import build_config
+
+    cfg = build_config(args.config, args.overrides).model
+    r = temporal_range(cfg)
+    print(f"max temporal range: {r.max_range} positions (l={cfg.n_layers} x (n_m={cfg.mem_len} + c={cfg.compression_rate} x n_cm={cfg.cmem_len}))")
+    print(f"attention cost: {r.attention_cost} query-key pairs per layer and head per segment (n_s={cfg.seg_len})")
+    print(f"memory slots per layer: {r.memory_slots}")
+
+
+def cmd_data(args: argparse.Namespace) -> None:
+    from compressive_transformer.data import download
+
+    path = download(args.name, args.dir)
+    print(f"{args.name}: {path}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from compressive_transformer.run import demo
+
+    result = demo(steps=args.steps, run_dir=args.run_dir)
+    print()
+    print(f"validation bpc: {result.validation.bpc:.3f} (loss {result.validation.loss:.3f} nats per byte)")
+    print("sample:")
+    print(result.sample)
+    print()
+    print(f"finished in {result.seconds:.0f} s; run directory: {result.run_dir}")
+    print(f"next: compressive-transformer generate {result.run_dir} --prompt 'def ' --temperature 0.8")
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "generate": cmd_generate, "range": cmd_range, "data": cmd_data, "demo": cmd_demo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from compressive_transformer.train import TrainingError
+
+    try:
+        COMMANDS[args.command](args)
+    except (ConfigError, TrainingError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("error: interrupted; continue the run with `train --run-dir DIR --resume`", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

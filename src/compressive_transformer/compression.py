@@ -1,0 +1,164 @@
+"""Compression functions f_c behind one interface, looked up by name, and the auxiliary compression losses.
+
+Every compressor maps windows of evicted states to one slot each: ``(B, G, c + e, d) -> (B, G, d)``, where a window is
+one group of c evicted states plus e newer neighbours (``compression_extra_width``, overlapping windows). Working per
+window makes each compressed slot a function of its own states only, so the result never depends on how a stream was
+cut into segments.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from compressive_transformer.config import ModelConfig
+
+
+class Compressor(nn.Module):
+    """f_c: windows (B, G, k, d) [+ usage (B, G*c) for most_used] -> compressed slots (B, G, d)."""
+
+    def __init__(self, rate: int, extra_width: int) -> None:
+        super().__init__()
+        self.rate = rate
+        self.extra_width = extra_width
+
+    @property
+    def window(self) -> int:
+        return self.rate + self.extra_width
+
+
+class PoolCompressor(Compressor):
+    """Max or mean pooling with kernel c (+ extra width) and stride c; no parameters."""
+
+    def __init__(self, rate: int, extra_width: int, kind: str) -> None:
+        super().__init__(rate, extra_width)
+        self.kind = kind
+
+    def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
+        return windows.amax(dim=2) if self.kind == "max" else windows.mean(dim=2)
+
+
+class ConvCompressor(Compressor):
+    """1D convolution with kernel c (+ extra width) and stride c, no bias (as the authors' code)."""
+
+    def __init__(self, d_model: int, rate: int, extra_width: int) -> None:
+        super().__init__(rate, extra_width)
+        self.conv = nn.Conv1d(d_model, d_model, kernel_size=rate + extra_width, stride=rate, bias=False)
+
+    def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
+        # A strided convolution over windows is one contraction per window: out[o] = sum_{k,i} w[o,i,k] x[k,i].
+        return torch.einsum("bgki,oik->bgo", windows, self.conv.weight)
+
+
+class DilatedConvCompressor(Compressor):
+    """A stack of kernel-2 dilated convolutions with ReLU inside each window, then the strided convolution."""
+
+    def __init__(self, d_model: int, rate: int, extra_width: int, dilations: tuple[int, ...]) -> None:
+        super().__init__(rate, extra_width)
+        self.dilations = dilations
+        self.layers = nn.ModuleList(nn.Conv1d(d_model, d_model, kernel_size=2, dilation=r) for r in dilations)
+        self.out = ConvCompressor(d_model, rate, extra_width)
+
+    def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
+        B, G, k, d = windows.shape
+        x = windows.reshape(B * G, k, d).transpose(1, 2)  # (B*G, d, k)
+        for conv, r in zip(self.layers, self.dilations):
+            x = F.relu(conv(F.pad(x, (r, 0))))  # causal padding inside the window keeps its length k
+        return self.out(x.transpose(1, 2).reshape(B, G, k, d))
+
+
+class MostUsedCompressor(Compressor):
+    """Keep the floor(n/c) evicted slots that received the most attention while in memory, in time order."""
+
+    def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
+        if usage is None:
+            raise ValueError("most_used compression needs the attention usage of the evicted slots")
+        B, G, c, d = windows.shape
+        slots = windows.reshape(B, G * c, d)
+        keep = usage.topk(G, dim=1).indices.sort(dim=1).values  # (B, G) most-used slots, oldest first
+        return slots.gather(1, keep.unsqueeze(-1).expand(B, G, d))
+
+
+class ConvDecoder(nn.Module):
+    """g for the auto-encoding loss: a transposed convolution, kernel c and stride c, back to c states per slot."""
+
+    def __init__(self, d_model: int, rate: int) -> None:
+        super().__init__()
+        self.rate = rate
+        self.deconv = nn.ConvTranspose1d(d_model, d_model, kernel_size=rate, stride=rate, bias=False)
+
+    def forward(self, compressed: Tensor) -> Tensor:
+        B, G, d = compressed.shape
+        out = torch.einsum("bgi,iok->bgko", compressed, self.deconv.weight)  # (B, G, c, d)
+        return out.reshape(B, G * self.rate, d)
+
+
+def build_compressor(cfg: ModelConfig) -> Compressor:
+    c, e, d = cfg.compression_rate, cfg.compression_extra_width, cfg.d_model
+    if cfg.compression in ("max_pool", "mean_pool"):
+        return PoolCompressor(c, e, "max" if cfg.compression == "max_pool" else "mean")
+    if cfg.compression == "conv":
+        return ConvCompressor(d, c, e)
+    if cfg.compression == "dilated_conv":
+        return DilatedConvCompressor(d, c, e, cfg.dilations)
+    if cfg.compression == "most_used":
+        return MostUsedCompressor(c, 0)
+    raise ValueError(f"unknown compression {cfg.compression!r}")  # ModelConfig validates names first
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Auxiliary losses. Both see only detached network states: their gradient reaches the compressor (and decoder) alone.
+
+
+def content_attention(q: Tensor, keys_in: Tensor, key_mask: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    """softmax((hQ)(mK)^T / sqrt(d_h)) (mV) per head, with no positional terms (Algorithm 2, line 6).
+
+    q: (B, H, T, d_h) projected queries; keys_in: (B, S, d); key_mask: (B, S); w_k, w_v: (H*d_h, d).
+    Returns (B, T, H*d_h).
+    """
+    B, H, T, dh = q.shape
+    k = (keys_in @ w_k.t()).view(B, -1, H, dh).transpose(1, 2)  # (B, H, S, d_h)
+    v = (keys_in @ w_v.t()).view(B, -1, H, dh).transpose(1, 2)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)  # (B, H, T, S)
+    scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    # Rows with no valid key give NaN; they are excluded by the caller's row mask.
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(B, T, H * dh)
+
+
+def attention_reconstruction_loss(
+    h: Tensor,
+    query_mask: Tensor,
+    eviction_old: Tensor,
+    old_mask: Tensor,
+    compressed: Tensor,
+    compressed_mask: Tensor,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    n_heads: int,
+) -> Tensor:
+    """||attn(h, old_mem) - attn(h, f_c(old_mem))||^2 (Algorithm 2), mean over valid queries and features.
+
+    The stop-gradients of Algorithm 2 are applied here: on h, the evicted memories and the attention weights
+    (``w_*`` are detached copies, never the parameters themselves, so the layer keeps training from the task loss).
+    """
+    h, eviction_old = h.detach(), eviction_old.detach()
+    w_q, w_k, w_v = w_q.detach(), w_k.detach(), w_v.detach()
+    B, T, _ = h.shape
+    dh = w_q.shape[0] // n_heads
+    q = (h @ w_q.t()).view(B, T, n_heads, dh).transpose(1, 2)  # (B, H, T, d_h)
+    target = content_attention(q, eviction_old, old_mask, w_k, w_v)
+    recon = content_attention(q, compressed, compressed_mask, w_k, w_v)
+    rows = query_mask & compressed_mask.any(dim=1, keepdim=True) & old_mask.any(dim=1, keepdim=True)  # (B, T)
+    err = ((target - recon) ** 2).mean(dim=-1)  # (B, T)
+    return (err * rows).sum() / rows.sum().clamp(min=1)
+
+
+def autoencoder_loss(old: Tensor, old_mask: Tensor, decoded: Tensor) -> Tensor:
+    """||old_mem - g(f_c(old_mem))||^2, mean over valid evicted states and features."""
+    err = ((old.detach() - decoded) ** 2).mean(dim=-1)  # (B, G*c)
+    return (err * old_mask).sum() / old_mask.sum().clamp(min=1)

@@ -1,0 +1,51 @@
+"""Data: corpus readers, tokenizers, the memory-mapped token cache, the batch-of-streams iterator, downloads."""
+
+from compressive_transformer.data.cache import Corpus, cache_dir_for, load_corpus, prepare_corpora
+from compressive_transformer.data.download import SOURCES, DownloadError, Source, download
+from compressive_transformer.data.readers import (
+    SPLITS,
+    Pg19Book,
+    RawSplit,
+    count_words,
+    read_documents,
+    read_pg19_metadata,
+    read_split,
+)
+from compressive_transformer.data.streams import IGNORE_INDEX, Batch, StreamBatcher
+from compressive_transformer.data.tokenizers import (
+    ByteTokenizer,
+    SubwordTokenizer,
+    Tokenizer,
+    WordTokenizer,
+    build_tokenizer,
+    load_tokenizer,
+    prepare_tokenizer,
+)
+
+__all__ = [
+    "SPLITS",
+    "IGNORE_INDEX",
+    "Batch",
+    "ByteTokenizer",
+    "Corpus",
+    "DownloadError",
+    "Pg19Book",
+    "RawSplit",
+    "SOURCES",
+    "Source",
+    "StreamBatcher",
+    "SubwordTokenizer",
+    "Tokenizer",
+    "WordTokenizer",
+    "build_tokenizer",
+    "cache_dir_for",
+    "count_words",
+    "download",
+    "load_corpus",
+    "load_tokenizer",
+    "prepare_corpora",
+    "prepare_tokenizer",
+    "read_documents",
+    "read_pg19_metadata",
+    "read_split",
+]

@@ -1,0 +1,280 @@
+"""Download helpers for the real corpora (for users elsewhere; nothing downloads at test time).
+
+Every file is streamed to a temp file beside its destination, checked (size, checksum, archive integrity) and only
+then moved into place with ``os.replace``; a file already in place that verifies is never fetched again. A failed
+check deletes the temp file and raises a one-line :class:`DownloadError`. ``SOURCES`` is the table of known
+locations and checksums (tests patch it to point at a local server).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from tqdm.auto import tqdm
+
+from compressive_transformer.config import ConfigError
+
+logger = logging.getLogger(__name__)
+CHUNK = 1 << 20
+PG19_SPLITS = ("train", "validation", "test")
+
+
+class DownloadError(ConfigError):
+    """A download could not be completed or verified; the message says what to try."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a corpus is published and what a correct copy looks like."""
+
+    url: str  # base URL the files hang off (``base_url`` replaces it)
+    filename: str = ""  # the archive under ``url``; "" for PG-19, fetched object by object
+    size: int | None = None  # archive size in bytes
+    sha256: str | None = None  # archive checksum (hex)
+    members: dict[str, int | None] = field(default_factory=dict)  # zip member -> uncompressed size (None: unchecked)
+    target: str = ""  # what ``download`` returns, relative to the download directory
+    bucket: str = ""  # PG-19: the public GCS bucket
+
+
+# Sizes and sha256 as recorded by the HuggingFace ``datasets`` checksums of the same URLs.
+SOURCES: dict[str, Source] = {
+    "enwik8": Source(
+        url="http://mattmahoney.net/dc",
+        filename="enwik8.zip",
+        size=36_445_475,
+        sha256="547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc",
+        members={"enwik8": 100_000_000},
+        target="enwik8",
+    ),
+    "wikitext-103": Source(
+        url="https://s3.amazonaws.com/research.metamind.io/wikitext",
+        filename="wikitext-103-v1.zip",
+        size=190_229_076,
+        sha256="242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590",
+        members={f"wikitext-103/wiki.{s}.tokens": None for s in ("train", "valid", "test")},
+        target="wikitext-103",
+    ),
+    "wikitext-2": Source(
+        url="https://s3.amazonaws.com/research.metamind.io/wikitext",
+        filename="wikitext-2-v1.zip",
+        size=4_475_746,
+        sha256="92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c",
+        members={f"wikitext-2/wiki.{s}.tokens": None for s in ("train", "valid", "test")},
+        target="wikitext-2",
+    ),
+    "pg19": Source(url="https://storage.googleapis.com", bucket="deepmind-gutenberg", target="pg19"),
+}
+
+
+def download(
+    name: str,
+    directory: str | Path,
+    *,
+    base_url: str | None = None,
+    progress: bool = True,
+    limit: int | None = None,
+) -> Path:
+    """Fetch corpus ``name`` into ``directory`` and return the path to give as ``data.path``.
+
+    ``limit`` (PG-19 only) keeps the first ``limit`` books of each split, in the bucket's listing order.
+    """
+    if name not in SOURCES:
+        raise ConfigError(f"download: unknown corpus {name!r}; use one of {', '.join(sorted(SOURCES))}")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"download: limit must be >= 1 (or None for everything), got {limit}")
+    source = SOURCES[name]
+    directory = Path(directory).expanduser()
+    directory.mkdir(parents=True, exist_ok=True)
+    base = (base_url or source.url).rstrip("/")
+    if source.bucket:
+        return _download_pg19(source, directory, base, progress, limit)
+    if limit is not None:
+        raise ConfigError(f"download: limit applies to pg19 only; {name} is a single archive")
+    archive = directory / source.filename
+    _fetch(
+        f"{base}/{source.filename}",
+        archive,
+        size=source.size,
+        digest=("sha256", source.sha256) if source.sha256 else None,
+        progress=progress,
+        check=lambda p: _check_zip(p, source.members),
+    )
+    _extract(archive, directory, source.members)
+    return directory / source.target
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _fetch(
+    url: str,
+    dest: Path,
+    *,
+    size: int | None,
+    digest: tuple[str, str] | None,
+    progress: bool,
+    check: Callable[[Path], None] | None = None,
+) -> Path:
+    """Stream ``url`` to ``dest`` atomically after verifying it; keep an existing ``dest`` that verifies."""
+    if dest.is_file():
+        try:
+            _verify(dest, dest.stat().st_size, size, digest, _hash_file(dest, digest))
+            if check:
+                check(dest)
+            logger.info("%s already present and verified", dest)
+            return dest
+        except DownloadError as e:
+            logger.warning("%s is present but does not verify (%s); downloading it again", dest, e)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        hasher = hashlib.new(digest[0]) if digest else None
+        n = 0
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
+            total = size or int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, disable=not progress) as bar:
+                while chunk := resp.read(CHUNK):
+                    out.write(chunk)
+                    n += len(chunk)
+                    if hasher:
+                        hasher.update(chunk)
+                    bar.update(len(chunk))
+        _verify(tmp, n, size, digest, hasher.hexdigest() if hasher else None, url=url)
+        if check:
+            check(tmp)
+        os.replace(tmp, dest)
+        return dest
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+        raise DownloadError(f"download: {url} failed ({getattr(e, 'reason', e)}); check the network or pass base_url of a mirror") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _hash_file(path: Path, digest: tuple[str, str] | None) -> str | None:
+    if not digest:
+        return None
+    h = hashlib.new(digest[0])
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verify(path: Path, n: int, size: int | None, digest: tuple[str, str] | None, got: str | None, url: str = "") -> None:
+    origin = url or str(path)
+    if size is not None and n != size:
+        raise DownloadError(f"download: {origin} gave {n:,} bytes, expected {size:,}; try again or use another mirror (base_url)")
+    if digest and got != digest[1].lower():
+        raise DownloadError(f"download: {origin} has {digest[0]} {got}, expected {digest[1]}; the file is corrupt or changed, try again")
+
+
+def _check_zip(path: Path, members: dict[str, int | None]) -> None:
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+            if bad is not None:
+                raise DownloadError(f"download: {path.name} member {bad} is corrupt; try again")
+            for member, size in members.items():
+                try:
+                    info = z.getinfo(member)
+                except KeyError:
+                    raise DownloadError(f"download: {path.name} has no {member}; it is not the expected archive") from None
+                if size is not None and info.file_size != size:
+                    raise DownloadError(f"download: {path.name}:{member} unpacks to {info.file_size:,} bytes, expected {size:,}")
+    except zipfile.BadZipFile as e:
+        raise DownloadError(f"download: {path.name} is not a valid zip ({e}); try again") from None
+
+
+def _extract(archive: Path, directory: Path, members: dict[str, int | None]) -> None:
+    """Unpack the named members atomically, skipping those already in place with the right size."""
+    with zipfile.ZipFile(archive) as z:
+        for member in members:
+            info = z.getinfo(member)
+            dest = directory / member
+            if dest.is_file() and dest.stat().st_size == info.file_size:
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+            try:
+                with os.fdopen(fd, "wb") as out, z.open(info) as src:
+                    while chunk := src.read(CHUNK):
+                        out.write(chunk)
+                os.replace(tmp, dest)
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# PG-19: objects of a public GCS bucket, listed with the JSON API (which gives each object's size and md5)
+
+
+def _list_objects(base: str, bucket: str, prefix: str, limit: int | None) -> list[tuple[str, int, str | None]]:
+    """(name, size, md5 hex) of the bucket's objects under ``prefix``, in listing order, at most ``limit``."""
+    out: list[tuple[str, int, str | None]] = []
+    token = ""
+    while True:
+        query = {"prefix": prefix, "fields": "items(name,size,md5Hash),nextPageToken"}
+        if token:
+            query["pageToken"] = token
+        url = f"{base}/storage/v1/b/{bucket}/o?{urllib.parse.urlencode(query)}"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as resp:
+                page = json.load(resp)
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+            raise DownloadError(f"download: listing {url} failed ({getattr(e, 'reason', e)}); check the network or base_url") from None
+        except json.JSONDecodeError:
+            raise DownloadError(f"download: listing {url} did not return JSON; is base_url a GCS-compatible server?") from None
+        for item in page.get("items", []):
+            if item["name"].endswith("/"):
+                continue
+            md5 = item.get("md5Hash")
+            out.append((item["name"], int(item["size"]), _b64_to_hex(md5) if md5 else None))
+            if limit is not None and len(out) >= limit:
+                return out
+        token = page.get("nextPageToken", "")
+        if not token:
+            return out
+
+
+def _b64_to_hex(value: str) -> str:
+    try:
+        return base64.b64decode(value).hex()
+    except (binascii.Error, ValueError):
+        raise DownloadError(f"download: listing gave an invalid md5Hash {value!r}") from None
+
+
+def _download_pg19(source: Source, directory: Path, base: str, progress: bool, limit: int | None) -> Path:
+    root = directory / source.target
+    meta = _list_objects(base, source.bucket, "metadata.csv", None)
+    meta = [m for m in meta if m[0] == "metadata.csv"]
+    if not meta:
+        raise DownloadError(f"download: {base}/{source.bucket} has no metadata.csv; is base_url right?")
+    todo = meta[:]
+    for split in PG19_SPLITS:
+        books = [o for o in _list_objects(base, source.bucket, f"{split}/", limit) if o[0].endswith(".txt")]
+        if not books:
+            raise DownloadError(f"download: {base}/{source.bucket} lists no {split}/ books; is base_url right?")
+        todo += books
+    for name, size, md5 in tqdm(todo, desc="pg19", unit="file", disable=not progress):
+        _fetch(
+            f"{base}/{source.bucket}/{urllib.parse.quote(name)}",
+            root / name,
+            size=size,
+            digest=("md5", md5) if md5 else None,
+            progress=False,
+        )
+    return root

@@ -1,0 +1,366 @@
+"""Corpus readers: a format's files on disk -> the documents of one split, plus the counts metrics need.
+
+Every reader returns a :class:`RawSplit`; documents are ``str`` except where the text is not UTF-8 and the byte
+tokenizer is in use (enwik8 always, a binary ``text`` file), where they are ``bytes``. ``num_words`` is the number
+of whitespace-separated words of the split: PG-19 divides the total log-likelihood by it whatever the tokenizer.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import logging
+import re
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from compressive_transformer.config import ConfigError, DataConfig
+
+logger = logging.getLogger(__name__)
+
+Document = Union[str, bytes]
+SPLITS = ("train", "validation", "test")
+SPLIT_FRACTIONS = (0.90, 0.05, 0.05)
+ENWIK8_SIZE = 100_000_000
+ENWIK8_SPLIT = (90_000_000, 95_000_000)  # train | validation | test boundaries of the standard split
+WIKITEXT_FILES = {"train": "wiki.train.tokens", "validation": "wiki.valid.tokens", "test": "wiki.test.tokens"}
+EOS = "<eos>"
+UNK = "<unk>"
+
+
+@dataclass(frozen=True)
+class RawSplit:
+    """The documents of one split, in order, with where they came from and how many words they hold."""
+
+    split: str
+    documents: list[Document]
+    names: list[str]  # one per document: topic key, file stem, book id, or the split name
+    num_words: int
+    sources: tuple[Path, ...]
+    num_articles: int = 0  # wikitext: articles counted by their top-level " = Title = " lines
+
+
+@dataclass(frozen=True)
+class Pg19Book:
+    id: str
+    title: str
+    year: int | None
+    url: str
+
+
+def count_words(document: Document) -> int:
+    """Whitespace-separated words (the PG-19 normaliser); bytes split on ASCII whitespace."""
+    return len(document.split())
+
+
+def check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise ConfigError(f"split {split!r}: unknown split; use one of {', '.join(SPLITS)}")
+    return split
+
+
+def read_split(cfg: DataConfig, split: str) -> RawSplit:
+    """Read one split of the corpus ``cfg`` describes; user mistakes raise a one-line :class:`ConfigError`."""
+    check_split(split)
+    reader = {"pydoc": _read_pydoc, "text": _read_text, "enwik8": _read_enwik8, "wikitext": _read_wikitext, "pg19": _read_pg19}
+    raw = reader[cfg.format](cfg, split)
+    if not raw.documents:
+        raise ConfigError(f"data.path: the {split} split of {_where(cfg)} has no documents; point data.path at a non-empty corpus")
+    return raw
+
+
+def read_documents(cfg: DataConfig, split: str) -> list[Document]:
+    """The raw documents of one split (text, or bytes for enwik8 and non-UTF-8 files under the byte tokenizer)."""
+    return read_split(cfg, split).documents
+
+
+def source_files(cfg: DataConfig, split: str) -> list[Path]:
+    """The files a split is read from, without reading them (the token cache fingerprints their size and mtime)."""
+    check_split(split)
+    if cfg.format == "pydoc":
+        import pydoc_data.topics
+
+        return [Path(pydoc_data.topics.__file__)]
+    if cfg.format == "text":
+        root = _existing(cfg)
+        if root.is_file():
+            return [root]
+        split_dirs = _text_split_dirs(root)
+        if split_dirs:
+            return _txt_files(split_dirs[split])
+        everything = _txt_files(root)
+        if len(everything) < 3:
+            raise ConfigError(
+                f"data.path: {root} holds {len(everything)} .txt file(s); a directory needs at least 3 (one per split) "
+                "or train/ validation/ test/ subdirectories"
+            )
+        return _by_fraction(everything, split)
+    if cfg.format == "enwik8":
+        return [_enwik8_file(cfg)]
+    if cfg.format == "wikitext":
+        return [_wikitext_file(cfg, split)]
+    return _pg19_books(cfg, split)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pydoc: the help topics shipped with every Python
+
+
+def _read_pydoc(cfg: DataConfig, split: str) -> RawSplit:
+    import pydoc_data.topics
+
+    topics = pydoc_data.topics.topics
+    keys = _by_fraction(sorted(topics), split)
+    docs: list[Document] = [topics[k] for k in keys]
+    return RawSplit(split, docs, keys, sum(map(count_words, docs)), tuple(source_files(cfg, split)))
+
+
+def _by_fraction(items: list, split: str) -> list:
+    """Deterministic 90/5/5 split of a list by count, at least one item in each split."""
+    n = len(items)
+    if n < 3:
+        return items if split == "train" else []
+    n_val = max(1, round(n * SPLIT_FRACTIONS[1]))
+    n_test = max(1, round(n * SPLIT_FRACTIONS[2]))
+    n_train = n - n_val - n_test
+    bounds = {"train": (0, n_train), "validation": (n_train, n_train + n_val), "test": (n_train + n_val, n)}
+    lo, hi = bounds[split]
+    return items[lo:hi]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# text: one file split by characters, or a directory of .txt files
+
+
+def _read_text(cfg: DataConfig, split: str) -> RawSplit:
+    root = _existing(cfg)
+    if root.is_file():
+        data = _decode(root.read_bytes(), root, cfg)
+        lo, hi = _line_bounds(data, root)[split]
+        logger.info("%s: one file, split 90/5/5 by characters on line boundaries; %s = [%d, %d)", root, split, lo, hi)
+        doc = data[lo:hi]
+        return RawSplit(split, [doc], [split], count_words(doc), (root,))
+    files = source_files(cfg, split)
+    docs = [_decode(f.read_bytes(), f, cfg) for f in files]
+    return RawSplit(split, docs, [f.stem for f in files], sum(map(count_words, docs)), tuple(files))
+
+
+def _text_split_dirs(root: Path) -> dict[str, Path] | None:
+    """``train/ validation/ test/`` (``valid/`` accepted) when the directory has them, else None."""
+    found = {s: root / s for s in SPLITS if (root / s).is_dir()}
+    if "validation" not in found and (root / "valid").is_dir():
+        found["validation"] = root / "valid"
+    if not found:
+        return None
+    missing = [s for s in SPLITS if s not in found]
+    if missing:
+        raise ConfigError(f"data.path: {root} has split subdirectories but no {missing[0]}/; add {root / missing[0]}")
+    return found
+
+
+def _txt_files(directory: Path) -> list[Path]:
+    files = sorted(p for p in directory.glob("*.txt") if p.is_file())
+    if not files:
+        raise ConfigError(f"data.path: {directory} has no .txt files; point data.path at a directory of .txt documents")
+    return files
+
+
+def _line_bounds(data: Document, path: Path) -> dict[str, tuple[int, int]]:
+    """90/5/5 cut points of one text, each moved forward to just after the next newline."""
+    n = len(data)
+    newline = b"\n" if isinstance(data, bytes) else "\n"
+    cuts = []
+    for frac in (SPLIT_FRACTIONS[0], SPLIT_FRACTIONS[0] + SPLIT_FRACTIONS[1]):
+        c = int(n * frac)
+        nl = data.find(newline, c)  # type: ignore[arg-type]
+        cuts.append(n if nl < 0 else nl + 1)
+    bounds = {"train": (0, cuts[0]), "validation": (cuts[0], cuts[1]), "test": (cuts[1], n)}
+    if any(hi <= lo for lo, hi in bounds.values()):
+        raise ConfigError(
+            f"data.path: {path} ({n} characters) is too short to split 90/5/5 on line boundaries; "
+            "use a longer file or a directory with train/ validation/ test/"
+        )
+    return bounds
+
+
+def _decode(data: bytes, path: Path, cfg: DataConfig) -> Document:
+    """UTF-8 text, or the raw bytes when only the byte tokenizer will see them; binary data for a text tokenizer is an error."""
+    bad = data.find(b"\x00")  # NUL never occurs in text, though it is valid UTF-8
+    if bad < 0:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad = e.start
+    if cfg.tokenizer == "bytes":
+        return data
+    raise ConfigError(
+        f"data.tokenizer: {path} is binary or not UTF-8 (byte {bad}); the {cfg.tokenizer!r} tokenizer needs text, "
+        "set tokenizer = 'bytes'"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# enwik8: 10^8 bytes of Wikipedia XML, split 90M / 5M / 5M
+
+
+def _read_enwik8(cfg: DataConfig, split: str) -> RawSplit:
+    path = _enwik8_file(cfg)
+    data = _enwik8_bytes(path)
+    n = len(data)
+    if n == ENWIK8_SIZE:
+        c1, c2 = ENWIK8_SPLIT
+    else:
+        if n < 3:
+            raise ConfigError(f"data.path: {path} holds {n} bytes; enwik8 needs at least 3 to split")
+        c1, c2 = round(n * SPLIT_FRACTIONS[0]), round(n * (SPLIT_FRACTIONS[0] + SPLIT_FRACTIONS[1]))
+        warnings.warn(
+            f"{path} has {n:,} bytes, not the 100,000,000 of enwik8: split 90/5/5 proportionally "
+            "(label results 'enwik8 prefix')",
+            stacklevel=3,
+        )
+    lo, hi = {"train": (0, c1), "validation": (c1, c2), "test": (c2, n)}[split]
+    doc = data[lo:hi]
+    return RawSplit(split, [doc], [split], count_words(doc), (path,))
+
+
+def _enwik8_file(cfg: DataConfig) -> Path:
+    root = _existing(cfg)
+    if root.is_file():
+        return root
+    for name in ("enwik8", "enwik8.zip", "enwik8.gz"):
+        if (root / name).is_file():
+            return root / name
+    raise ConfigError(f"data.path: {root} has no enwik8, enwik8.zip or enwik8.gz; point data.path at the enwik8 file")
+
+
+def _enwik8_bytes(path: Path) -> bytes:
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        if path.suffix == ".zip":
+            with zipfile.ZipFile(path) as z:
+                names = [n for n in z.namelist() if not n.endswith("/")]
+                member = "enwik8" if "enwik8" in names else (names[0] if len(names) == 1 else None)
+                if member is None:
+                    raise ConfigError(f"data.path: {path} has no member 'enwik8'; use the enwik8.zip of the Hutter prize")
+                return z.read(member)
+    except (OSError, zipfile.BadZipFile, EOFError) as e:
+        raise ConfigError(f"data.path: {path} is not a readable archive ({e}); download it again") from None
+    return path.read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# wikitext: wiki.{train,valid,test}.tokens, word tokens with <eos> per line
+
+
+def _read_wikitext(cfg: DataConfig, split: str) -> RawSplit:
+    path = _wikitext_file(cfg, split)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"data.path: {path} is not UTF-8 text (byte {e.start}); WikiText files are UTF-8, download them again") from None
+    doc, n_articles = wikitext_stream(text)
+    return RawSplit(split, [doc], [split], count_words(doc), (path,), n_articles)
+
+
+def wikitext_stream(text: str) -> tuple[str, int]:
+    """Each line's tokens plus ``<eos>`` (blank lines too, which reproduces the published split sizes, e.g. 245,569
+    test tokens for WikiText-103) as one contiguous document, and the number of articles in it."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start another
+    out = [f"{line.strip()} {EOS}".lstrip() for line in lines]
+    return "\n".join(out), count_wikitext_articles(lines)
+
+
+_TITLE = re.compile(r" = [^=](.*[^=])? = ")
+
+
+def count_wikitext_articles(lines: list[str]) -> int:
+    """Articles start at a top-level title line `` = Title = `` (one ``=`` each side) between blank lines."""
+    n = 0
+    for i, line in enumerate(lines):
+        if _TITLE.fullmatch(line.rstrip("\n")):
+            before = i == 0 or not lines[i - 1].strip()
+            after = i + 1 >= len(lines) or not lines[i + 1].strip()
+            n += before and after
+    return n
+
+
+def _wikitext_file(cfg: DataConfig, split: str) -> Path:
+    root = _existing(cfg)
+    if not root.is_dir():
+        raise ConfigError(f"data.path: {root} is a file; wikitext needs the directory holding wiki.{{train,valid,test}}.tokens")
+    if split == "train" and cfg.train_file:
+        path = Path(cfg.train_file) if Path(cfg.train_file).is_absolute() else root / cfg.train_file
+        if not path.is_file():
+            raise ConfigError(f"data.train_file: {path} does not exist; name a file in {root}")
+        return path
+    path = root / WIKITEXT_FILES[split]
+    if not path.is_file():
+        if split == "train":
+            raise ConfigError(
+                f"data.train_file: {root} has no {path.name}; download it, or set data.train_file = 'wiki.valid.tokens' "
+                "to train on another file (and say so in results)"
+            )
+        raise ConfigError(f"data.path: {root} has no {path.name}; point data.path at a complete WikiText directory")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pg19: train/ validation/ test/ of <id>.txt books, metadata.csv without header
+
+
+def _read_pg19(cfg: DataConfig, split: str) -> RawSplit:
+    books = _pg19_books(cfg, split)
+    docs: list[Document] = []
+    for f in books:
+        docs.append(_decode(f.read_bytes(), f, cfg))
+    return RawSplit(split, docs, [f.stem for f in books], sum(map(count_words, docs)), tuple(books))
+
+
+def _pg19_books(cfg: DataConfig, split: str) -> list[Path]:
+    root = _existing(cfg)
+    directory = root / split
+    if not directory.is_dir():
+        raise ConfigError(f"data.path: PG-19 directory {root} has no {split}/ subdirectory; add {directory}")
+    books = [p for p in directory.glob("*.txt") if p.is_file()]
+    if not books:
+        raise ConfigError(f"data.path: {directory} has no <id>.txt books; put the {split} books there")
+    return sorted(books, key=lambda p: (0, int(p.stem), "") if p.stem.isdigit() else (1, 0, p.stem))
+
+
+def read_pg19_metadata(directory: str | Path) -> dict[str, Pg19Book]:
+    """``metadata.csv`` as PG-19 ships it: ``id,title,year,url`` rows, no header, titles quoted where needed."""
+    path = Path(directory) / "metadata.csv"
+    if not path.is_file():
+        raise ConfigError(f"data.path: {directory} has no metadata.csv; download it with the PG-19 books")
+    books: dict[str, Pg19Book] = {}
+    with path.open(newline="", encoding="utf-8") as f:
+        for i, row in enumerate(csv.reader(f), start=1):
+            if not row:
+                continue
+            if len(row) != 4:
+                raise ConfigError(f"{path}:{i}: expected 4 fields (id,title,year,url), got {len(row)}; fix the line")
+            book_id, title, year, url = row
+            books[book_id] = Pg19Book(book_id, title, int(year) if year.strip().isdigit() else None, url)
+    return books
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _existing(cfg: DataConfig) -> Path:
+    path = Path(cfg.path).expanduser()
+    if not path.exists():
+        raise ConfigError(f"data.path: {path} does not exist; point it at the {cfg.format} corpus (see the download helpers)")
+    return path
+
+
+def _where(cfg: DataConfig) -> str:
+    return "the pydoc corpus" if cfg.format == "pydoc" else f"{cfg.format} corpus {cfg.path}"

@@ -1,0 +1,273 @@
+"""Tokenizers behind one protocol: bytes, words, and byte-level BPE / unigram trained with HuggingFace ``tokenizers``.
+
+No tokenizer reserves special tokens: documents are separated by memory resets in the stream iterator, not by
+markers. (``<unk>`` / ``<eos>`` of the word tokenizer are ordinary words of WikiText.) Every tokenizer saves itself
+as ``tokenizer.json`` and :func:`load_tokenizer` restores it exactly (same ids for the same text).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.data.readers import EOS, UNK, Document
+
+TOKENIZER_FILE = "tokenizer.json"
+CHUNK_CHARS = 1 << 20  # long documents are encoded in line-aligned chunks of about this many characters
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    kind: str
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of everything that decides the ids; the token cache is reused only when it matches."""
+        ...
+
+    def encode(self, text: Document) -> list[int]: ...
+
+    def encode_array(self, text: Document) -> np.ndarray:
+        """``encode`` as a 1-D int64 array (the fast path the token cache uses)."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def save(self, directory: str | Path) -> Path: ...
+
+
+def iter_chunks(text: Document, size: int = CHUNK_CHARS) -> Iterator[Document]:
+    """Consecutive pieces of ``text`` of at least ``size`` characters, each ending just after a newline (the last
+    piece ends where the text does); pieces concatenate back to ``text``."""
+    newline = b"\n" if isinstance(text, bytes) else "\n"
+    start, n = 0, len(text)
+    while start < n:
+        nl = text.find(newline, start + size)  # type: ignore[arg-type]
+        end = n if nl < 0 else nl + 1
+        yield text[start:end]
+        start = end
+
+
+def as_text(document: Document, kind: str) -> str:
+    if isinstance(document, str):
+        return document
+    try:
+        return document.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"data.tokenizer: the corpus is binary or not UTF-8 (byte {e.start}); the {kind!r} tokenizer needs text, "
+            "set tokenizer = 'bytes'"
+        ) from None
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _write_atomic(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+class ByteTokenizer:
+    """UTF-8 bytes, vocabulary 256: any input round-trips, nothing to train."""
+
+    kind = "bytes"
+    vocab_size = 256
+    fingerprint = _sha("bytes-v1")
+
+    def encode(self, text: Document) -> list[int]:
+        return list(text.encode("utf-8") if isinstance(text, str) else text)
+
+    def encode_array(self, text: Document) -> np.ndarray:
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        return np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def save(self, directory: str | Path) -> Path:
+        return _write_atomic(Path(directory) / TOKENIZER_FILE, json.dumps({"kind": "bytes"}))
+
+
+class WordTokenizer:
+    """Whitespace-separated words; ids ordered by train frequency, then alphabetically. Unknown words -> ``<unk>``,
+    whose count also absorbs the words dropped by ``min_freq`` (so ids stay frequency ranks)."""
+
+    kind = "words"
+
+    def __init__(self, vocab: Sequence[str], counts: Sequence[int] | None = None) -> None:
+        self.vocab = list(vocab)
+        self.counts = list(counts) if counts is not None else [0] * len(self.vocab)
+        if UNK not in self.vocab:
+            raise ValueError(f"a word vocabulary must contain {UNK}")
+        self._index = {w: i for i, w in enumerate(self.vocab)}
+        if len(self._index) != len(self.vocab):
+            raise ValueError("word vocabulary has duplicates")
+        self.unk_id = self._index[UNK]
+        self.fingerprint = _sha("words-v1\n" + "\n".join(self.vocab))
+
+    @classmethod
+    def train(cls, documents: Iterable[Document], *, min_freq: int = 1) -> WordTokenizer:
+        counts: Counter[str] = Counter()
+        for doc in documents:
+            for chunk in iter_chunks(as_text(doc, cls.kind)):
+                counts.update(chunk.split())
+        kept = {w: c for w, c in counts.items() if c >= min_freq}
+        kept[UNK] = kept.get(UNK, 0) + sum(c for w, c in counts.items() if c < min_freq)
+        order = sorted(kept.items(), key=lambda wc: (-wc[1], wc[0]))
+        return cls([w for w, _ in order], [c for _, c in order])
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def encode(self, text: Document) -> list[int]:
+        return self.encode_array(text).tolist()
+
+    def encode_array(self, text: Document) -> np.ndarray:
+        index, unk = self._index, self.unk_id
+        parts = [
+            np.fromiter((index.get(w, unk) for w in chunk.split()), dtype=np.int64)
+            for chunk in iter_chunks(as_text(text, self.kind))
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Words joined by spaces; a newline follows each ``<eos>`` (WikiText's line ends)."""
+        out: list[str] = []
+        for i in ids:
+            w = self.vocab[int(i)]
+            out.append(w + ("\n" if w == EOS else " "))
+        return "".join(out).rstrip(" ")
+
+    def save(self, directory: str | Path) -> Path:
+        payload = {"kind": "words", "vocab": self.vocab, "counts": self.counts}
+        return _write_atomic(Path(directory) / TOKENIZER_FILE, json.dumps(payload, ensure_ascii=False))
+
+
+class SubwordTokenizer:
+    """Byte-level BPE or unigram from HuggingFace ``tokenizers``: every text round-trips, no unknown symbol."""
+
+    def __init__(self, hf_tokenizer: "object", kind: str) -> None:
+        self._tok = hf_tokenizer
+        self.kind = kind
+        self.fingerprint = _sha(f"{kind}-v1\n" + hf_tokenizer.to_str())  # type: ignore[attr-defined]
+
+    @classmethod
+    def train(cls, documents: Iterable[Document], *, kind: str, vocab_size: int) -> SubwordTokenizer:
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders, models, pre_tokenizers, trainers
+
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        progress = sys.stderr.isatty()  # training on a large corpus takes minutes
+        if kind == "bpe":
+            tok = HFTokenizer(models.BPE())
+            trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=progress, special_tokens=[])
+        elif kind == "unigram":
+            tok = HFTokenizer(models.Unigram())
+            trainer = trainers.UnigramTrainer(vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=progress, special_tokens=[])
+        else:
+            raise ConfigError(f"data.tokenizer: {kind!r} is not a subword tokenizer; use 'bpe' or 'unigram'")
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tok.decoder = decoders.ByteLevel()
+
+        def chunks() -> Iterator[str]:
+            for doc in documents:
+                yield from iter_chunks(as_text(doc, kind), 1 << 16)
+
+        tok.train_from_iterator(chunks(), trainer)
+        # Re-read the serialized form: unigram scores do not survive a JSON round trip bit for bit, and the saved
+        # file must be the tokenizer we use (same ids, same fingerprint after load_tokenizer).
+        return cls(HFTokenizer.from_str(tok.to_str()), kind)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tok.get_vocab_size())  # type: ignore[attr-defined]
+
+    def encode(self, text: Document) -> list[int]:
+        """Line-aligned chunks encoded independently (bounded memory), so the ids do not depend on the caller."""
+        chunks = list(iter_chunks(as_text(text, self.kind)))
+        return [i for enc in self._tok.encode_batch(chunks) for i in enc.ids]  # type: ignore[attr-defined]
+
+    def encode_array(self, text: Document) -> np.ndarray:
+        return np.asarray(self.encode(text), dtype=np.int64)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode([int(i) for i in ids])  # type: ignore[attr-defined]
+
+    def save(self, directory: str | Path) -> Path:
+        return _write_atomic(Path(directory) / TOKENIZER_FILE, self._tok.to_str())  # type: ignore[attr-defined]
+
+
+def build_tokenizer(cfg: DataConfig, train_documents: Iterable[Document]) -> Tokenizer:
+    """Create (bytes) or train (words, bpe, unigram) the tokenizer ``cfg`` asks for on the train documents."""
+    if cfg.tokenizer == "bytes":
+        return ByteTokenizer()
+    docs = list(train_documents)
+    if not any(len(d) for d in docs):
+        raise ConfigError(f"data.path: the train split is empty; the {cfg.tokenizer!r} tokenizer needs text to learn from")
+    if cfg.tokenizer == "words":
+        return WordTokenizer.train(docs, min_freq=cfg.min_freq)
+    return SubwordTokenizer.train(docs, kind=cfg.tokenizer, vocab_size=cfg.subword_vocab_size)
+
+
+def load_tokenizer(directory: str | Path) -> Tokenizer:
+    """Restore a tokenizer saved by ``save`` (a directory holding ``tokenizer.json``, or the file itself)."""
+    path = Path(directory)
+    if path.is_dir():
+        path = path / TOKENIZER_FILE
+    if not path.is_file():
+        raise ConfigError(f"tokenizer: {path} does not exist; train one first (it is saved next to the run)")
+    text = path.read_text(encoding="utf-8")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"tokenizer: {path} is not valid JSON ({e}); delete it to retrain") from None
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if kind == "bytes":
+        return ByteTokenizer()
+    if kind == "words":
+        return WordTokenizer(obj["vocab"], obj.get("counts"))
+    model = obj.get("model", {}).get("type", "") if isinstance(obj, dict) else ""
+    if model in ("BPE", "Unigram"):
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return SubwordTokenizer(HFTokenizer.from_str(text), model.lower())
+    raise ConfigError(f"tokenizer: {path} is not a tokenizer this library wrote; delete it to retrain")
+
+
+def prepare_tokenizer(cfg: DataConfig, directory: str | Path, train_documents: Iterable[Document] | None = None) -> Tokenizer:
+    """The run's tokenizer: loaded from ``directory`` when saved there before, else built from the train split and saved."""
+    path = Path(directory) / TOKENIZER_FILE
+    if path.is_file():
+        tok = load_tokenizer(path)
+        if tok.kind != cfg.tokenizer:
+            raise ConfigError(
+                f"data.tokenizer: {path} holds a {tok.kind!r} tokenizer but the config asks for {cfg.tokenizer!r}; "
+                "use a new run directory or delete the file"
+            )
+        return tok
+    if train_documents is None:
+        from compressive_transformer.data.readers import read_documents
+
+        train_documents = read_documents(cfg, "train") if cfg.tokenizer != "bytes" else []
+    tok = build_tokenizer(cfg, train_documents)
+    tok.save(directory)
+    return tok

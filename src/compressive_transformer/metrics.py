@@ -1,0 +1,67 @@
+"""Metrics sinks: one JSON object per line in ``metrics.jsonl``, mirrored to TensorBoard when it is installed."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _open_tensorboard(run_dir: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception:  # tensorboard is an optional extra
+        return None
+    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # JSON has no nan/inf
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+class MetricsLogger:
+    """Appends records to ``<run>/metrics.jsonl``; a resumed run first drops records past its checkpoint."""
+
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True) -> None:
+        self.path = Path(run_dir) / METRICS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tb = _open_tensorboard(self.path.parent) if tensorboard else None
+
+    def truncate_after(self, step: int) -> None:
+        """Forget records logged after ``step`` (they belong to the part of a killed run that is being redone)."""
+        if not self.path.is_file():
+            return
+        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
+        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+    def log(self, record: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({k: _json_safe(v) for k, v in record.items()}) + "\n")
+        if self.tb is not None:
+            step = int(record.get("step", 0))
+            for key, value in record.items():
+                if key == "step":
+                    continue
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.tb.add_scalar(key, value, step)
+                elif isinstance(value, list) and all(isinstance(x, (int, float)) for x in value):
+                    for i, x in enumerate(value):
+                        self.tb.add_scalar(f"{key}/{i}", x, step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

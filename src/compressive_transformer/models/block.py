@@ -1,0 +1,73 @@
+"""The one transformer block every model of the family shares: relative attention over memory, then an MLP.
+
+``norm="post"`` is Algorithm 1 (residual, then layer norm; memory stores the block input). ``norm="pre"`` normalises
+before each sublayer and memory stores the normalised input, as the authors' code does. ``gating`` replaces the
+residual additions with GTrXL's GRU-style gates (pre-norm only).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from compressive_transformer.attention import Positions, RelativeAttention
+from compressive_transformer.config import ModelConfig
+
+
+class GRUGate(nn.Module):
+    """g(x, y) = (1 - z) * x + z * tanh(W_g y + U_g (r * x)); the bias b_g > 0 starts it close to the identity."""
+
+    def __init__(self, d_model: int, gate_bias: float) -> None:
+        super().__init__()
+        self.w = nn.Linear(d_model, 3 * d_model, bias=False)  # W_r, W_z, W_g applied to the sublayer output y
+        self.u = nn.Linear(d_model, 2 * d_model, bias=False)  # U_r, U_z applied to the stream x
+        self.u_g = nn.Linear(d_model, d_model, bias=False)
+        self.gate_bias = gate_bias
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        wr, wz, wg = self.w(y).chunk(3, dim=-1)
+        ur, uz = self.u(x).chunk(2, dim=-1)
+        r = torch.sigmoid(wr + ur)
+        z = torch.sigmoid(wz + uz - self.gate_bias)
+        h = torch.tanh(wg + self.u_g(r * x))
+        return (1 - z) * x + z * h
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.pre_norm = cfg.norm == "pre"
+        self.attn = RelativeAttention(cfg)
+        self.ff = nn.Sequential(nn.Linear(d, cfg.d_ff), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.d_ff, d))
+        self.norm1 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.gate1 = GRUGate(d, cfg.gate_bias) if cfg.gating else None
+        self.gate2 = GRUGate(d, cfg.gate_bias) if cfg.gating else None
+
+    def forward(
+        self,
+        h: Tensor,
+        mem: Tensor,
+        cmem: Tensor,
+        positions: Positions,
+        blocked: Tensor,
+        *,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """h: (B, T, d); blocked: (B, 1, T, C+M+T) keys each query may not read. Returns the block output, the attention input (what memory stores) and attention weights."""
+        attn_in = self.norm1(h) if self.pre_norm else h
+        a, weights = self.attn(attn_in, mem, cmem, positions, blocked, need_weights=need_weights)
+        a = self.drop(a)
+        if self.gate1 is not None:
+            a = self.gate1(h, F.relu(a))
+            out = self.gate2(a, F.relu(self.drop(self.ff(self.norm2(a)))))
+        elif self.pre_norm:
+            a = h + a
+            out = a + self.drop(self.ff(self.norm2(a)))
+        else:
+            a = self.norm1(h + a)
+            out = self.norm2(a + self.drop(self.ff(a)))
+        return out, attn_in, weights

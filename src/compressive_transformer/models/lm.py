@@ -1,0 +1,250 @@
+"""CompressiveTransformerLM: embedding, a stack of shared blocks with per-layer memories, and the LM head.
+
+``cmem_len = 0`` is Transformer-XL and ``mem_len = cmem_len = 0`` a plain causal transformer. The model is free of
+side effects: memory comes in as a :class:`MemoryState` and the next one goes out with the output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from compressive_transformer.attention import attention_mask, make_positions
+from compressive_transformer.compression import (
+    ConvDecoder,
+    attention_reconstruction_loss,
+    autoencoder_loss,
+    build_compressor,
+)
+from compressive_transformer.config import ModelConfig, PARAMETER_FREE_COMPRESSIONS
+from compressive_transformer.memory import LayerMemory, MemoryState, compressed_for_attention, empty_layer, update_layer
+from compressive_transformer.models.block import Block
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class LMOutput:
+    logits: Tensor | None  # (B, T, vocab); None for a hidden-states-only continuous model
+    loss: Tensor | None  # mean cross-entropy over targets != -100
+    aux_loss: Tensor  # mean over layers of the compression loss; its gradient reaches only the compressor
+    aux_losses: Tensor  # (n_layers,) detached per-layer compression loss (0 where nothing was compressed)
+    memory: MemoryState
+    hidden: Tensor  # (B, T, d_model) final hidden states
+    attentions: list[Tensor] | None = None  # per layer (B, H, T, C + M + T) over [cmem; mem; segment]
+
+
+class CompressiveTransformerLM(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        if cfg.input_dim > 0:
+            self.embed = None
+            self.input_proj = nn.Linear(cfg.input_dim, d)
+        else:
+            self.embed = nn.Embedding(cfg.vocab_size, d)
+            self.input_proj = None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm_f = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
+        self.head = nn.Linear(d, cfg.vocab_size) if cfg.vocab_size > 0 else None
+
+        trained = cfg.uses_compression and cfg.compression not in PARAMETER_FREE_COMPRESSIONS
+        self.compressors = nn.ModuleList(build_compressor(cfg) for _ in range(cfg.n_layers)) if cfg.uses_compression else None
+        self.decoders = (
+            nn.ModuleList(ConvDecoder(d, cfg.compression_rate) for _ in range(cfg.n_layers))
+            if trained and cfg.compression_loss == "autoencoder"
+            else None
+        )
+        self.apply(self._init_weights)
+        if self.head is not None and cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.cfg.init_std
+        if isinstance(module, (nn.Linear, nn.Embedding, nn.Conv1d, nn.ConvTranspose1d)):
+            nn.init.normal_(module.weight, 0.0, std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        if hasattr(module, "u") and isinstance(getattr(module, "u"), nn.Parameter):
+            for name in ("u", "v", "cv"):
+                p = getattr(module, name, None)
+                if isinstance(p, nn.Parameter):
+                    nn.init.normal_(p, 0.0, std)
+
+    # ---------------------------------------------------------------------------------------------------------
+
+    def parameters_of(self, group: str) -> list[nn.Parameter]:
+        """``"compressor"``: the compression networks and the auto-encoder's decoders; ``"model"``: everything else."""
+        compressor_ids = {id(p) for m in (self.compressors, self.decoders) if m is not None for p in m.parameters()}
+        if group == "compressor":
+            return [p for p in self.parameters() if id(p) in compressor_ids]
+        if group == "model":
+            return [p for p in self.parameters() if id(p) not in compressor_ids]
+        raise ValueError(f"unknown parameter group {group!r}; use 'model' or 'compressor'")
+
+    def init_memory(
+        self,
+        batch_size: int,
+        *,
+        mem_len: int | None = None,
+        cmem_len: int | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> MemoryState:
+        """Empty memories; ``mem_len``/``cmem_len`` may differ from training (no parameter depends on them)."""
+        cfg = self.cfg
+        mem_len = cfg.mem_len if mem_len is None else mem_len
+        cmem_len = cfg.cmem_len if cmem_len is None else cmem_len
+        if mem_len < 0 or cmem_len < 0:
+            raise ValueError(f"memory lengths must be >= 0, got mem_len={mem_len}, cmem_len={cmem_len}")
+        if cmem_len > 0 and not cfg.uses_compression:
+            raise ValueError("this model was built without compression (cmem_len=0); it cannot use a compressed memory")
+        if cmem_len > 0 and mem_len < cfg.compression_extra_width:
+            raise ValueError(f"mem_len={mem_len} is shorter than compression_extra_width={cfg.compression_extra_width}")
+        param = next(self.parameters())
+        device = param.device if device is None else device
+        dtype = param.dtype if dtype is None else dtype
+        comp = self.compressors[0] if self.compressors is not None else None
+        layer = lambda: empty_layer(  # noqa: E731
+            batch_size,
+            cfg.d_model,
+            mem_len=mem_len,
+            cmem_len=cmem_len,
+            compression_rate=cfg.compression_rate,
+            window=comp.window if comp is not None else 1,
+            track_usage=cmem_len > 0 and cfg.compression == "most_used",
+            keep_windows=cmem_len > 0 and cfg.compression_loss == "bptt",
+            device=device,
+            dtype=dtype,
+        )
+        return MemoryState(tuple(layer() for _ in range(cfg.n_layers)))
+
+    # ---------------------------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        inputs: Tensor,
+        memory: MemoryState | None = None,
+        targets: Tensor | None = None,
+        *,
+        input_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> LMOutput:
+        """inputs: (B, T) token ids, or (B, T, input_dim) floats in continuous mode; targets: (B, T), -100 = ignore;
+        input_mask: (B, T) bool, False for padding (never attended to by real tokens, never valid in memory)."""
+        cfg = self.cfg
+        B, T = inputs.shape[:2]
+        if memory is None:
+            memory = self.init_memory(B, device=inputs.device)
+        self._check_memory(memory, B)
+        if input_mask is None:
+            input_mask = torch.ones(B, T, dtype=torch.bool, device=inputs.device)
+        input_mask = input_mask.bool()
+
+        if self.embed is not None:
+            h = self.embed(inputs) * math.sqrt(cfg.d_model)
+        else:
+            h = self.input_proj(inputs)
+        h = self.drop(h)
+
+        first = memory.layers[0]
+        positions = make_positions(
+            seg_len=T,
+            mem_capacity=first.capacity,
+            cmem_len=first.cmem_len,
+            cmem_offset=first.fill if cfg.cmem_positions == "shared" else 0,
+            d_model=cfg.d_model,
+            clamp_len=cfg.clamp_len,
+            device=h.device,
+            dtype=h.dtype,
+        )
+        # Every layer pushes the same positions and resets the same rows, so one mask serves all layers.
+        blocked = ~attention_mask(
+            input_mask, first.mem_mask, first.cmem_mask, same_length_window=first.mem_len if cfg.same_length else 0
+        )
+        want_weights = need_weights or cfg.needs_attention_weights or self._explicit_attention(h.device)
+        new_layers: list[LayerMemory] = []
+        aux: list[Tensor] = []
+        attentions: list[Tensor] = []
+        for i, block in enumerate(self.blocks):
+            state = memory.layers[i]
+            compress = self.compressors[i] if self.compressors is not None else None
+            cmem = compressed_for_attention(state, compress)
+            h_next, attn_in, weights = block(h, state.mem, cmem, positions, blocked, need_weights=want_weights)
+            usage = None
+            if state.usage is not None:
+                C, M = state.cmem_len, state.capacity
+                valid_q = input_mask[:, None, :, None].to(weights.dtype)  # (B, 1, T, 1)
+                usage = ((weights[..., C : C + M] * valid_q).sum(2) / valid_q.sum(2).clamp(min=1)).mean(1)  # (B, M)
+                usage = usage.detach()
+            new_state, eviction = update_layer(
+                state,
+                attn_in,
+                input_mask,
+                compression_rate=cfg.compression_rate,
+                extra_width=cfg.compression_extra_width,
+                compress=compress,
+                attn_usage=usage,
+                bptt_horizon=cfg.bptt_horizon if cfg.compression_loss == "bptt" else 0,
+            )
+            new_layers.append(new_state)
+            aux.append(self._compression_loss(i, attn_in, input_mask, eviction, h))
+            if need_weights:
+                attentions.append(weights)
+            h = h_next
+
+        if self.norm_f is not None:
+            h = self.norm_f(h)
+        logits = self.head(self.drop(h)) if self.head is not None else None
+        loss = None
+        if targets is not None:
+            if logits is None:
+                raise ValueError("targets need a model with vocab_size > 0 (an LM head)")
+            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
+            loss = nll / (targets != IGNORE_INDEX).sum().clamp(min=1)
+        aux_losses = torch.stack(aux)
+        return LMOutput(
+            logits=logits,
+            loss=loss,
+            aux_loss=aux_losses.mean(),
+            aux_losses=aux_losses.detach(),
+            memory=MemoryState(tuple(new_layers)),
+            hidden=h,
+            attentions=attentions if need_weights else None,
+        )
+
+    def _explicit_attention(self, device: torch.device) -> bool:
+        """``auto`` takes the explicit path on CPU, where it measured faster than the fused kernel with a learned
+        positional bias (benchmarks/), and the fused kernel on accelerators."""
+        impl = self.cfg.attn_impl
+        return impl == "math" or (impl == "auto" and device.type == "cpu")
+
+    def _compression_loss(self, i: int, attn_in: Tensor, input_mask: Tensor, eviction, h: Tensor) -> Tensor:
+        cfg = self.cfg
+        zero = h.new_zeros(())
+        if eviction is None or cfg.compression_loss in ("none", "bptt"):
+            return zero
+        group_mask = eviction.compressed_mask.repeat_interleave(cfg.compression_rate, dim=1)  # (B, G*c)
+        old_mask = eviction.old_mask & group_mask
+        if cfg.compression_loss == "attention":
+            attn = self.blocks[i].attn
+            return attention_reconstruction_loss(
+                attn_in, input_mask, eviction.old, old_mask, eviction.compressed, eviction.compressed_mask,
+                attn.w_q, attn.w_k, attn.w_v, cfg.n_heads,
+            )  # fmt: skip
+        decoded = self.decoders[i](eviction.compressed)  # autoencoder
+        return autoencoder_loss(eviction.old, old_mask, decoded)
+
+    def _check_memory(self, memory: MemoryState, batch_size: int) -> None:
+        if len(memory.layers) != self.cfg.n_layers:
+            raise ValueError(f"memory has {len(memory.layers)} layers, the model {self.cfg.n_layers}; use model.init_memory")
+        if memory.batch_size != batch_size:
+            raise ValueError(
+                f"memory holds {memory.batch_size} rows but the input has {batch_size}; use model.init_memory({batch_size})"
+            )

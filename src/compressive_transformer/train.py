@@ -1,0 +1,296 @@
+"""Trainer: the paper's optimisation recipe around :class:`CompressiveTransformerLM`, with exact resume.
+
+One *step* is one optimizer update. It consumes ``train.accumulation_at(step)`` batches (the paper reduces the update
+frequency late in training instead of lowering the learning rate), each a segment of every stream, with the model
+memory carried from batch to batch and emptied per row at document boundaries. The loss of a batch is the task loss
+plus the auxiliary compression loss; the model routes the latter's gradient to the compressor only.
+
+Everything that decides the next step is checkpointed (weights, optimizer, RNG, data position, memory), so a
+resumed run continues bit for bit on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from compressive_transformer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from compressive_transformer.config import ConfigError, RunConfig
+from compressive_transformer.data import StreamBatcher
+from compressive_transformer.evaluate import EvalResult, evaluate
+from compressive_transformer.memory import MemoryState
+from compressive_transformer.metrics import MetricsLogger
+from compressive_transformer.models import CompressiveTransformerLM
+from compressive_transformer.schedule import learning_rate
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (the loss diverged); the message says what to change."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device: {name!r} asked for but CUDA is not available; use cpu or auto")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("train.device: 'mps' asked for but not available; use cpu or auto")
+    return torch.device(name)
+
+
+def build_optimizer(model: CompressiveTransformerLM, cfg: RunConfig) -> torch.optim.Adam:
+    """Adam with one param group for the model and one for the compressor (its lr is scaled by
+    ``train.compressor_lr_scale``). ``lr_scale`` rides along in each group so the schedule can set both."""
+    t = cfg.train
+    groups = [{"params": model.parameters_of("model"), "name": "model", "lr_scale": 1.0}]
+    compressor = model.parameters_of("compressor")
+    if compressor:
+        groups.append({"params": compressor, "name": "compressor", "lr_scale": t.compressor_lr_scale})
+    return torch.optim.Adam(groups, lr=t.lr_start, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay)
+
+
+def memory_fill(memory: MemoryState) -> tuple[float, float]:
+    """Mean fraction of valid slots in (memory, compressed memory) over layers and rows."""
+    mem, cmem = [], []
+    for layer in memory.layers:
+        if layer.mem_len > 0:
+            mem.append(float(layer.mem_mask.float().sum(1).mean()) / layer.mem_len)
+        if layer.cmem_len > 0:
+            cmem.append(float(layer.cmem_mask.float().mean()))
+    return (sum(mem) / len(mem) if mem else 0.0, sum(cmem) / len(cmem) if cmem else 0.0)
+
+
+@dataclass
+class TrainSummary:
+    step: int
+    last_loss: float | None
+    validation: EvalResult | None
+    checkpoint: Path | None
+    losses: list[float] = field(default_factory=list)  # task loss of every update run by this call
+
+
+class Trainer:
+    """Owns the model, optimizer, data stream and memory of one run directory. No argparse here: the CLI and
+    tests build a :class:`RunConfig` and the corpora, then call :meth:`train`."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        train_corpus: Any,
+        run_dir: str | Path,
+        val_corpus: Any = None,
+        config_toml: str = "",
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.val_corpus = val_corpus
+        self.config_toml = config_toml
+        self.log = log
+        t = cfg.train
+        seed_everything(t.seed)
+        self.device = resolve_device(t.device)
+        self.model = CompressiveTransformerLM(cfg.model).to(self.device)  # unwrapped: what checkpoints hold
+        self.forward = torch.compile(self.model) if t.compile else self.model
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.amp_dtype = AMP_DTYPES[t.amp]
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.amp == "fp16")
+        self.batcher = StreamBatcher(
+            train_corpus, batch_size=t.batch_size, seg_len=cfg.model.seg_len, shuffle=t.shuffle, seed=t.seed, repeat=True
+        )
+        self.batches = iter(self.batcher)
+        self.memory = self.model.init_memory(t.batch_size, device=self.device)
+        self.step = 0
+        self.tokens_seen = 0
+        self.last_checkpoint: Path | None = None
+        self.metrics = MetricsLogger(self.run_dir)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # checkpoints
+
+    def save(self) -> Path:
+        self.last_checkpoint = save_checkpoint(
+            self.run_dir,
+            self.step,
+            model=self.model,
+            optimizer=self.optimizer,
+            memory=self.memory.to_tensors(),
+            data_state=self.batcher.state_dict(),
+            config_toml=self.config_toml,
+            extra={"tokens_seen": self.tokens_seen, "scaler": self.scaler.state_dict()},
+            keep=self.cfg.train.keep_checkpoints,
+        )
+        return self.last_checkpoint
+
+    def resume(self, path: str | Path | None = None) -> int:
+        """Continue from checkpoint ``path`` (default: the run's newest). Returns the step it resumes at."""
+        path = Path(path) if path is not None else latest_checkpoint(self.run_dir)
+        if path is None:
+            raise ConfigError(f"{self.run_dir}: no checkpoint to resume from; start the run without --resume")
+        ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+        self.step = ckpt.step
+        self.tokens_seen = int(ckpt.extra.get("tokens_seen", 0))
+        if ckpt.extra.get("scaler"):
+            self.scaler.load_state_dict(ckpt.extra["scaler"])
+        if ckpt.memory is not None:
+            self.memory = MemoryState.from_tensors(ckpt.memory).to(self.device)
+        self.batcher.load_state_dict(ckpt.data_state)
+        self.batches = iter(self.batcher)
+        self.last_checkpoint = path
+        self.metrics.truncate_after(self.step)
+        return self.step
+
+    # ----------------------------------------------------------------------------------------------------------
+    # one update
+
+    def _diverged(self, what: str, value: float) -> TrainingError:
+        where = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint was written"
+        return TrainingError(
+            f"{what} became {value} at step {self.step + 1}; training stopped ({where}); "
+            "lower train.lr, raise train.warmup_steps or tighten train.grad_clip"
+        )
+
+    def train_step(self) -> dict[str, Any]:
+        """One optimizer update over ``accumulation_at(step)`` batches; returns its metrics."""
+        t = self.cfg.train
+        n_batches = t.accumulation_at(self.step)
+        lr = learning_rate(t, self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["lr_scale"]
+        self.model.train()
+        loss_sum, aux_sum, tokens = 0.0, 0.0, 0
+        aux_layers = torch.zeros(self.cfg.model.n_layers)
+        for _ in range(n_batches):
+            batch = next(self.batches)
+            if bool(batch.reset.any()):
+                self.memory = self.memory.reset(batch.reset.to(self.device))
+            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                out = self.forward(
+                    batch.tokens.to(self.device),
+                    memory=self.memory,
+                    targets=batch.targets.to(self.device),
+                    input_mask=batch.input_mask.to(self.device),
+                )
+            loss, aux = out.loss.float(), out.aux_loss.float()
+            loss_value, aux_value = float(loss.detach()), float(aux.detach())
+            if not math.isfinite(loss_value):
+                raise self._diverged("the loss", loss_value)
+            if not math.isfinite(aux_value):
+                raise self._diverged("the compression loss", aux_value)
+            self.scaler.scale((loss + aux) / n_batches).backward()
+            self.memory = out.memory
+            loss_sum += loss_value
+            aux_sum += aux_value
+            aux_layers += out.aux_losses.float().cpu()
+            tokens += int(batch.input_mask.sum())
+        self.scaler.unscale_(self.optimizer)
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if not math.isfinite(grad_norm) and self.amp_dtype is not torch.float16:  # fp16's scaler skips such steps
+            raise self._diverged("the gradient norm", grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens_seen += tokens
+        loss = loss_sum / n_batches
+        mem_fill, cmem_fill = memory_fill(self.memory)
+        return {
+            "step": self.step,
+            "loss": loss,
+            "bpc": loss / math.log(2),
+            "ppl": math.exp(min(loss, 700.0)),
+            "aux_loss": aux_sum / n_batches,
+            "aux_losses": [float(x) / n_batches for x in aux_layers],
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "accumulate": n_batches,
+            "tokens": self.tokens_seen,
+            "mem_fill": mem_fill,
+            "cmem_fill": cmem_fill,
+        }
+
+    # ----------------------------------------------------------------------------------------------------------
+    # loop
+
+    def validate(self) -> EvalResult | None:
+        """Streaming evaluation on the validation corpus (capped at ``train.val_batches`` batches). It runs under a
+        forked RNG, so validating or not never changes the training trajectory."""
+        if self.val_corpus is None:
+            return None
+        e = self.cfg.eval
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            return evaluate(
+                self.model,
+                self.val_corpus,
+                split="validation",
+                batch_size=e.batch_size,
+                seg_len=e.seg_len or self.cfg.model.seg_len,
+                mem_len=e.mem_len,
+                cmem_len=e.cmem_len,
+                max_batches=self.cfg.train.val_batches,
+                device=self.device,
+                amp_dtype=self.amp_dtype,
+            )
+
+    def _log_validation(self) -> EvalResult | None:
+        result = self.validate()
+        if result is not None:
+            self.metrics.log({"step": self.step, "val_loss": result.loss, "val_bpc": result.bpc, "val_ppl": result.ppl, "val_tokens": result.tokens})
+        return result
+
+    def train(self, *, max_steps: int | None = None) -> TrainSummary:
+        """Run until ``train.steps`` updates (or ``max_steps`` more of them), validating and checkpointing on the way."""
+        t = self.cfg.train
+        end = t.steps if max_steps is None else min(t.steps, self.step + max_steps)
+        summary = TrainSummary(step=self.step, last_loss=None, validation=None, checkpoint=self.last_checkpoint)
+        bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", disable=not t.progress, dynamic_ncols=True)
+        window_start, window_tokens = time.perf_counter(), 0
+        try:
+            while self.step < end:
+                before = self.tokens_seen
+                record = self.train_step()
+                window_tokens += self.tokens_seen - before
+                summary.losses.append(record["loss"])
+                summary.last_loss = record["loss"]
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", bpc=f"{record['bpc']:.3f}", lr=f"{record['lr']:.2e}")
+                if self.step % t.log_every == 0 or self.step == t.steps:
+                    now = time.perf_counter()
+                    record["tokens_per_s"] = window_tokens / max(now - window_start, 1e-9)
+                    window_start, window_tokens = now, 0
+                    self.metrics.log(record)
+                if t.val_every and self.step % t.val_every == 0 and self.step < t.steps:
+                    result = self._log_validation()
+                    if result is not None:
+                        bar.write(f"step {self.step}: {result.summary()}")
+                if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or self.step == t.steps:
+                    self.save()
+            if self.step == t.steps:
+                summary.validation = self._log_validation()
+        finally:
+            bar.close()
+            self.metrics.close()
+        summary.step = self.step
+        summary.checkpoint = self.last_checkpoint
+        return summary

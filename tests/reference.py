@@ -1,0 +1,58 @@
+"""A deliberately naive reference of Algorithm 1: memories as Python lists of per-position states, one row.
+
+It reuses the model's own blocks and compressors but none of its memory bookkeeping (buffers, masks, fill counts,
+right alignment), so agreement with the model pins the memory contract itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from compressive_transformer.attention import attention_mask, make_positions
+from compressive_transformer.models import CompressiveTransformerLM
+
+
+@torch.no_grad()
+def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_sizes: list[int]) -> torch.Tensor:
+    """Feed ``tokens`` (1, N) in segments of ``seg_sizes``; return the logits (1, N, V)."""
+    cfg = model.cfg
+    c, e = cfg.compression_rate, cfg.compression_extra_width
+    mems: list[list[torch.Tensor]] = [[] for _ in range(cfg.n_layers)]
+    cmems: list[list[torch.Tensor]] = [[] for _ in range(cfg.n_layers)]
+    outputs, pos = [], 0
+    for T in seg_sizes:
+        seg = tokens[:, pos : pos + T]
+        pos += T
+        h = model.embed(seg) * math.sqrt(cfg.d_model)
+        positions = make_positions(
+            seg_len=T,
+            mem_capacity=len(mems[0]),
+            cmem_len=len(cmems[0]),
+            cmem_offset=len(mems[0]) if cfg.cmem_positions == "shared" else 0,
+            d_model=cfg.d_model,
+            clamp_len=cfg.clamp_len,
+            device=h.device,
+            dtype=h.dtype,
+        )
+        for i, block in enumerate(model.blocks):
+            mem = torch.stack(mems[i], 0)[None] if mems[i] else h.new_zeros(1, 0, cfg.d_model)
+            cmem = torch.stack(cmems[i], 0)[None] if cmems[i] else h.new_zeros(1, 0, cfg.d_model)
+            ones = lambda t: torch.ones(t.shape[:2], dtype=torch.bool)  # noqa: E731
+            window = cfg.mem_len if cfg.same_length else 0
+            blocked = ~attention_mask(ones(h), ones(mem), ones(cmem), same_length_window=window)
+            out, attn_in, _ = block(h, mem, cmem, positions, blocked, need_weights=False)
+            fifo = mems[i] + list(attn_in[0])
+            if cfg.cmem_len > 0:
+                while len(fifo) - cfg.mem_len >= c:  # a whole group of c has left memory: compress it
+                    window = torch.stack(fifo[: c + e], 0)[None, None]  # (1, 1, c + e, d)
+                    cmems[i].append(model.compressors[i](window, None)[0, 0])
+                    fifo = fifo[c:]
+                cmems[i] = cmems[i][-cfg.cmem_len :]
+            else:
+                fifo = fifo[max(len(fifo) - cfg.mem_len, 0) :] if cfg.mem_len else []
+            mems[i] = fifo
+            h = out
+        outputs.append(model.head(model.norm_f(h) if model.norm_f is not None else h))
+    return torch.cat(outputs, dim=1)

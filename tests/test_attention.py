@@ -1,0 +1,121 @@
+"""Relative attention against the formula computed one score at a time, and positional invariance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from compressive_transformer.attention import RelativeAttention, attention_mask, make_positions, rel_shift, sinusoid
+
+
+def setup(C=3, M=5, T=4, shared=False, same_length=False, seed=0):
+    torch.manual_seed(seed)
+    cfg = tiny_config(cmem_positions="shared" if shared else "separate", same_length=same_length)
+    attn = RelativeAttention(cfg).double()
+    for p in attn.parameters():
+        torch.nn.init.normal_(p, 0, 0.3)
+    d = cfg.d_model
+    x, mem, cmem = (torch.randn(1, n, d, dtype=torch.float64) for n in (T, M, C))
+    return cfg, attn, x, mem, cmem
+
+
+def naive_weights(cfg, attn, x, mem, cmem, *, fill, mask_mem=None):
+    """score(i, j) = (q_i + u) k_j + (q_i + v) W_r R(dist(i, j)), written out one pair at a time."""
+    H, dh = cfg.n_heads, cfg.head_dim
+    T, M, C = x.shape[1], mem.shape[1], cmem.shape[1]
+    keys = torch.cat([cmem, mem, x], 1)[0]
+    q = (x[0] @ attn.w_q.t()).view(T, H, dh)
+    k = (keys @ attn.w_k.t()).view(-1, H, dh)
+    shared = attn.cpos is None
+    out = torch.full((H, T, C + M + T), float("-inf"), dtype=torch.float64)
+    for h in range(H):
+        for i in range(T):
+            for j in range(C + M + T):
+                if j < C:  # compressed slot: its own stream (or the shared one, after the occupied memory)
+                    dist = i + (C - j) + (fill if shared else 0)
+                    w_r, v = (attn.pos, attn.v) if shared else (attn.cpos, attn.cv)
+                else:
+                    dist = M + i - (j - C)
+                    w_r, v = attn.pos, attn.v
+                    if dist < 0 or (mask_mem is not None and j - C < M and not mask_mem[j - C]):
+                        continue
+                r = w_r(sinusoid(torch.tensor([float(dist)]), cfg.d_model).double())[0].view(H, dh)
+                s = (q[i, h] + attn.u[h]) @ k[j, h] + (q[i, h] + v[h]) @ r[h]
+                out[h, i, j] = s / math.sqrt(dh)
+    return torch.softmax(out, -1)
+
+
+def call(attn, cfg, x, mem, cmem, mem_mask, fill, need_weights=True):
+    T, M, C = x.shape[1], mem.shape[1], cmem.shape[1]
+    pos = make_positions(seg_len=T, mem_capacity=M, cmem_len=C, cmem_offset=fill if attn.cpos is None else 0,
+                         d_model=cfg.d_model, clamp_len=0, device="cpu", dtype=torch.float64)  # fmt: skip
+    ones = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
+    window = M if cfg.same_length else 0
+    blocked = ~attention_mask(ones(T), mem_mask, ones(C), same_length_window=window)
+    return attn(x, mem, cmem, pos, blocked, need_weights=need_weights)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_scores_match_the_formula(shared):
+    cfg, attn, x, mem, cmem = setup(shared=shared)
+    _, w = call(attn, cfg, x, mem, cmem, torch.ones(1, 5, dtype=torch.bool), fill=5)
+    torch.testing.assert_close(w[0], naive_weights(cfg, attn, x, mem, cmem, fill=5), rtol=1e-10, atol=1e-12)
+
+
+def test_partly_filled_memory_matches_the_formula():
+    cfg, attn, x, mem, cmem = setup()
+    mask = torch.tensor([[False, False, True, True, True]])
+    _, w = call(attn, cfg, x, mem, cmem, mask, fill=3)
+    torch.testing.assert_close(w[0], naive_weights(cfg, attn, x, mem, cmem, fill=3, mask_mem=mask[0]), rtol=1e-10, atol=1e-12)
+
+
+def test_same_distance_same_positional_term_however_full_memory_is():
+    """Adding older valid slots must not change how the existing keys compare (log-weight differences)."""
+    cfg, attn, x, mem, cmem = setup()
+    full = torch.ones(1, 5, dtype=torch.bool)
+    part = torch.tensor([[False, False, False, True, True]])
+    _, w_full = call(attn, cfg, x, mem, cmem, full, fill=5)
+    _, w_part = call(attn, cfg, x, mem, cmem, part, fill=2)
+    keys = list(range(3)) + [3 + 3, 3 + 4] + list(range(8, 12))  # cmem, the two common memory slots, segment
+    for i in range(4):
+        visible = [k for k in keys if k < 8 + i + 1]
+        lf, lp = w_full[0, :, i, visible].log(), w_part[0, :, i, visible].log()
+        torch.testing.assert_close(lf - lf[:, -1:], lp - lp[:, -1:], rtol=1e-9, atol=1e-9)
+
+
+def test_fused_kernel_matches_explicit_weights():
+    cfg, attn, x, mem, cmem = setup()
+    mask = torch.tensor([[False, True, True, True, True]])
+    a, _ = call(attn, cfg, x, mem, cmem, mask, fill=4, need_weights=True)
+    b, none = call(attn, cfg, x, mem, cmem, mask, fill=4, need_weights=False)
+    assert none is None
+    torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_same_length_gives_every_query_the_same_window():
+    cfg, attn, x, mem, cmem = setup(same_length=True)
+    _, w = call(attn, cfg, x, mem, cmem, torch.ones(1, 5, dtype=torch.bool), fill=5)
+    visible = (w[0, 0, :, 3:] > 0).sum(-1)  # over memory + segment
+    assert visible.tolist() == [6, 6, 6, 6]  # itself and the 5 (= mem_len) positions before it
+
+
+def test_clamp_len_caps_the_distance():
+    dist = torch.arange(10, -2, -1).float()  # one spare column at distance -1
+    pos = make_positions(seg_len=3, mem_capacity=8, cmem_len=0, cmem_offset=0, d_model=8, clamp_len=4,
+                         device="cpu", dtype=torch.float32)  # fmt: skip
+    torch.testing.assert_close(pos.mem, sinusoid(dist.clamp(max=4), 8))
+
+
+@pytest.mark.parametrize("T,W,n", [(4, 10, 9), (1, 5, 5), (3, 7, 4)])
+def test_rel_shift_is_a_gather_with_an_exact_gradient(T, W, n):
+    raw = torch.randn(2, 3, T, W, dtype=torch.float64, requires_grad=True)
+    out = rel_shift(raw, n)
+    i, j = torch.arange(T)[:, None], torch.arange(n)[None, :]
+    col = j + T - 1 - i
+    inside = col < W
+    expected = raw[:, :, i.expand(T, n)[inside], col[inside]]
+    assert torch.equal(out[:, :, inside], expected)
+    torch.autograd.gradcheck(lambda r: rel_shift(r, n)[:, :, inside], (raw,))

@@ -1,0 +1,112 @@
+"""Each compression function against its textbook operator, and the auxiliary losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_config
+
+from compressive_transformer.compression import (
+    ConvCompressor,
+    ConvDecoder,
+    DilatedConvCompressor,
+    PoolCompressor,
+    attention_reconstruction_loss,
+    autoencoder_loss,
+    build_compressor,
+)
+
+
+def windows_of(seq: torch.Tensor, c: int, e: int) -> torch.Tensor:
+    """(B, n + e, d) -> (B, n // c, c + e, d): the windows update_layer hands to a compressor."""
+    return seq.unfold(1, c + e, c).transpose(2, 3)
+
+
+@pytest.mark.parametrize("e", [0, 2])
+def test_conv_is_a_strided_convolution(e):
+    torch.manual_seed(0)
+    comp = ConvCompressor(6, 3, e).double()
+    seq = torch.randn(2, 12 + e, 6, dtype=torch.float64)
+    ours = comp(windows_of(seq, 3, e))
+    ref = F.conv1d(seq.transpose(1, 2), comp.conv.weight, stride=3).transpose(1, 2)
+    torch.testing.assert_close(ours, ref)
+
+
+@pytest.mark.parametrize("kind,op", [("max", F.max_pool1d), ("mean", F.avg_pool1d)])
+def test_pooling_is_kernel_c_stride_c(kind, op):
+    seq = torch.randn(2, 12, 5)
+    ours = PoolCompressor(4, 0, kind)(windows_of(seq, 4, 0))
+    torch.testing.assert_close(ours, op(seq.transpose(1, 2), 4, 4).transpose(1, 2))
+
+
+def test_dilated_conv_runs_each_window_on_its_own():
+    torch.manual_seed(0)
+    comp = DilatedConvCompressor(4, 4, 0, (1, 2, 4)).double()
+    seq = torch.randn(1, 8, 4, dtype=torch.float64)
+    both = comp(windows_of(seq, 4, 0))
+    one = comp(windows_of(seq[:, 4:], 4, 0))
+    torch.testing.assert_close(both[:, 1:], one)  # a slot depends only on its own window
+    assert len(comp.layers) == 3 and [m.dilation[0] for m in comp.layers] == [1, 2, 4]
+
+
+def test_decoder_is_a_transposed_convolution():
+    torch.manual_seed(0)
+    dec = ConvDecoder(5, 3).double()
+    z = torch.randn(2, 4, 5, dtype=torch.float64)
+    ref = F.conv_transpose1d(z.transpose(1, 2), dec.deconv.weight, stride=3).transpose(1, 2)
+    torch.testing.assert_close(dec(z), ref)
+
+
+def test_build_compressor_by_name():
+    for name, cls in [("conv", "ConvCompressor"), ("dilated_conv", "DilatedConvCompressor"),
+                      ("most_used", "MostUsedCompressor")]:  # fmt: skip
+        loss = "none" if name == "most_used" else "attention"
+        assert type(build_compressor(tiny_config(compression=name, compression_loss=loss))).__name__ == cls
+    for name in ("max_pool", "mean_pool"):
+        comp = build_compressor(tiny_config(compression=name, compression_loss="none"))
+        assert isinstance(comp, PoolCompressor) and not list(comp.parameters())
+
+
+def _qkv(d=8, H=2, seed=0):
+    torch.manual_seed(seed)
+    return [torch.randn(d, d, dtype=torch.float64) * 0.3 for _ in range(3)]
+
+
+def test_attention_reconstruction_is_zero_for_a_lossless_compression_and_positive_otherwise():
+    wq, wk, wv = _qkv()
+    h, old = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 6, 8, dtype=torch.float64)
+    t, m6, m3 = torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 6, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool)
+    assert attention_reconstruction_loss(h, t, old, m6, old, m6, wq, wk, wv, 2).item() == pytest.approx(0.0, abs=1e-15)
+    pooled = PoolCompressor(2, 0, "mean")(windows_of(old, 2, 0))
+    loss = attention_reconstruction_loss(h, t, old, m6, pooled, m3, wq, wk, wv, 2)
+    assert loss.item() > 1e-4
+
+
+def test_attention_reconstruction_matches_algorithm_2_by_hand():
+    wq, wk, wv = _qkv(d=4, seed=1)
+    h, old, new = (torch.randn(1, n, 4, dtype=torch.float64) for n in (3, 4, 2))
+    full = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
+
+    def attn(hh, m):  # one head, content only
+        w = torch.softmax((hh @ wq.t()) @ (m @ wk.t()).t() / 2.0, -1)
+        return w @ (m @ wv.t())
+
+    expected = ((attn(h[0], old[0]) - attn(h[0], new[0])) ** 2).mean()
+    got = attention_reconstruction_loss(h, full(3), old, full(4), new, full(2), wq, wk, wv, 1)
+    torch.testing.assert_close(got, expected)
+
+
+def test_losses_ignore_invalid_slots_and_rows():
+    wq, wk, wv = _qkv()
+    h, old = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 6, 8, dtype=torch.float64)
+    new = torch.randn(2, 3, 8, dtype=torch.float64)
+    q = torch.ones(2, 5, dtype=torch.bool)
+    om, nm = torch.ones(2, 6, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool)
+    om[1], nm[1] = False, False  # row 1 evicted nothing valid
+    both = attention_reconstruction_loss(h, q, old, om, new, nm, wq, wk, wv, 2)
+    row0 = attention_reconstruction_loss(h[:1], q[:1], old[:1], om[:1], new[:1], nm[:1], wq, wk, wv, 2)
+    torch.testing.assert_close(both, row0)
+    assert torch.isfinite(both)
+    dec = torch.randn(2, 6, 8, dtype=torch.float64)
+    torch.testing.assert_close(autoencoder_loss(old, om, dec), ((old[0] - dec[0]) ** 2).mean())

@@ -1,0 +1,139 @@
+"""The memory contract of Algorithm 1, on the update function itself with states that encode their stream position."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compressive_transformer.compression import MostUsedCompressor, PoolCompressor
+from compressive_transformer.memory import MemoryState, empty_layer, update_layer
+
+
+def positions(start: int, T: int, B: int = 1, d: int = 3) -> torch.Tensor:
+    """States whose every feature is the stream position (row r adds 1000 r), so memories are easy to read."""
+    p = torch.arange(start, start + T, dtype=torch.float64)
+    rows = torch.arange(B, dtype=torch.float64)[:, None] * 1000
+    return (p[None, :] + rows)[..., None].expand(B, T, d).clone()
+
+
+def run(seg_sizes, *, mem_len, cmem_len, c, extra=0, compressor=None, B=1):
+    """Push positions 0..N-1 in segments; return the final state and every compressed slot produced, in order."""
+    compressor = compressor or PoolCompressor(c, extra, "mean")
+    state = empty_layer(B, 3, mem_len=mem_len, cmem_len=cmem_len, compression_rate=c, window=c + extra,
+                        track_usage=False, keep_windows=False, dtype=torch.float64)  # fmt: skip
+    produced, pos = [], 0
+    for T in seg_sizes:
+        x = positions(pos, T, B)
+        state, ev = update_layer(state, x, torch.ones(B, T, dtype=torch.bool), compression_rate=c,
+                                 extra_width=extra, compress=compressor)  # fmt: skip
+        if ev is not None:
+            produced.append(ev.compressed[0, :, 0])
+        pos += T
+    return state, (torch.cat(produced) if produced else torch.zeros(0, dtype=torch.float64)), pos
+
+
+def valid(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return t[0][mask[0]][:, 0]
+
+
+def test_algorithm1_exact_when_segments_are_multiples_of_c():
+    # n_s = 4, n_m = 8, n_cm = 4, c = 2: after 5 segments (20 positions) memory holds 12..19, cmem the means of
+    # the last four evicted pairs (4,5) (6,7) (8,9) (10,11); the first pairs were pushed out of the FIFO.
+    state, produced, _ = run([4] * 5, mem_len=8, cmem_len=4, c=2)
+    assert valid(state.mem, state.mem_mask).tolist() == list(range(12, 20))
+    assert state.fill == 8
+    assert valid(state.cmem, state.cmem_mask).tolist() == [4.5, 6.5, 8.5, 10.5]
+    assert produced.tolist() == [0.5, 2.5, 4.5, 6.5, 8.5, 10.5]  # f_c of exactly the evicted slots, nothing else
+
+
+def test_max_pool_compresses_the_evicted_span_not_the_whole_memory():
+    state, _, _ = run([6, 6], mem_len=6, cmem_len=3, c=2, compressor=PoolCompressor(2, 0, "max"))
+    assert valid(state.cmem, state.cmem_mask).tolist() == [1.0, 3.0, 5.0]  # max of (0,1) (2,3) (4,5)
+    assert valid(state.mem, state.mem_mask).tolist() == list(range(6, 12))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seg_sizes=st.lists(st.integers(1, 9), min_size=1, max_size=12),
+    mem_len=st.integers(0, 10),
+    c=st.integers(1, 5),
+    extra=st.integers(0, 3),
+)
+def test_nothing_is_dropped_for_any_segmentation(seg_sizes, mem_len, c, extra):
+    extra = min(extra, mem_len)
+    state, produced, total = run(seg_sizes, mem_len=mem_len, cmem_len=64, c=c, extra=extra)
+    n_groups = produced.numel()
+    # every evicted state is compressed, in whole consecutive groups of c, oldest first
+    expected = [sum(range(g * c, g * c + c + extra)) / (c + extra) for g in range(n_groups)]
+    assert torch.allclose(produced, torch.tensor(expected, dtype=torch.float64))
+    assert n_groups * c + state.fill == total
+    assert state.fill - mem_len < c  # at most c - 1 states wait for their group
+    assert valid(state.mem, state.mem_mask).tolist() == list(range(n_groups * c, total))
+
+
+def test_one_token_at_a_time_compresses_every_c_steps():
+    state, produced, total = run([1] * 23, mem_len=5, cmem_len=64, c=3)
+    assert produced.tolist() == [1.0, 4.0, 7.0, 10.0, 13.0, 16.0]  # 6 groups of 3 = 18 states; 5 remain in memory
+    assert state.fill == 5 and 6 * 3 + 5 == total
+
+
+def test_transformer_xl_memory_discards_without_pending_slots():
+    state = empty_layer(1, 3, mem_len=4, cmem_len=0, compression_rate=4, window=4, track_usage=False, keep_windows=False)
+    assert state.capacity == 4
+    for pos in range(0, 9, 3):
+        state, ev = update_layer(state, positions(pos, 3).float(), torch.ones(1, 3, dtype=torch.bool),
+                                 compression_rate=4, extra_width=0, compress=None)  # fmt: skip
+        assert ev is None
+    assert valid(state.mem, state.mem_mask).tolist() == [5.0, 6.0, 7.0, 8.0]
+
+
+def test_padding_is_never_valid_in_memory():
+    state = empty_layer(2, 3, mem_len=6, cmem_len=2, compression_rate=2, window=2, track_usage=False, keep_windows=False)
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    state, _ = update_layer(state, positions(0, 4, B=2).float(), mask, compression_rate=2, extra_width=0,
+                            compress=PoolCompressor(2, 0, "mean"))  # fmt: skip
+    assert state.mem_mask[0, -4:].tolist() == [True, True, True, False]
+    assert state.mem_mask[1, -4:].tolist() == [True] * 4
+    assert state.mem[0, -1].abs().sum() == 0  # invalid slots hold zeros, not stale states
+
+
+def test_reset_empties_only_the_given_rows():
+    state, _, _ = run([4] * 4, mem_len=6, cmem_len=4, c=2, B=3)
+    memory = MemoryState((state, state))
+    for rows in (torch.tensor([False, True, False]), [1]):
+        reset = memory.reset(rows)
+        for layer, before in zip(reset.layers, memory.layers):
+            assert not layer.mem_mask[1].any() and not layer.cmem_mask[1].any()
+            assert layer.mem[1].abs().sum() == 0 and layer.cmem[1].abs().sum() == 0
+            for r in (0, 2):
+                assert torch.equal(layer.mem[r], before.mem[r]) and torch.equal(layer.cmem_mask[r], before.cmem_mask[r])
+            assert layer.fill == before.fill
+
+
+def test_most_used_keeps_the_most_attended_slots_in_time_order():
+    windows = positions(0, 6)[:, :, :].view(1, 3, 2, 3)  # 3 groups of c=2 -> keep 3 of 6 slots
+    usage = torch.tensor([[0.1, 0.9, 0.5, 0.0, 0.2, 0.8]], dtype=torch.float64)
+    kept = MostUsedCompressor(2, 0)(windows, usage)
+    assert kept[0, :, 0].tolist() == [1.0, 2.0, 5.0]
+
+
+def test_usage_accumulates_while_in_memory():
+    state = empty_layer(1, 3, mem_len=4, cmem_len=2, compression_rate=2, window=2, track_usage=True, keep_windows=False,
+                        dtype=torch.float64)  # fmt: skip
+    ones = torch.ones(1, 4, dtype=torch.bool)
+    kw = dict(compression_rate=2, extra_width=0, compress=MostUsedCompressor(2, 0))
+    state, _ = update_layer(state, positions(0, 4), ones, **kw)
+    # capacity 5 = 4 + c - 1, right-aligned: slot 0 is empty, slots 1..4 hold positions 0..3
+    attention = torch.tensor([[0.0, 0.9, 0.1, 0.4, 0.6]], dtype=torch.float64)
+    state, ev = update_layer(state, positions(4, 4), ones, attn_usage=attention, **kw)
+    # positions 0..3 were evicted: their usage [0.9, 0.1, 0.4, 0.6] keeps positions 0 and 3 (the top 2 of 4)
+    assert ev.compressed[0, :, 0].tolist() == [0.0, 3.0]
+
+
+def test_memory_round_trips_through_tensors():
+    state, _, _ = run([4] * 3, mem_len=6, cmem_len=4, c=2, B=2)
+    memory = MemoryState((state,))
+    back = MemoryState.from_tensors(memory.to_tensors())
+    assert back.layers[0].fill == state.fill and back.layers[0].mem_len == state.mem_len
+    assert torch.equal(back.layers[0].mem, state.mem) and torch.equal(back.layers[0].cmem_mask, state.cmem_mask)
