@@ -6,8 +6,6 @@ right alignment), so agreement with the model pins the memory contract itself.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from compressive_transformer.attention import attention_mask, make_positions
@@ -25,7 +23,7 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
     for T in seg_sizes:
         seg = tokens[:, pos : pos + T]
         pos += T
-        h = model.embed(seg) * math.sqrt(cfg.d_model)
+        h = model.input(seg)
         positions = make_positions(
             seg_len=T,
             mem_capacity=len(mems[0]),
@@ -42,7 +40,8 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
             ones = lambda t: torch.ones(t.shape[:2], dtype=torch.bool)  # noqa: E731
             window = cfg.mem_len if cfg.same_length else 0
             blocked = ~attention_mask(ones(h), ones(mem), ones(cmem), same_length_window=window)
-            out, attn_in, _ = block(h, mem, cmem, positions, blocked, need_weights=False)
+            result = block(h, mem, cmem, positions, blocked, need_weights=False)
+            out, attn_in = result.h, result.attn_in
             fifo = mems[i] + list(attn_in[0])
             if cfg.cmem_len > 0:
                 while len(fifo) - cfg.mem_len >= c:  # a whole group of c has left memory: compress it
@@ -54,5 +53,5 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
                 fifo = fifo[max(len(fifo) - cfg.mem_len, 0) :] if cfg.mem_len else []
             mems[i] = fifo
             h = out
-        outputs.append(model.head(model.norm_f(h) if model.norm_f is not None else h))
+        outputs.append(model.output(h, None)[1])
     return torch.cat(outputs, dim=1)

@@ -28,7 +28,7 @@ def naive_weights(cfg, attn, x, mem, cmem, *, fill, mask_mem=None):
     T, M, C = x.shape[1], mem.shape[1], cmem.shape[1]
     keys = torch.cat([cmem, mem, x], 1)[0]
     q = (x[0] @ attn.w_q.t()).view(T, H, dh)
-    k = (keys @ attn.w_k.t()).view(-1, H, dh)
+    k = (keys @ attn.w_kv[: H * dh].t()).view(-1, H, dh)
     shared = attn.cpos is None
     out = torch.full((H, T, C + M + T), float("-inf"), dtype=torch.float64)
     for h in range(H):
@@ -55,7 +55,8 @@ def call(attn, cfg, x, mem, cmem, mem_mask, fill, need_weights=True):
     ones = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
     window = M if cfg.same_length else 0
     blocked = ~attention_mask(ones(T), mem_mask, ones(C), same_length_window=window)
-    return attn(x, mem, cmem, pos, blocked, need_weights=need_weights)
+    out = attn(x, mem, cmem, pos, blocked, need_weights=need_weights)
+    return out.y, out.weights
 
 
 @pytest.mark.parametrize("shared", [False, True])

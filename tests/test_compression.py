@@ -68,23 +68,31 @@ def test_build_compressor_by_name():
         assert isinstance(comp, PoolCompressor) and not list(comp.parameters())
 
 
-def _qkv(d=8, H=2, seed=0):
+def _weights(d=8, seed=0):
+    """Query weights (d, d) and key/value weights (2d, d) of one layer."""
     torch.manual_seed(seed)
-    return [torch.randn(d, d, dtype=torch.float64) * 0.3 for _ in range(3)]
+    return torch.randn(d, d, dtype=torch.float64) * 0.3, torch.randn(2 * d, d, dtype=torch.float64) * 0.3
+
+
+def _loss(h, qmask, old, old_mask, new, new_mask, wq, wkv, H):
+    """The loss as the model calls it: queries and the evicted keys/values projected by the layer."""
+    B, T, d = h.shape
+    q = (h @ wq.t()).view(B, T, H, d // H).transpose(1, 2)
+    return attention_reconstruction_loss(q, qmask, old @ wkv.t(), old_mask, new, new_mask, wkv)
 
 
 def test_attention_reconstruction_is_zero_for_a_lossless_compression_and_positive_otherwise():
-    wq, wk, wv = _qkv()
+    wq, wkv = _weights()
     h, old = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 6, 8, dtype=torch.float64)
     t, m6, m3 = torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 6, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool)
-    assert attention_reconstruction_loss(h, t, old, m6, old, m6, wq, wk, wv, 2).item() == pytest.approx(0.0, abs=1e-15)
+    assert _loss(h, t, old, m6, old, m6, wq, wkv, 2).item() == pytest.approx(0.0, abs=1e-15)
     pooled = PoolCompressor(2, 0, "mean")(windows_of(old, 2, 0))
-    loss = attention_reconstruction_loss(h, t, old, m6, pooled, m3, wq, wk, wv, 2)
-    assert loss.item() > 1e-4
+    assert _loss(h, t, old, m6, pooled, m3, wq, wkv, 2).item() > 1e-4
 
 
 def test_attention_reconstruction_matches_algorithm_2_by_hand():
-    wq, wk, wv = _qkv(d=4, seed=1)
+    wq, wkv = _weights(d=4, seed=1)
+    wk, wv = wkv[:4], wkv[4:]
     h, old, new = (torch.randn(1, n, 4, dtype=torch.float64) for n in (3, 4, 2))
     full = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
 
@@ -93,19 +101,30 @@ def test_attention_reconstruction_matches_algorithm_2_by_hand():
         return w @ (m @ wv.t())
 
     expected = ((attn(h[0], old[0]) - attn(h[0], new[0])) ** 2).mean()
-    got = attention_reconstruction_loss(h, full(3), old, full(4), new, full(2), wq, wk, wv, 1)
-    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(_loss(h, full(3), old, full(4), new, full(2), wq, wkv, 1), expected)
+
+
+def test_reconstruction_gradient_reaches_only_the_compressed_states():
+    wq, wkv = _weights()
+    wq.requires_grad_(True), wkv.requires_grad_(True)
+    h = torch.randn(1, 5, 8, dtype=torch.float64, requires_grad=True)
+    old = torch.randn(1, 4, 8, dtype=torch.float64, requires_grad=True)
+    new = torch.randn(1, 2, 8, dtype=torch.float64, requires_grad=True)
+    m = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
+    _loss(h, m(5), old, m(4), new, m(2), wq, wkv, 2).backward()
+    assert new.grad is not None and new.grad.abs().sum() > 0
+    assert all(t.grad is None for t in (wq, wkv, h, old))
 
 
 def test_losses_ignore_invalid_slots_and_rows():
-    wq, wk, wv = _qkv()
+    wq, wkv = _weights()
     h, old = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 6, 8, dtype=torch.float64)
     new = torch.randn(2, 3, 8, dtype=torch.float64)
     q = torch.ones(2, 5, dtype=torch.bool)
     om, nm = torch.ones(2, 6, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool)
     om[1], nm[1] = False, False  # row 1 evicted nothing valid
-    both = attention_reconstruction_loss(h, q, old, om, new, nm, wq, wk, wv, 2)
-    row0 = attention_reconstruction_loss(h[:1], q[:1], old[:1], om[:1], new[:1], nm[:1], wq, wk, wv, 2)
+    both = _loss(h, q, old, om, new, nm, wq, wkv, 2)
+    row0 = _loss(h[:1], q[:1], old[:1], om[:1], new[:1], nm[:1], wq, wkv, 2)
     torch.testing.assert_close(both, row0)
     assert torch.isfinite(both)
     dec = torch.randn(2, 6, 8, dtype=torch.float64)

@@ -105,7 +105,7 @@ def test_memory_of_a_layer_is_used_only_by_that_layer():
     tokens = torch.randint(0, 32, (1, 32))
     _, memory = stream(model, tokens[:, :24], [8, 8, 8])
     outputs: dict[int, torch.Tensor] = {}
-    hooks = [b.register_forward_hook(lambda m, i, o, k=k: outputs.__setitem__(k, o[0])) for k, b in enumerate(model.blocks)]
+    hooks = [b.register_forward_hook(lambda m, i, o, k=k: outputs.__setitem__(k, o.h)) for k, b in enumerate(model.blocks)]
     base = model(tokens[:, 24:], memory=memory)
     before = dict(outputs)
     for j in range(3):
@@ -202,7 +202,7 @@ def test_continuous_inputs_and_hidden_outputs():
 
 def test_tied_embeddings_share_one_matrix():
     model = tiny_model(tie_embeddings=True)
-    assert model.head.weight is model.embed.weight
+    assert model.output.head.weight is model.input.embed.weight
 
 
 def test_loss_is_mean_cross_entropy_over_real_targets():
@@ -237,3 +237,56 @@ def test_wrong_memory_for_the_input_is_a_clear_error():
     model = tiny_model()
     with pytest.raises(ValueError, match="init_memory"):
         model(torch.zeros(2, 8, dtype=torch.long), memory=model.init_memory(3))
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "default")
+def test_inference_cache_of_keys_values_and_positions_changes_nothing(variant):
+    model = tiny_model(**variant)
+    tokens = torch.randint(0, 32, (2, 40))
+    sizes = [8, 3] + [1] * 21 + [8]
+    uncached, _ = stream(model, tokens, sizes)  # grad enabled: nothing is cached
+    with torch.no_grad():
+        cached, memory = stream(model, tokens, sizes)
+    torch.testing.assert_close(cached, uncached, rtol=1e-10, atol=1e-10)
+    if variant.get("mem_len", 8) or variant.get("cmem_len", 4):
+        assert memory.layers[0].kv is not None  # the cache was really used
+        width = memory.layers[0].cmem_len + memory.layers[0].capacity
+        assert memory.layers[0].kv.shape[1] == width
+
+
+def test_inference_cache_is_not_reused_after_the_weights_change():
+    model = tiny_model()
+    tokens = torch.randint(0, 32, (1, 24))
+    with torch.no_grad():
+        _, memory = stream(model, tokens[:, :16], [8, 8])
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1.5)  # an in-place update, like an optimizer step
+        cached = model(tokens[:, 16:], memory=memory).logits
+    fresh = model(tokens[:, 16:], memory=memory.detach()).logits  # grad enabled: projects every slot again
+    torch.testing.assert_close(cached, fresh, rtol=1e-10, atol=1e-10)
+
+
+def test_aux_loss_is_algorithm_2_on_exactly_the_evicted_memories():
+    model = tiny_model(n_layers=2)  # n_s = n_m = 8, c = 2: each segment evicts the whole previous memory
+    tokens = torch.randint(0, 32, (2, 24))
+    _, memory = stream(model, tokens[:, :16], [8, 8])
+    inputs: dict[int, torch.Tensor] = {}
+    hooks = [b.register_forward_hook(lambda m, i, o, k=k: inputs.__setitem__(k, o.attn_in)) for k, b in enumerate(model.blocks)]
+    out = model(tokens[:, 16:], memory=memory)
+    for h in hooks:
+        h.remove()
+    for i, block in enumerate(model.blocks):
+        old = memory.layers[i].mem[:, -8:]  # the 8 states that leave memory, oldest first
+        new = model.compressors[i](old.view(2, 4, 2, -1), None)
+        wq, wk, wv = block.attn.qkv.weight.chunk(3, dim=0)
+        H, dh = model.cfg.n_heads, model.cfg.head_dim
+
+        def attn(m):
+            q = (inputs[i] @ wq.t()).view(2, 8, H, dh).transpose(1, 2)
+            k = (m @ wk.t()).view(2, -1, H, dh).transpose(1, 2)
+            v = (m @ wv.t()).view(2, -1, H, dh).transpose(1, 2)
+            return (torch.softmax(q @ k.transpose(-1, -2) / dh**0.5, -1) @ v).transpose(1, 2).reshape(2, 8, -1)
+
+        expected = ((attn(old) - attn(new)) ** 2).mean()
+        torch.testing.assert_close(out.aux_losses[i], expected.detach(), rtol=1e-10, atol=1e-12)

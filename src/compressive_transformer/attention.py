@@ -8,6 +8,7 @@ distance gets the same positional term however full memory is.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -25,28 +26,43 @@ def sinusoid(distances: Tensor, d_model: int) -> Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
+@dataclass
+class AttentionOutput:
+    y: Tensor  # (B, T, d)
+    weights: Tensor | None  # (B, H, T, C+M+T) on the explicit path
+    q: Tensor  # (B, H, T, dh) the queries (the reconstruction loss reuses them)
+    kv: Tensor  # (B, C+M+T, 2 H dh) keys and values of [cmem; mem; x]
+
+
 @dataclass(frozen=True)
 class Positions:
     """Sinusoids shared by all layers of one forward (each layer projects them with its own W_r)."""
 
-    mem: Tensor  # (cap + T, d): distances cap+T-1 ... 0, for memory + segment keys
+    mem: Tensor  # (cap + T + 1, d): distances cap+T-1 ... -1, for memory + segment keys
     cmem: Tensor  # (C + T - 1, d): distances offset+C+T-1 ... offset+1, for compressed keys
+    key: tuple[int, ...] = ()  # identifies the tables (their distance ranges), for the inference-time cache
+
+
+@functools.lru_cache(maxsize=64)
+def _encodings(hi: int, lo: int, clamp_len: int, d_model: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Encodings of distances hi, hi-1, ..., lo (constants, so each table is built once per shape)."""
+    dist = torch.arange(hi, lo - 1, -1, device=device, dtype=torch.float32)  # descending
+    if clamp_len > 0:
+        dist = dist.clamp(max=clamp_len)
+    return sinusoid(dist, d_model).to(dtype)
 
 
 def make_positions(
     *, seg_len: int, mem_capacity: int, cmem_len: int, cmem_offset: int, d_model: int, clamp_len: int, device, dtype
 ) -> Positions:
     def enc(hi: int, lo: int) -> Tensor:
-        dist = torch.arange(hi, lo - 1, -1, device=device, dtype=torch.float32)  # descending
-        if clamp_len > 0:
-            dist = dist.clamp(max=clamp_len)
-        return sinusoid(dist, d_model).to(dtype)
+        return _encodings(hi, lo, clamp_len, d_model, torch.device(device), dtype)
 
     T = seg_len
     # One spare column (distance -1, always a masked future key) keeps the shifted view free of overlaps.
     mem = enc(mem_capacity + T - 1, -1)
     cmem = enc(cmem_offset + cmem_len + T - 1, cmem_offset + 1) if cmem_len > 0 else mem.new_zeros(0, d_model)
-    return Positions(mem=mem, cmem=cmem)
+    return Positions(mem=mem, cmem=cmem, key=(mem_capacity, T, cmem_len, cmem_offset, clamp_len))
 
 
 def attention_mask(x_mask: Tensor, mem_mask: Tensor, cmem_mask: Tensor, *, same_length_window: int = 0) -> Tensor:
@@ -68,6 +84,13 @@ def attention_mask(x_mask: Tensor, mem_mask: Tensor, cmem_mask: Tensor, *, same_
     if cmem_mask.shape[1] > 0:
         allowed = torch.cat([cmem_mask[:, None, :].expand(B, T, -1), allowed], dim=-1)
     return allowed.unsqueeze(1)
+
+
+def explicit_attention(cfg: ModelConfig, device: torch.device, need_weights: bool) -> bool:
+    """Whether to take the explicit path (which returns weights) rather than the fused kernel. ``auto`` takes it on
+    CPU, where it measured faster than the fused kernel with a learned positional bias (benchmarks/)."""
+    impl = cfg.attn_impl
+    return need_weights or cfg.needs_attention_weights or impl == "math" or (impl == "auto" and device.type == "cpu")
 
 
 class _RelShift(torch.autograd.Function):
@@ -114,19 +137,38 @@ class RelativeAttention(nn.Module):
         self.out = nn.Linear(H * dh, d, bias=False)
         self.attn_dropout = cfg.attn_dropout
         self.scale = 1.0 / math.sqrt(dh)
+        self._projected: dict[tuple, Tensor] = {}  # inference only: W_r R for position tables already seen
+
+    def _project_positions(self, proj: nn.Linear, table: Tensor, key: tuple) -> Tensor:
+        """W_r R as (H, dh, L). At inference the projection of a table is reused while the weights are unchanged,
+        so a generated token does not re-project every distance."""
+        H, dh = self.n_heads, self.d_head
+        if self.training or torch.is_grad_enabled():
+            return proj(table).view(-1, H, dh).permute(1, 2, 0)
+        w = proj.weight
+        full_key = (id(proj), w._version, w.data_ptr(), w.dtype, w.device, table.dtype) + key
+        if full_key not in self._projected:
+            if len(self._projected) >= 16:
+                self._projected.clear()
+            self._projected[full_key] = proj(table).view(-1, H, dh).permute(1, 2, 0).contiguous()
+        return self._projected[full_key]
+
+    @property
+    def w_kv(self) -> Tensor:
+        return self.qkv.weight[self.n_heads * self.d_head :]
+
+    def project_kv(self, states: Tensor) -> Tensor:
+        """Keys and values of memory states, (B, S, d) -> (B, S, 2 H dh); what a memory's key/value cache holds."""
+        return F.linear(states, self.w_kv)
+
+    @property
+    def kv_version(self) -> int:
+        """Changes whenever the key/value weights change in place (an optimizer step, a load)."""
+        return self.qkv.weight._version
 
     @property
     def w_q(self) -> Tensor:
         return self.qkv.weight[: self.n_heads * self.d_head]
-
-    @property
-    def w_k(self) -> Tensor:
-        n = self.n_heads * self.d_head
-        return self.qkv.weight[n : 2 * n]
-
-    @property
-    def w_v(self) -> Tensor:
-        return self.qkv.weight[2 * self.n_heads * self.d_head :]
 
     def forward(
         self,
@@ -137,23 +179,28 @@ class RelativeAttention(nn.Module):
         blocked: Tensor,
         *,
         need_weights: bool,
-    ) -> tuple[Tensor, Tensor | None]:
+        kv_cache: Tensor | None = None,
+    ) -> AttentionOutput:
         """x: (B, T, d) queries' inputs; mem: (B, M, d); cmem: (B, C, d); blocked: (B, 1, T, C+M+T), True where
-        a query may not read a key (``~attention_mask(...)``). Returns (B, T, d) and, with ``need_weights``, the weights (B, H, T, C+M+T)."""
+        a query may not read a key (``~attention_mask(...)``); kv_cache: (B, C+M, 2 H dh) keys and values of
+        ``[cmem; mem]`` from earlier steps, or None to project them."""
         B, T, d = x.shape
         M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
         n, K = H * dh, C + M + T
         q = F.linear(x, self.w_q).view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
-        kv = F.linear(torch.cat([cmem, mem, x], dim=1), self.qkv.weight[n:])  # (B, K, 2n)
+        if kv_cache is None:
+            kv = self.project_kv(torch.cat([cmem, mem, x], dim=1))  # (B, K, 2n)
+        else:  # only the new positions are projected
+            kv = torch.cat([kv_cache, self.project_kv(x)], dim=1)
         k, v = kv.view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4)  # each (B, H, K, dh)
 
         # Positional scores, already scaled, written once into the additive bias of the content scores.
         bias = q.new_empty(B, H, T, K)
-        r = self.pos(positions.mem).view(-1, H, dh).permute(1, 2, 0)  # (H, dh, M+T+1)
+        r = self._project_positions(self.pos, positions.mem, ("mem",) + positions.key)  # (H, dh, M+T+1)
         bias[..., C:] = rel_shift(((q + self.v[:, None]) * self.scale) @ r, M + T)
         if C > 0:
             cpos, cv = (self.cpos, self.cv) if self.cpos is not None else (self.pos, self.v)
-            rc = cpos(positions.cmem).view(-1, H, dh).permute(1, 2, 0)  # (H, dh, C+T-1)
+            rc = self._project_positions(cpos, positions.cmem, ("cmem",) + positions.key)  # (H, dh, C+T-1)
             bias[..., :C] = rel_shift(((q + cv[:, None]) * self.scale) @ rc, C)
         bias.masked_fill_(blocked, float("-inf"))
 
@@ -168,4 +215,4 @@ class RelativeAttention(nn.Module):
             y = F.scaled_dot_product_attention(
                 qu, k, v, attn_mask=bias, dropout_p=self.attn_dropout if self.training else 0.0, scale=self.scale
             )
-        return self.out(y.transpose(1, 2).reshape(B, T, n)), weights
+        return AttentionOutput(y=self.out(y.transpose(1, 2).reshape(B, T, n)), weights=weights, q=q, kv=kv)

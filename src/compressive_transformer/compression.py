@@ -113,15 +113,14 @@ def build_compressor(cfg: ModelConfig) -> Compressor:
 # Auxiliary losses. Both see only detached network states: their gradient reaches the compressor (and decoder) alone.
 
 
-def content_attention(q: Tensor, keys_in: Tensor, key_mask: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    """softmax((hQ)(mK)^T / sqrt(d_h)) (mV) per head, with no positional terms (Algorithm 2, line 6).
+def content_attention(q: Tensor, kv: Tensor, key_mask: Tensor) -> Tensor:
+    """softmax(q k^T / sqrt(d_h)) v per head, with no positional terms (Algorithm 2, line 6).
 
-    q: (B, H, T, d_h) projected queries; keys_in: (B, S, d); key_mask: (B, S); w_k, w_v: (H*d_h, d).
+    q: (B, H, T, d_h) projected queries; kv: (B, S, 2 H d_h) projected keys and values; key_mask: (B, S).
     Returns (B, T, H*d_h).
     """
     B, H, T, dh = q.shape
-    k = (keys_in @ w_k.t()).view(B, -1, H, dh).transpose(1, 2)  # (B, H, S, d_h)
-    v = (keys_in @ w_v.t()).view(B, -1, H, dh).transpose(1, 2)
+    k, v = kv.view(B, -1, 2, H, dh).permute(2, 0, 3, 1, 4)  # each (B, H, S, d_h)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)  # (B, H, T, S)
     scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
     # Rows with no valid key give NaN; they are excluded by the caller's row mask.
@@ -130,29 +129,25 @@ def content_attention(q: Tensor, keys_in: Tensor, key_mask: Tensor, w_k: Tensor,
 
 
 def attention_reconstruction_loss(
-    h: Tensor,
+    q: Tensor,
     query_mask: Tensor,
-    eviction_old: Tensor,
+    old_kv: Tensor,
     old_mask: Tensor,
     compressed: Tensor,
     compressed_mask: Tensor,
-    w_q: Tensor,
-    w_k: Tensor,
-    w_v: Tensor,
-    n_heads: int,
+    w_kv: Tensor,
 ) -> Tensor:
     """||attn(h, old_mem) - attn(h, f_c(old_mem))||^2 (Algorithm 2), mean over valid queries and features.
 
-    The stop-gradients of Algorithm 2 are applied here: on h, the evicted memories and the attention weights
-    (``w_*`` are detached copies, never the parameters themselves, so the layer keeps training from the task loss).
+    q: (B, H, T, d_h) the layer's queries of this segment; old_kv: (B, S, 2 H d_h) keys/values of the evicted
+    states under the layer's own projections (the attention already computed them this step); compressed: (B, G, d);
+    w_kv: (2 H d_h, d) the layer's key/value weights. The stop-gradients of Algorithm 2 are applied here: on the
+    queries, the evicted memories and the attention weights (``w_kv`` is used detached, never modified, so the layer
+    keeps training from the task loss). Only ``compressed`` carries gradient.
     """
-    h, eviction_old = h.detach(), eviction_old.detach()
-    w_q, w_k, w_v = w_q.detach(), w_k.detach(), w_v.detach()
-    B, T, _ = h.shape
-    dh = w_q.shape[0] // n_heads
-    q = (h @ w_q.t()).view(B, T, n_heads, dh).transpose(1, 2)  # (B, H, T, d_h)
-    target = content_attention(q, eviction_old, old_mask, w_k, w_v)
-    recon = content_attention(q, compressed, compressed_mask, w_k, w_v)
+    q, old_kv, w_kv = q.detach(), old_kv.detach(), w_kv.detach()
+    target = content_attention(q, old_kv, old_mask)
+    recon = content_attention(q, compressed @ w_kv.t(), compressed_mask)
     rows = query_mask & compressed_mask.any(dim=1, keepdim=True) & old_mask.any(dim=1, keepdim=True)  # (B, T)
     err = ((target - recon) ** 2).mean(dim=-1)  # (B, T)
     return (err * rows).sum() / rows.sum().clamp(min=1)

@@ -72,7 +72,10 @@ class ModelConfig:
     dropout: float = 0.1
     attn_dropout: float = 0.0
     input_dim: int = 0  # > 0: continuous inputs through a linear projection instead of a token embedding
-    attn_impl: str = "auto"  # math returns attention weights; sdpa is fused; auto picks sdpa unless weights are needed
+    attn_impl: str = "auto"  # math returns attention weights; sdpa is fused; auto: math on CPU (faster), sdpa elsewhere
+    scales: tuple[int, ...] = ()  # Transformer-QL: Transformer-XL layers per temporal scale, finest first
+    output_layers: int = 0  # Transformer-QL: Transformer-XL layers after the accumulation layer
+    droppath: float = 0.0  # Transformer-QL: probability of dropping the finer scales from the accumulation
     init_std: float = 0.02
     layer_norm_eps: float = 1e-5
 
@@ -120,6 +123,9 @@ class ModelConfig:
         _require(0.0 <= self.attn_dropout < 1.0, p + "attn_dropout", "must be in [0, 1)")
         _require(self.attn_impl in ATTENTION_IMPLS, p + "attn_impl", f"unknown {self.attn_impl!r}; use one of {', '.join(ATTENTION_IMPLS)}")
         _require(not (self.tie_embeddings and (self.input_dim > 0 or self.vocab_size == 0)), p + "tie_embeddings", "needs token inputs (input_dim = 0) and vocab_size > 0")
+        if self.is_ql:
+            self._check_ql()
+        _require(self.is_ql or self.droppath == 0.0, p + "droppath", "droppath is a Transformer-QL option; set scales or 0")
         if self.uses_compression:
             _require(
                 not (self.compression == "most_used" and self.attn_impl == "sdpa"),
@@ -148,6 +154,38 @@ class ModelConfig:
                 p + "compression_extra_width",
                 f"overlapping windows read {self.compression_extra_width} newer memory slots; needs mem_len >= it",
             )
+
+    def _check_ql(self) -> None:
+        p, c = "model.", self.compression_rate
+        _require(all(isinstance(n, int) and n >= 1 for n in self.scales), p + "scales", "every scale needs >= 1 layer")
+        _require(self.output_layers >= 0, p + "output_layers", "must be >= 0")
+        total = sum(self.scales) + self.output_layers
+        _require(self.n_layers == total, p + "n_layers", f"Transformer-QL has sum(scales) + output_layers = {total} layers; set n_layers = {total}")
+        _require(self.cmem_len == 0, p + "cmem_len", "Transformer-QL compresses between scales, not into a compressed memory; set cmem_len = 0")
+        _require(
+            self.compression in ("max_pool", "mean_pool"),
+            p + "compression",
+            "Transformer-QL pools between scales; use 'max_pool' or 'mean_pool' (with compression_loss = 'none')",
+        )
+        _require(self.compression_loss == "none", p + "compression_loss", "Transformer-QL's pooling has nothing to train; set 'none'")
+        _require(self.compression_extra_width == 0, p + "compression_extra_width", "Transformer-QL pools with window c; set 0")
+        levels = len(self.scales) - 1
+        _require(
+            self.seg_len % (c**levels) == 0,
+            p + "seg_len",
+            f"must be divisible by compression_rate ** (len(scales) - 1) = {c ** levels} so every scale shifts whole states",
+        )
+        _require(
+            (self.seg_len + self.mem_len) % c == 0,
+            p + "mem_len",
+            f"seg_len + mem_len = {self.seg_len + self.mem_len} must be divisible by compression_rate = {c}",
+        )
+        _require(0.0 <= self.droppath < 1.0, p + "droppath", "must be in [0, 1)")
+
+    @property
+    def is_ql(self) -> bool:
+        """A Transformer-QL configuration (``scales`` given)."""
+        return len(self.scales) > 0
 
     @property
     def head_dim(self) -> int:
@@ -197,6 +235,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     amp: str = "none"  # none | bf16 | fp16
     compile: bool = False
+    num_threads: int = 0  # CPU threads for torch; 0: PyTorch's default (1 is fastest on a busy machine)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -236,6 +275,7 @@ class TrainConfig:
             f"unknown {self.device!r}; use auto, cpu, cuda, cuda:N or mps",
         )
         _require(self.amp in AMP_DTYPES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_DTYPES)}")
+        _require(self.num_threads >= 0, p + "num_threads", "must be >= 0 (0 means PyTorch's default)")
 
     def accumulation_at(self, step: int) -> int:
         """Batches per update for update ``step`` (0-based): the last ``accumulate`` entry starting at or before it."""

@@ -36,6 +36,8 @@ class LayerMemory:
     usage: Tensor | None = None  # (B, mem_capacity) attention received while in memory (most_used)
     cmem_src: Tensor | None = None  # (B, cmem_len, k, d) windows behind each compressed slot (bptt)
     young: tuple[int, ...] = ()  # bptt: compressed slots pushed by each of the last segments, newest last
+    kv: Tensor | None = None  # (B, cmem_len + capacity, 2 H dh) inference cache: keys/values of [cmem; mem]
+    kv_version: int = -1  # version of the key/value weights the cache was made with
 
     @property
     def batch_size(self) -> int:
@@ -87,7 +89,8 @@ class MemoryState:
         return MemoryState(tuple(_map_tensors(layer, move) for layer in self.layers))
 
     def to_tensors(self) -> dict[str, Tensor]:
-        """Flat name -> tensor mapping (ints as 0-dim tensors) for safetensors checkpoints."""
+        """Flat name -> tensor mapping (ints as 0-dim tensors) for safetensors checkpoints; the inference key/value
+        cache is left out (it is rebuilt from the memory)."""
         out: dict[str, Tensor] = {}
         for i, layer in enumerate(self.layers):
             p = f"layers.{i}."
@@ -158,6 +161,7 @@ class Eviction:
     """What one update evicted and compressed, for the auxiliary compression losses."""
 
     old: Tensor  # (B, G*c, d) evicted states, detached
+    start: int  # where they sat in [mem; x] (so their keys/values from this step's attention can be reused)
     old_mask: Tensor  # (B, G*c) bool
     compressed: Tensor  # (B, G, d) f_c(old), still attached to the compressor's parameters
     compressed_mask: Tensor  # (B, G) bool: a slot is valid when its whole group was valid
@@ -173,11 +177,16 @@ def update_layer(
     compress: Compress | None,
     attn_usage: Tensor | None = None,
     bptt_horizon: int = 0,
+    kv: Tensor | None = None,
+    project_kv: Callable[[Tensor], Tensor] | None = None,
+    kv_version: int = -1,
 ) -> tuple[LayerMemory, Eviction | None]:
     """Algorithm 1, lines 8-11: push the layer inputs ``x``, evict the oldest states, compress them in groups of c.
 
     x: (B, T, d) the layer's attention inputs for this segment; x_mask: (B, T) False for padding.
     attn_usage: (B, capacity) attention the memory slots received in this segment (most_used only).
+    kv: (B, cmem_len + capacity + T, 2 H dh) keys/values of [cmem; mem; x] from this step (inference): the next
+    state then carries its own cache, extended by ``project_kv`` of the new compressed slots only.
     """
     B, T, _ = x.shape
     c = compression_rate
@@ -198,6 +207,8 @@ def update_layer(
         usage = usage_all[:, combined.shape[1] - cap :]
 
     cmem, cmem_mask, cmem_src, young = state.cmem, state.cmem_mask, state.cmem_src, state.young
+    n_cm = state.cmem_len
+    kv_cmem = kv[:, :n_cm] if kv is not None else None
     eviction = None
     if compressing and n_evict > 0:
         groups = n_evict // c
@@ -210,12 +221,14 @@ def update_layer(
             old_usage = usage_all[:, start : start + n_evict].masked_fill(~old_mask, float("-inf"))
         compressed = compress(windows, old_usage)  # (B, G, d)
         compressed_mask = old_mask.view(B, groups, c).all(dim=-1)
-        eviction = Eviction(old=old, old_mask=old_mask, compressed=compressed, compressed_mask=compressed_mask)
-        n_cm = state.cmem_len
-        cmem = torch.cat([cmem, compressed.detach().masked_fill(~compressed_mask.unsqueeze(-1), 0.0)], dim=1)[:, -n_cm:]
+        eviction = Eviction(old=old, start=start, old_mask=old_mask, compressed=compressed, compressed_mask=compressed_mask)
+        new_slots = compressed.detach().masked_fill(~compressed_mask.unsqueeze(-1), 0.0)
+        cmem = torch.cat([cmem, new_slots], dim=1)[:, -n_cm:]
         cmem_mask = torch.cat([cmem_mask, compressed_mask], dim=1)[:, -n_cm:]
         if cmem_src is not None:
             cmem_src = torch.cat([cmem_src, windows], dim=1)[:, -n_cm:]
+        if kv_cmem is not None:
+            kv_cmem = torch.cat([kv_cmem, project_kv(new_slots)], dim=1)[:, -n_cm:]
         young = young + (groups,)
     elif cmem_src is not None:
         young = young + (0,)
@@ -228,6 +241,9 @@ def update_layer(
     mem = combined[:, keep_from:].masked_fill(~mem_mask.unsqueeze(-1), 0.0)
     if usage is not None:
         usage = usage * mem_mask
+    new_kv = None
+    if kv is not None:
+        new_kv = torch.cat([kv_cmem, kv[:, n_cm:][:, keep_from:]], dim=1)  # aligned with [cmem; mem]
     new_state = LayerMemory(
         mem=mem,
         mem_mask=mem_mask,
@@ -238,6 +254,8 @@ def update_layer(
         usage=usage,
         cmem_src=cmem_src,
         young=young,
+        kv=new_kv,
+        kv_version=kv_version if kv is not None else -1,
     )
     return new_state, eviction
 
@@ -267,6 +285,7 @@ def _reset_layer(layer: LayerMemory, keep: Tensor) -> LayerMemory:
         cmem_mask=layer.cmem_mask & keep.unsqueeze(1),
         usage=zero_rows(layer.usage),
         cmem_src=zero_rows(layer.cmem_src),
+        kv=zero_rows(layer.kv),
     )
 
 
@@ -279,4 +298,5 @@ def _map_tensors(layer: LayerMemory, fn: Callable[[Tensor], Tensor]) -> LayerMem
         cmem_mask=fn(layer.cmem_mask),
         usage=None if layer.usage is None else fn(layer.usage),
         cmem_src=None if layer.cmem_src is None else fn(layer.cmem_src),
+        kv=None if layer.kv is None else fn(layer.kv),
     )

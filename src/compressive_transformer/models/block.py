@@ -7,11 +7,13 @@ residual additions with GTrXL's GRU-style gates (pre-norm only).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.attention import Positions, RelativeAttention
+from compressive_transformer.attention import AttentionOutput, Positions, RelativeAttention
 from compressive_transformer.config import ModelConfig
 
 
@@ -32,6 +34,13 @@ class GRUGate(nn.Module):
         z = torch.sigmoid(wz + uz - self.gate_bias)
         h = torch.tanh(wg + self.u_g(r * x))
         return (1 - z) * x + z * h
+
+
+@dataclass
+class BlockOutput:
+    h: Tensor  # (B, T, d) block output
+    attn_in: Tensor  # (B, T, d) the attention input, which memory stores
+    attn: AttentionOutput  # weights (explicit path), queries, keys/values of [cmem; mem; segment]
 
 
 class Block(nn.Module):
@@ -56,11 +65,12 @@ class Block(nn.Module):
         blocked: Tensor,
         *,
         need_weights: bool,
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """h: (B, T, d); blocked: (B, 1, T, C+M+T) keys each query may not read. Returns the block output, the attention input (what memory stores) and attention weights."""
+        kv_cache: Tensor | None = None,
+    ) -> BlockOutput:
+        """h: (B, T, d); blocked: (B, 1, T, C+M+T) keys each query may not read; kv_cache: see RelativeAttention."""
         attn_in = self.norm1(h) if self.pre_norm else h
-        a, weights = self.attn(attn_in, mem, cmem, positions, blocked, need_weights=need_weights)
-        a = self.drop(a)
+        attn = self.attn(attn_in, mem, cmem, positions, blocked, need_weights=need_weights, kv_cache=kv_cache)
+        a = self.drop(attn.y)
         if self.gate1 is not None:
             a = self.gate1(h, F.relu(a))
             out = self.gate2(a, F.relu(self.drop(self.ff(self.norm2(a)))))
@@ -70,4 +80,4 @@ class Block(nn.Module):
         else:
             a = self.norm1(h + a)
             out = self.norm2(a + self.drop(self.ff(a)))
-        return out, attn_in, weights
+        return BlockOutput(h=out, attn_in=attn_in, attn=attn)

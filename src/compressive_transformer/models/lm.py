@@ -6,14 +6,12 @@ side effects: memory comes in as a :class:`MemoryState` and the next one goes ou
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.attention import attention_mask, make_positions
+from compressive_transformer.attention import attention_mask, explicit_attention, make_positions
 from compressive_transformer.compression import (
     ConvDecoder,
     attention_reconstruction_loss,
@@ -21,10 +19,16 @@ from compressive_transformer.compression import (
     build_compressor,
 )
 from compressive_transformer.config import ModelConfig, PARAMETER_FREE_COMPRESSIONS
-from compressive_transformer.memory import LayerMemory, MemoryState, compressed_for_attention, empty_layer, update_layer
-from compressive_transformer.models.block import Block
-
-IGNORE_INDEX = -100
+from compressive_transformer.memory import (
+    Eviction,
+    LayerMemory,
+    MemoryState,
+    compressed_for_attention,
+    empty_layer,
+    update_layer,
+)
+from compressive_transformer.models.block import Block, BlockOutput
+from compressive_transformer.models.io import InputLayer, OutputLayer, init_weights
 
 
 @dataclass
@@ -43,16 +47,10 @@ class CompressiveTransformerLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         d = cfg.d_model
-        if cfg.input_dim > 0:
-            self.embed = None
-            self.input_proj = nn.Linear(cfg.input_dim, d)
-        else:
-            self.embed = nn.Embedding(cfg.vocab_size, d)
-            self.input_proj = None
+        self.input = InputLayer(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.norm_f = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
-        self.head = nn.Linear(d, cfg.vocab_size) if cfg.vocab_size > 0 else None
+        self.output = OutputLayer(cfg, self.input)
 
         trained = cfg.uses_compression and cfg.compression not in PARAMETER_FREE_COMPRESSIONS
         self.compressors = nn.ModuleList(build_compressor(cfg) for _ in range(cfg.n_layers)) if cfg.uses_compression else None
@@ -61,21 +59,7 @@ class CompressiveTransformerLM(nn.Module):
             if trained and cfg.compression_loss == "autoencoder"
             else None
         )
-        self.apply(self._init_weights)
-        if self.head is not None and cfg.tie_embeddings:
-            self.head.weight = self.embed.weight
-
-    def _init_weights(self, module: nn.Module) -> None:
-        std = self.cfg.init_std
-        if isinstance(module, (nn.Linear, nn.Embedding, nn.Conv1d, nn.ConvTranspose1d)):
-            nn.init.normal_(module.weight, 0.0, std)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
-        if hasattr(module, "u") and isinstance(getattr(module, "u"), nn.Parameter):
-            for name in ("u", "v", "cv"):
-                p = getattr(module, name, None)
-                if isinstance(p, nn.Parameter):
-                    nn.init.normal_(p, 0.0, std)
+        self.apply(lambda m: init_weights(m, cfg.init_std))
 
     # ---------------------------------------------------------------------------------------------------------
 
@@ -147,11 +131,7 @@ class CompressiveTransformerLM(nn.Module):
             input_mask = torch.ones(B, T, dtype=torch.bool, device=inputs.device)
         input_mask = input_mask.bool()
 
-        if self.embed is not None:
-            h = self.embed(inputs) * math.sqrt(cfg.d_model)
-        else:
-            h = self.input_proj(inputs)
-        h = self.drop(h)
+        h = self.drop(self.input(inputs))
 
         first = memory.layers[0]
         positions = make_positions(
@@ -168,7 +148,8 @@ class CompressiveTransformerLM(nn.Module):
         blocked = ~attention_mask(
             input_mask, first.mem_mask, first.cmem_mask, same_length_window=first.mem_len if cfg.same_length else 0
         )
-        want_weights = need_weights or cfg.needs_attention_weights or self._explicit_attention(h.device)
+        want_weights = explicit_attention(cfg, h.device, need_weights)
+        caching = not self.training and not torch.is_grad_enabled()  # inference: keep keys/values of memory slots
         new_layers: list[LayerMemory] = []
         aux: list[Tensor] = []
         attentions: list[Tensor] = []
@@ -176,38 +157,29 @@ class CompressiveTransformerLM(nn.Module):
             state = memory.layers[i]
             compress = self.compressors[i] if self.compressors is not None else None
             cmem = compressed_for_attention(state, compress)
-            h_next, attn_in, weights = block(h, state.mem, cmem, positions, blocked, need_weights=want_weights)
-            usage = None
-            if state.usage is not None:
-                C, M = state.cmem_len, state.capacity
-                valid_q = input_mask[:, None, :, None].to(weights.dtype)  # (B, 1, T, 1)
-                usage = ((weights[..., C : C + M] * valid_q).sum(2) / valid_q.sum(2).clamp(min=1)).mean(1)  # (B, M)
-                usage = usage.detach()
+            version = block.attn.kv_version
+            cache = state.kv if caching and state.kv is not None and state.kv_version == version else None
+            out = block(h, state.mem, cmem, positions, blocked, need_weights=want_weights, kv_cache=cache)
             new_state, eviction = update_layer(
                 state,
-                attn_in,
+                out.attn_in,
                 input_mask,
                 compression_rate=cfg.compression_rate,
                 extra_width=cfg.compression_extra_width,
                 compress=compress,
-                attn_usage=usage,
+                attn_usage=self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None,
                 bptt_horizon=cfg.bptt_horizon if cfg.compression_loss == "bptt" else 0,
+                kv=out.attn.kv if caching else None,
+                project_kv=block.attn.project_kv,
+                kv_version=version,
             )
             new_layers.append(new_state)
-            aux.append(self._compression_loss(i, attn_in, input_mask, eviction, h))
+            aux.append(self._compression_loss(i, out, input_mask, eviction, state.cmem_len))
             if need_weights:
-                attentions.append(weights)
-            h = h_next
+                attentions.append(out.attn.weights)
+            h = out.h
 
-        if self.norm_f is not None:
-            h = self.norm_f(h)
-        logits = self.head(self.drop(h)) if self.head is not None else None
-        loss = None
-        if targets is not None:
-            if logits is None:
-                raise ValueError("targets need a model with vocab_size > 0 (an LM head)")
-            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
-            loss = nll / (targets != IGNORE_INDEX).sum().clamp(min=1)
+        h, logits, loss = self.output(h, targets)
         aux_losses = torch.stack(aux)
         return LMOutput(
             logits=logits,
@@ -219,24 +191,25 @@ class CompressiveTransformerLM(nn.Module):
             attentions=attentions if need_weights else None,
         )
 
-    def _explicit_attention(self, device: torch.device) -> bool:
-        """``auto`` takes the explicit path on CPU, where it measured faster than the fused kernel with a learned
-        positional bias (benchmarks/), and the fused kernel on accelerators."""
-        impl = self.cfg.attn_impl
-        return impl == "math" or (impl == "auto" and device.type == "cpu")
+    @staticmethod
+    def _usage(weights: Tensor, input_mask: Tensor, state: LayerMemory) -> Tensor:
+        """Attention each memory slot received in this segment, averaged over heads and real queries: (B, M)."""
+        C, M = state.cmem_len, state.capacity
+        valid_q = input_mask[:, None, :, None].to(weights.dtype)  # (B, 1, T, 1)
+        return ((weights[..., C : C + M] * valid_q).sum(2) / valid_q.sum(2).clamp(min=1)).mean(1).detach()
 
-    def _compression_loss(self, i: int, attn_in: Tensor, input_mask: Tensor, eviction, h: Tensor) -> Tensor:
+    def _compression_loss(self, i: int, out: BlockOutput, input_mask: Tensor, eviction: Eviction | None, n_cm: int) -> Tensor:
         cfg = self.cfg
-        zero = h.new_zeros(())
         if eviction is None or cfg.compression_loss in ("none", "bptt"):
-            return zero
+            return out.h.new_zeros(())
         group_mask = eviction.compressed_mask.repeat_interleave(cfg.compression_rate, dim=1)  # (B, G*c)
         old_mask = eviction.old_mask & group_mask
         if cfg.compression_loss == "attention":
-            attn = self.blocks[i].attn
+            first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values
+            old_kv = out.attn.kv[:, first : first + eviction.old.shape[1]]
             return attention_reconstruction_loss(
-                attn_in, input_mask, eviction.old, old_mask, eviction.compressed, eviction.compressed_mask,
-                attn.w_q, attn.w_k, attn.w_v, cfg.n_heads,
+                out.attn.q, input_mask, old_kv, old_mask, eviction.compressed, eviction.compressed_mask,
+                self.blocks[i].attn.w_kv,
             )  # fmt: skip
         decoded = self.decoders[i](eviction.compressed)  # autoencoder
         return autoencoder_loss(eviction.old, old_mask, decoded)
