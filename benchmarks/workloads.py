@@ -30,8 +30,9 @@ class Workload:
     gen_new: int = 64  # new tokens timed after each prompt (per-token cost)
     gen_long: int = 1000  # new tokens for the tokens/s figure
     gen_long_prompt: int = 128
-    steps: int = 20
-    warmup: int = 3  # extra warm-up steps *after* the memories are full (see fill_segments)
+    steps: int = 10
+    warmup: int = 2  # extra warm-up steps *after* the memories are full (see fill_segments)
+    matmul_n: int = 2048  # size of the fp32 torch.mm whose rate MFU is measured against
 
     @property
     def attn_len(self) -> int:
@@ -59,7 +60,7 @@ WORKLOADS: dict[str, Workload] = {
     # Seconds-long smoke test of the whole harness.
     "tiny": Workload(
         "tiny", vocab=64, d_model=32, n_layers=2, n_heads=2, d_ff=128, seg_len=16, mem_len=16, cmem_len=8, rate=2,
-        batch=2, steps=2, warmup=1, gen_prompts=(16, 64), gen_new=8, gen_long=32, gen_long_prompt=16,
+        batch=2, steps=2, warmup=1, gen_prompts=(16, 64), gen_new=4, gen_long=16, gen_long_prompt=16, matmul_n=512,
     ),
 }
 

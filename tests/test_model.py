@@ -290,3 +290,17 @@ def test_aux_loss_is_algorithm_2_on_exactly_the_evicted_memories():
 
         expected = ((attn(old) - attn(new)) ** 2).mean()
         torch.testing.assert_close(out.aux_losses[i], expected.detach(), rtol=1e-10, atol=1e-12)
+
+
+def test_compression_losses_are_skipped_without_gradients_unless_asked():
+    model = tiny_model()
+    tokens = torch.randint(0, 32, (2, 24))
+    _, memory = stream(model, tokens[:, :16], [8, 8])
+    with torch.no_grad():
+        skipped = model(tokens[:, 16:], memory=memory)
+        asked = model(tokens[:, 16:], memory=memory, compression_loss=True)
+    with_grad = model(tokens[:, 16:], memory=memory)
+    assert skipped.aux_losses.abs().sum() == 0
+    assert (asked.aux_losses > 0).all()
+    torch.testing.assert_close(asked.aux_losses, with_grad.aux_losses)
+    torch.testing.assert_close(skipped.logits, with_grad.logits)

@@ -66,6 +66,8 @@ class Impl:
         return x, y
 
     def frozen_kv(self) -> int:
+        if self.fix:  # re-enabled before every forward
+            return 0
         return sum(1 for layer in self.model.attn_layers if not layer.fn.fn.to_kv.weight.requires_grad)
 
     def train_step(self, batch) -> float:

@@ -1,14 +1,30 @@
 """Compressive Transformer, Transformer-XL and Transformer-QL for long-range sequence modelling."""
 
-from compressive_transformer.config import ConfigError, ModelConfig
-from compressive_transformer.memory import LayerMemory, MemoryState
+from compressive_transformer.config import (
+    ConfigError,
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    load_run_config,
+)
 from compressive_transformer.context import ContextLength, context_length, context_length_from_config
+from compressive_transformer.evaluate import EvalResult, evaluate
+from compressive_transformer.generate import filter_logits, generate
+from compressive_transformer.memory import LayerMemory, MemoryState
 from compressive_transformer.models import CompressiveTransformerLM, LMOutput, TransformerQL, build_model
 from compressive_transformer.ranges import TemporalRange, temporal_range
+from compressive_transformer.train import Trainer, TrainingError
 
 __all__ = [
     "ConfigError",
     "ModelConfig",
+    "DataConfig",
+    "TrainConfig",
+    "EvalConfig",
+    "RunConfig",
+    "load_run_config",
     "MemoryState",
     "LayerMemory",
     "CompressiveTransformerLM",
@@ -20,5 +36,11 @@ __all__ = [
     "context_length_from_config",
     "TemporalRange",
     "temporal_range",
+    "Trainer",
+    "TrainingError",
+    "evaluate",
+    "EvalResult",
+    "generate",
+    "filter_logits",
 ]
 __version__ = "0.1.0"

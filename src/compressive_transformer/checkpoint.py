@@ -212,6 +212,8 @@ def save_checkpoint(
         raise
     for stale in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(stale, ignore_errors=True)
+    for debris in root.glob(".tmp-*"):  # left by a process killed mid-write
+        shutil.rmtree(debris, ignore_errors=True)
     return final
 
 

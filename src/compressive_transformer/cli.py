@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compressive-transformer",
         description="Train, evaluate and sample Compressive Transformers, Transformer-XL and Transformer-QL.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="run `compressive-transformer COMMAND -h` for its options")
 
     p = sub.add_parser("train", help="train a model (or resume a run)", description="Train a model into a run directory.")
     p.add_argument("--config", type=Path, help="TOML config (see configs/); default: the built-in tiny config")
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(p, "override one config key, e.g. --set model.cmem_len=512 (repeatable)")
 
     p = sub.add_parser("data", help="data utilities", description="Data utilities.")
-    data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION", help="what to do with the data")
     d = data_sub.add_parser("download", help="download a benchmark corpus and verify its checksum", description="Download a benchmark corpus into DIR.")
     d.add_argument("name", choices=("enwik8", "wikitext-103", "pg19"), help="corpus to download")
     d.add_argument("dir", type=Path, metavar="DIR", help="directory to download into")
@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         COMMANDS[args.command](args)
     except (ConfigError, TrainingError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as e:  # a full disk, a read-only directory, a permission: the message names the path
+        print(f"error: {e}; the run's previous checkpoints are untouched", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("error: interrupted; continue the run with `train --run-dir DIR --resume`", file=sys.stderr)

@@ -3,6 +3,7 @@ length 1 against the memory, so every generated token costs the same (no window 
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 
 import torch
@@ -80,7 +81,7 @@ def generate(
     seg_len = seg_len or cfg.seg_len
     device = next(model.parameters()).device
     generator = torch.Generator(device=device)
-    generator.manual_seed(seed if seed is not None else torch.seed())
+    generator.manual_seed(seed if seed is not None else secrets.randbits(63))  # leaves the global RNG alone
     was_training = model.training
     model.eval()
     try:

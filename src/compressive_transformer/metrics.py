@@ -32,7 +32,8 @@ class MetricsLogger:
     def __init__(self, run_dir: str | Path, *, tensorboard: bool = True) -> None:
         self.path = Path(run_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tb = _open_tensorboard(self.path.parent) if tensorboard else None
+        self.use_tensorboard = tensorboard
+        self.tb: Any = None  # opened on the first record, so a closed logger can log again
 
     def truncate_after(self, step: int) -> None:
         """Forget records logged after ``step`` (they belong to the part of a killed run that is being redone)."""
@@ -44,6 +45,9 @@ class MetricsLogger:
     def log(self, record: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({k: _json_safe(v) for k, v in record.items()}) + "\n")
+        if self.use_tensorboard and self.tb is None:
+            self.tb = _open_tensorboard(self.path.parent)
+            self.use_tensorboard = self.tb is not None
         if self.tb is not None:
             step = int(record.get("step", 0))
             for key, value in record.items():
@@ -58,6 +62,7 @@ class MetricsLogger:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+            self.tb = None
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

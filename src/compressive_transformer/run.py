@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from compressive_transformer import toml_writer
 from compressive_transformer.checkpoint import CheckpointError, latest_checkpoint, load_weights
 from compressive_transformer.config import (
     ConfigError,
@@ -28,14 +28,20 @@ from compressive_transformer.config import (
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.generate import generate
-from compressive_transformer.models import CompressiveTransformerLM
+from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
-from compressive_transformer.train import Trainer, TrainSummary, resolve_device
+from compressive_transformer.toml_writer import config_text
+from compressive_transformer.train import Trainer, TrainSummary, resolve_device, set_threads
 
 CONFIG_FILE = "config.toml"
 TOKENIZER_DIR = "tokenizer"
-# keys that change what is logged or kept, never the trajectory: a resumed run may change them
-RESUME_FREE_KEYS = ("train.progress", "train.log_every", "train.val_every", "train.val_batches", "train.checkpoint_every", "train.keep_checkpoints")
+# keys that change what is logged or kept, or where the (verified) data lives, never the trajectory: a resumed
+# run may change them. A moved corpus is checked by the data iterator, which refuses a different one.
+RESUME_FREE_KEYS = (
+    "train.progress", "train.log_every", "train.val_every", "train.val_batches", "train.checkpoint_every",
+    "train.keep_checkpoints", "data.path", "data.cache_dir",
+)  # fmt: skip
+EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
 
 Log = Callable[[str], None]
 
@@ -54,26 +60,26 @@ def build_config(path: str | Path | None, overrides: list[str] | tuple[str, ...]
     return RunConfig.from_raw(apply_overrides(raw, overrides))
 
 
-def config_text(cfg: RunConfig) -> str:
-    return "# resolved config of this run (written by compressive-transformer)\n" + toml_writer.dumps(to_dict(cfg))
-
-
 def flat(cfg: RunConfig) -> dict[str, Any]:
     return {f"{section}.{key}": value for section, table in to_dict(cfg).items() for key, value in table.items()}
 
 
 def config_difference(old: RunConfig, new: RunConfig, *, ignore: tuple[str, ...] = ()) -> str | None:
-    """The first dotted key whose value differs, described as ``key: old -> new`` (None when they agree)."""
+    """The first dotted key whose value differs, with both values (None when they agree). ``ignore`` holds keys
+    or prefixes such as ``"eval."``."""
     a, b = flat(old), flat(new)
     for key in a:
-        if key not in ignore and not key.startswith(ignore) and a[key] != b[key]:
+        if not key.startswith(ignore) and a[key] != b[key]:
             return f"{key}: {a[key]!r} in the run, {b[key]!r} now"
     return None
 
 
-def with_vocab(cfg: RunConfig, vocab_size: int) -> RunConfig:
-    """The model's vocabulary is the tokenizer's."""
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size))
+def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
+    """What a run records: the model's vocabulary is the tokenizer's, and data paths are absolute so the run
+    can be evaluated or resumed from any working directory."""
+    absolute = lambda p: str(Path(p).expanduser().resolve()) if p else p  # noqa: E731
+    data = dataclasses.replace(cfg.data, path=absolute(cfg.data.path), cache_dir=absolute(cfg.data.cache_dir))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data)
 
 
 def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
@@ -118,13 +124,14 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     return cfg, load_tokenizer(run_dir / TOKENIZER_DIR)
 
 
-def load_model(run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None) -> CompressiveTransformerLM:
+def load_model(run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None) -> CompressiveTransformerLM | TransformerQL:
     """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint)."""
     path = Path(checkpoint) if checkpoint is not None else latest_checkpoint(run_dir)
     if path is None:
         raise CheckpointError(f"{run_dir}: has no checkpoint yet; train it first (or resume it with --resume)")
+    set_threads(cfg.train.num_threads)
     device = resolve_device(cfg.train.device)
-    model = CompressiveTransformerLM(cfg.model).to(device)
+    model = build_model(cfg.model).to(device)
     load_weights(path, model)
     model.eval()
     return model
@@ -150,41 +157,59 @@ def train_run(
     """
     run_dir = Path(run_dir)
     if resume:
-        saved = read_run_config(run_dir)
-        tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
-        wanted = with_vocab(cfg, tokenizer.vocab_size) if cfg is not None else read_run_config(run_dir, overrides)
-        diff = config_difference(saved, wanted, ignore=RESUME_FREE_KEYS + ("eval.",))
-        if diff:
-            raise ConfigError(f"--resume: the config differs from the run's ({diff}); resume with the run's own config")
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise CheckpointError(f"{run_dir}: no checkpoint to resume from; start the run again without --resume")
-        ckpt_cfg = read_run_config(ckpt)
-        diff = config_difference(ckpt_cfg, saved, ignore=RESUME_FREE_KEYS + ("eval.",))
-        if diff:
-            raise CheckpointError(f"checkpoint {ckpt} was written by another config ({diff}); it cannot be resumed here")
-        cfg = wanted
+        cfg, tokenizer = _resume_config(cfg, run_dir, overrides)
     else:
         if cfg is None:
             raise ConfigError("train: no config given")
         _require_empty(run_dir)
         train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
         tokenizer = build_tokenizer(cfg.data, train_docs)
-        cfg = with_vocab(cfg, tokenizer.vocab_size)
-    caches = cache_dir(cfg, run_dir)
-    train_corpus = load_corpus(cfg.data, "train", tokenizer, caches)
-    val_corpus = _optional_corpus(cfg, "validation", tokenizer, caches, log)
-    if not resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(run_dir / TOKENIZER_DIR)
-        (run_dir / CONFIG_FILE).write_text(config_text(cfg), encoding="utf-8")
-    trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, config_toml=config_text(cfg), log=log)
+        cfg = resolve(cfg, tokenizer.vocab_size)
+    created = not run_dir.exists()
+    try:
+        caches = cache_dir(cfg, run_dir)
+        train_corpus = load_corpus(cfg.data, "train", tokenizer, caches)
+        if train_corpus.num_tokens < 2:
+            raise ConfigError(f"data.path: the train split of {cfg.data.path or cfg.data.format} has no text to learn from; point data.path at a non-empty corpus")
+        val_corpus = _optional_corpus(cfg, "validation", tokenizer, caches, log)
+        if not resume:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            tokenizer.save(run_dir / TOKENIZER_DIR)
+            (run_dir / CONFIG_FILE).write_text(config_text(cfg), encoding="utf-8")
+        trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
+    except BaseException:
+        if not resume:  # leave no half-made run behind; the directory was empty or missing before this call
+            if created:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            elif run_dir.is_dir():
+                for child in run_dir.iterdir():
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
     if resume:
         step = trainer.resume()
         log(f"resuming {run_dir} at step {step} of {cfg.train.steps}")
     n_params = sum(p.numel() for p in trainer.model.parameters())
     log(f"run {run_dir}: {n_params:,} parameters, {train_corpus.num_tokens:,} training tokens, device {trainer.device}")
     return trainer.train(max_steps=max_steps)
+
+
+def _resume_config(cfg: RunConfig | None, run_dir: Path, overrides: list[str] | tuple[str, ...]) -> tuple[RunConfig, Any]:
+    """The config to resume with: the run's own, which a given config must match key for key, as must the
+    newest checkpoint's."""
+    saved = read_run_config(run_dir)
+    tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
+    wanted = resolve(cfg if cfg is not None else read_run_config(run_dir, overrides), tokenizer.vocab_size)
+    ignore = RESUME_FREE_KEYS + ("eval.",)
+    diff = config_difference(saved, wanted, ignore=ignore)
+    if diff:
+        raise ConfigError(f"--resume: the config differs from the run's ({diff}); resume with the run's own config")
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise CheckpointError(f"{run_dir}: no checkpoint to resume from; start the run again without --resume")
+    diff = config_difference(read_run_config(ckpt), saved, ignore=ignore)
+    if diff:
+        raise CheckpointError(f"checkpoint {ckpt} was written by another config ({diff}); it cannot be resumed here")
+    return wanted, tokenizer
 
 
 def _optional_corpus(cfg: RunConfig, split: str, tokenizer: Any, caches: Path, log: Log) -> Any:
@@ -204,9 +229,9 @@ def evaluate_run(
     progress: bool = True,
 ) -> EvalResult:
     """Stream a whole split through the run's newest model; write ``eval_<split>.json`` into the run."""
-    bad = [o for o in overrides if not o.strip().startswith("eval.")]
+    bad = [o for o in overrides if not o.strip().startswith(EVAL_KEYS)]
     if bad:
-        raise ConfigError(f"override {bad[0]!r}: only eval.* keys can change when evaluating a trained run")
+        raise ConfigError(f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run")
     run_dir = Path(run_dir)
     cfg, tokenizer = open_run(run_dir, overrides)
     split = split or cfg.eval.split

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from compressive_transformer.config import RunConfig, to_dict
+
 
 def _value(v: Any) -> str:
     if isinstance(v, bool):
@@ -30,3 +32,8 @@ def dumps(sections: dict[str, dict[str, Any]]) -> str:
         lines.extend(f"{key} = {_value(val)}" for key, val in table.items() if val is not None)
         lines.append("")
     return "\n".join(lines)
+
+
+def config_text(cfg: RunConfig) -> str:
+    """The resolved config of a run, as written to ``config.toml`` and into every checkpoint."""
+    return "# resolved config of this run (written by compressive-transformer)\n" + dumps(to_dict(cfg))

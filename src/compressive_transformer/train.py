@@ -28,8 +28,9 @@ from compressive_transformer.data import StreamBatcher
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.memory import MemoryState
 from compressive_transformer.metrics import MetricsLogger
-from compressive_transformer.models import CompressiveTransformerLM
+from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.schedule import learning_rate
+from compressive_transformer.toml_writer import config_text
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -44,6 +45,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def set_threads(num_threads: int) -> None:
+    """Pin torch's CPU thread count (0 leaves PyTorch's default); oversubscribed cores make every op wait."""
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         if torch.cuda.is_available():
@@ -56,7 +63,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_optimizer(model: CompressiveTransformerLM, cfg: RunConfig) -> torch.optim.Adam:
+def build_optimizer(model: CompressiveTransformerLM | TransformerQL, cfg: RunConfig) -> torch.optim.Adam:
     """Adam with one param group for the model and one for the compressor (its lr is scaled by
     ``train.compressor_lr_scale``). ``lr_scale`` rides along in each group so the schedule can set both."""
     t = cfg.train
@@ -98,18 +105,18 @@ class Trainer:
         train_corpus: Any,
         run_dir: str | Path,
         val_corpus: Any = None,
-        config_toml: str = "",
         log: Callable[[str], None] = print,
     ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.val_corpus = val_corpus
-        self.config_toml = config_toml
+        self.config_toml = config_text(cfg)  # stored in every checkpoint, so a checkpoint names its config
         self.log = log
         t = cfg.train
         seed_everything(t.seed)
+        set_threads(t.num_threads)
         self.device = resolve_device(t.device)
-        self.model = CompressiveTransformerLM(cfg.model).to(self.device)  # unwrapped: what checkpoints hold
+        self.model = build_model(cfg.model).to(self.device)  # unwrapped: what checkpoints hold
         self.forward = torch.compile(self.model) if t.compile else self.model
         self.optimizer = build_optimizer(self.model, cfg)
         self.amp_dtype = AMP_DTYPES[t.amp]
@@ -264,6 +271,9 @@ class Trainer:
         t = self.cfg.train
         end = t.steps if max_steps is None else min(t.steps, self.step + max_steps)
         summary = TrainSummary(step=self.step, last_loss=None, validation=None, checkpoint=self.last_checkpoint)
+        if self.step >= t.steps:
+            self.log(f"the run already finished its {t.steps} steps; nothing to do")
+            return summary
         bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", disable=not t.progress, dynamic_ncols=True)
         window_start, window_tokens = time.perf_counter(), 0
         try:

@@ -119,9 +119,12 @@ class CompressiveTransformerLM(nn.Module):
         *,
         input_mask: Tensor | None = None,
         need_weights: bool = False,
+        compression_loss: bool | None = None,
     ) -> LMOutput:
         """inputs: (B, T) token ids, or (B, T, input_dim) floats in continuous mode; targets: (B, T), -100 = ignore;
-        input_mask: (B, T) bool, False for padding (never attended to by real tokens, never valid in memory)."""
+        input_mask: (B, T) bool, False for padding (never attended to by real tokens, never valid in memory);
+        compression_loss: compute the auxiliary losses (default: only when gradients are enabled — evaluation and
+        generation skip the work; analyses of compressibility ask for them)."""
         cfg = self.cfg
         B, T = inputs.shape[:2]
         if memory is None:
@@ -150,6 +153,7 @@ class CompressiveTransformerLM(nn.Module):
         )
         want_weights = explicit_attention(cfg, h.device, need_weights)
         caching = not self.training and not torch.is_grad_enabled()  # inference: keep keys/values of memory slots
+        want_aux = torch.is_grad_enabled() if compression_loss is None else compression_loss
         new_layers: list[LayerMemory] = []
         aux: list[Tensor] = []
         attentions: list[Tensor] = []
@@ -174,13 +178,14 @@ class CompressiveTransformerLM(nn.Module):
                 kv_version=version,
             )
             new_layers.append(new_state)
-            aux.append(self._compression_loss(i, out, input_mask, eviction, state.cmem_len))
+            if want_aux:
+                aux.append(self._compression_loss(i, out, input_mask, eviction, state.cmem_len))
             if need_weights:
                 attentions.append(out.attn.weights)
             h = out.h
 
         h, logits, loss = self.output(h, targets)
-        aux_losses = torch.stack(aux)
+        aux_losses = torch.stack(aux) if aux else h.new_zeros(cfg.n_layers)
         return LMOutput(
             logits=logits,
             loss=loss,

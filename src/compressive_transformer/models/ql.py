@@ -116,9 +116,11 @@ class TransformerQL(nn.Module):
         *,
         input_mask: Tensor | None = None,
         need_weights: bool = False,
+        compression_loss: bool | None = None,
     ) -> LMOutput:
         """Any T: whole segments of ``seg_len`` advance the memories; a trailing partial segment is answered from
-        a padded segment and its inputs are kept until the segment is complete."""
+        a padded segment and its inputs are kept until the segment is complete. Pooling between scales has no
+        auxiliary loss, so ``compression_loss`` changes nothing here (it exists so both models take one call)."""
         cfg = self.cfg
         B, T = inputs.shape[:2]
         memory = self.init_memory(B, device=inputs.device) if memory is None else memory

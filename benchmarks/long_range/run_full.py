@@ -1,0 +1,25 @@
+"""Produce benchmarks/long_range/results.json (the committed results): what the `task long-range` CLI runs, in order.
+
+    python benchmarks/long_range/run_full.py [main|ablation|tasks|all]
+
+Each stage merges its runs into results.json, so stages may run separately. One torch thread: the experiment is
+sized for two shared CPU cores.
+"""
+
+import sys
+
+import torch
+
+from compressive_transformer.experiments.long_range import ABLATION_MODELS, run_long_range
+
+OUT = "benchmarks/long_range"
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    stage = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if stage in ("main", "all"):  # the equal-cost comparison
+        run_long_range("full", OUT, tasks=("passkey",), models=("txl", "ct"), seed=0)
+    if stage in ("ablation", "all"):  # compression fn x loss, smaller budget per cell
+        run_long_range("full", OUT, tasks=("passkey",), models=ABLATION_MODELS, seed=0)
+    if stage in ("tasks", "all"):  # the other two tasks, at the ablation budget
+        run_long_range("full", OUT, tasks=("associative_recall", "selective_copy"), models=("txl", "ct"), seed=0, budget=200)

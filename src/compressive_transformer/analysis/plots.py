@@ -1,0 +1,162 @@
+"""PNG plots of the analyses (matplotlib, Agg backend): pure inputs in, one file out, nothing shown on screen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+REGION_COLORS = {"compressed": "#2ca02c", "memory": "#ff7f0e", "segment": "#1f77b4"}
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_accuracy_by_distance(entries: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "", binned: bool = False) -> Path:
+    """Accuracy against distance, one line per model, with each model's theoretical range l x (n_m + c n_cm) as a
+    dashed vertical line of the same colour, one layer's reach from the answer's position (n_m + c n_cm + n_s - 1)
+    as a dotted one, and chance level as a grey dotted line."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    key = "accuracy_binned" if binned else "accuracy"
+    drawn: dict[int, Any] = {}
+    for i, e in enumerate(entries):
+        color = f"C{i}"
+        acc = e[key]
+        xs = sorted(int(d) for d in acc)
+        name = e.get("name") or e["model"]["kind"]
+        m = e["model"]
+        label = f"{name} (n_m={m['mem_len']}, n_cm={m['cmem_len']}, cost {m['attention_cost']})"
+        ax.plot(xs, [acc[str(x)] for x in xs], marker="o", color=color, label=label)
+        r = int(m["max_range"])
+        if r not in drawn:
+            drawn[r] = ax.axvline(r, color=color, linestyle="--", alpha=0.8)
+            ax.text(r, 0.5, f"range {r} ", color=color, fontsize=8, rotation=90, va="center", ha="right")
+        one = m.get("single_layer_reach_last_position")
+        if one is not None and int(one) not in drawn:  # what one layer's memory reaches from the probed position
+            drawn[int(one)] = ax.axvline(int(one), color=color, linestyle=":", alpha=0.6)
+    ax.plot([], [], color="black", linestyle="--", label="theoretical range l(n_m + c n_cm)")
+    ax.plot([], [], color="black", linestyle=":", alpha=0.6, label="one layer's reach n_m + c n_cm + n_s - 1")
+    values = entries[0].get("task_config", {}).get("n_values") if entries else None
+    if values:
+        ax.axhline(1.0 / values, color="grey", linestyle=":", label=f"chance (1/{values})")
+    ax.set_xlabel("distance of the answer's information (tokens back)")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.02, 1.45)
+    ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_attention_regions(result: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
+    """Bar plot like the paper's Figure 3: average attention per bucket, oldest to newest, coloured by region;
+    the layer average as bars and each layer as a thin line."""
+    regions = [r for r in result["regions"] if r["buckets"] > 0]
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    x, labels, colors, heights = 0, [], [], []
+    positions = []
+    for r in regions:
+        for b in range(r["buckets"]):
+            positions.append(x)
+            heights.append(result["average"][r["name"]][b])
+            colors.append(REGION_COLORS.get(r["name"], "grey"))
+            labels.append(f"{r['name'][0]}{b + 1}")
+            x += 1
+        x += 0.5
+    ax.bar(positions, [0.0 if h is None or h != h else h for h in heights], color=colors, alpha=0.85)
+    for layer, per_layer in enumerate(result["layers"]):
+        ys = [per_layer[r["name"]][b] for r in regions for b in range(r["buckets"])]
+        ys = [float("nan") if y is None else y for y in ys]
+        ax.plot(positions, ys, linewidth=0.8, alpha=0.6, color="black", marker=".", markersize=3, label=f"layer {layer}" if layer == 0 else None)
+    ax.set_xticks(positions)
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("average attention weight per slot")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=REGION_COLORS[r["name"]]) for r in regions if r["name"] in REGION_COLORS]
+    ax.legend(handles + ax.get_legend_handles_labels()[0][:1], [r["name"] for r in regions] + ["per layer"], fontsize=8)
+    ax.set_title(title or "attention by memory region (oldest -> newest)")
+    return _save(fig, path)
+
+
+def plot_compressibility(series: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
+    """Compression loss per layer against training step (from metrics.jsonl), and the held-out value per layer."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    steps, per_layer = series.get("steps", []), series.get("per_layer", [])
+    for i, ys in enumerate(per_layer):
+        axes[0].plot(steps, ys, label=f"layer {i}")
+    axes[0].set_xlabel("step")
+    axes[0].set_ylabel("compression loss")
+    axes[0].set_title("during training")
+    if any(any(y > 0 for y in ys) for ys in per_layer):
+        axes[0].set_yscale("log")
+    held = series.get("held_out", [])
+    axes[1].bar(range(len(held)), held, color="C2")
+    axes[1].set_xlabel("layer")
+    axes[1].set_title("held-out stream")
+    if per_layer:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(title or "compressibility of layers")
+    return _save(fig, path)
+
+
+def plot_frequency_buckets(result: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
+    """Word perplexity per train-frequency bucket, side by side for each checkpoint (log scale)."""
+    names = list(result["models"])
+    buckets = [b["name"] for b in result["buckets"]] + ["all"]
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        ppl = [result["models"][name]["buckets"].get(b, {}).get("ppl", float("nan")) for b in buckets]
+        ax.bar([j + i * width for j in range(len(buckets))], ppl, width=width, label=name)
+    ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(buckets))])
+    ax.set_xticklabels(buckets)
+    ax.set_yscale("log")
+    ax.set_ylabel("word perplexity")
+    ax.set_xlabel("occurrences of the word in the train split")
+    ax.legend(fontsize=8)
+    ax.set_title(title or "perplexity by word frequency")
+    return _save(fig, path)
+
+
+def plot_temporal_range(result: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
+    """Effect of perturbing the input d tokens back on the final output, against d, with the theoretical range."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ds = result["distances"]
+    ax.plot(ds, [max(e, 1e-12) for e in result["effects"]], marker=".")
+    ax.axhline(result["tolerance"], color="grey", linestyle=":", label=f"tolerance {result['tolerance']:g}")
+    ax.axvline(result["theoretical_max_range"], color="C3", linestyle="--", label=f"theoretical l(n_m + c n_cm) = {result['theoretical_max_range']}")
+    if result.get("theoretical_reach") is not None:
+        ax.axvline(result["theoretical_reach"], color="C1", linestyle="--", label=f"+ position in segment = {result['theoretical_reach']}")
+    ax.axvline(result["empirical_range"], color="C2", linestyle="-", label=f"empirical = {result['empirical_range']}")
+    ax.set_yscale("log")
+    ax.set_xlabel("distance of the perturbed token (tokens back)")
+    ax.set_ylabel("max |change of final log-probs|")
+    ax.legend(fontsize=7)
+    ax.set_title(title or "temporal range")
+    return _save(fig, path)
+
+
+def plot_training_curves(curves: Mapping[str, Mapping[str, Sequence[float]]], path: str | Path, *, key: str = "loss", title: str = "") -> Path:
+    """Several runs on one plot: ``{run name: {"step": [...], key: [...], "val_step": [...], "val_" + key: [...]}}``."""
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for i, (name, c) in enumerate(curves.items()):
+        if c.get(key):
+            ax.plot(c["step"], c[key], color=f"C{i}", label=f"{name} train")
+        if c.get("val_" + key):
+            ax.plot(c["val_step"], c["val_" + key], color=f"C{i}", linestyle="--", marker="o", label=f"{name} validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel(key)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title or f"training curves ({key})")
+    return _save(fig, path)
