@@ -88,6 +88,41 @@ def run_steps(impl, w, phase: str, steps: int, warmup: int) -> dict:
     return out
 
 
+def serve_steps(impl, w, phase: str, warmup: int) -> dict:
+    """Interleaved mode: the parent says when to run each timed step (so that every implementation's k-th step runs
+    in the same stretch of time and outside load hits all alike). Protocol on stdin/stdout, one line each:
+    ``fill`` -> ``@@ ok``; ``step`` -> ``@@ <seconds>``; ``quit`` -> return."""
+    step = impl.train_step if phase == "train" else impl.eval_step
+    fill = w.fill_segments
+    n_warm = fill + warmup
+    gen = batches(w, n_warm + 1, seed=0, batch=w.batch, seg_len=w.seg_len)
+    data = [impl.prepare(x, y) for x, y in gen]
+    extra = data[n_warm:]  # timed steps reuse this one batch (the memory still moves on every step)
+    impl.reset()
+    times, losses = [], []
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "fill":
+            for i, b in enumerate(data[:n_warm]):
+                (impl.eval_step if i < fill else step)(b)
+            print("@@ ok", flush=True)
+        elif cmd == "step":
+            t0 = time.perf_counter()
+            losses.append(step(extra[0]))
+            dt_ = time.perf_counter() - t0
+            times.append(dt_)
+            print(f"@@ {dt_:.6f}", flush=True)
+        elif cmd == "quit":
+            break
+    s = summary(times)
+    tokens = w.batch * w.seg_len
+    out = {**s, "tokens_per_step": tokens, "tokens_per_s": tokens / s["median_s"], "warmup_steps": n_warm,
+           "last_loss": losses[-1], "interleaved": True, "step_times_s": times}  # fmt: skip
+    if hasattr(impl, "frozen_kv"):
+        out["frozen_kv_layers"] = impl.frozen_kv()
+    return out
+
+
 def run_generate(impl, w) -> dict:
     import torch
 
@@ -125,6 +160,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--build-kw", default="{}", help="JSON keyword arguments for the adapter's build()")
     ap.add_argument("--matmul-n", type=int, default=0, help="0: the workload's matmul_n")
+    ap.add_argument("--serve", action="store_true", help="interleaved mode: timed steps on request (see serve_steps)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -157,7 +193,9 @@ def main() -> None:
                       rss_after_import_mb=rss_start, rss_after_build_mb=rss_mb("VmRSS"))  # fmt: skip
         peers = {name: sys.modules[name].__file__ for name in ("compressive_transformer", "compressive_transformer_pytorch", "labml_nn") if name in sys.modules}  # fmt: skip
         result["loaded_packages"] = peers
-        if a.phase in ("train", "eval"):
+        if a.phase in ("train", "eval") and a.serve:
+            result.update(serve_steps(impl, w, a.phase, warmup))
+        elif a.phase in ("train", "eval"):
             result.update(run_steps(impl, w, a.phase, steps, warmup))
         elif a.phase == "generate":
             result.update(run_generate(impl, w))

@@ -7,6 +7,7 @@ Mistakes a user can make (a missing file, an unknown key, a run that already exi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -51,6 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="TOML config; default: the built-in tiny config")
     _add_overrides(p, "override one config key, e.g. --set model.cmem_len=512 (repeatable)")
 
+    p = sub.add_parser(
+        "compare",
+        help="train several variants with one budget and tabulate them",
+        description="Train every [variants.NAME] of a comparison spec (see configs/compare/) with the same budget, "
+        "evaluate each, and write OUT/results.md and OUT/results.json (model, n_s/n_m/n_cm, window, average context "
+        "length, bpc, perplexity, training tokens/s). Finished runs in OUT are reused, never overwritten.",
+    )
+    p.add_argument("spec", type=Path, metavar="SPEC", help="comparison spec TOML with [base] and [variants.NAME] tables")
+    p.add_argument("--out", type=Path, help="output directory; default: a fresh runs/compare-<time>")
+    _add_overrides(p, "override a key of every variant, e.g. --set train.steps=100 (repeatable)")
+    p.add_argument("--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split)")
+
     p = sub.add_parser("data", help="data utilities", description="Data utilities.")
     data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION", help="what to do with the data")
     d = data_sub.add_parser("download", help="download a benchmark corpus and verify its checksum", description="Download a benchmark corpus into DIR.")
@@ -64,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from compressive_transformer.distributed import DistInfo, shutdown
     from compressive_transformer.run import build_config, fresh_run_dir, train_run
 
     if args.resume:
@@ -75,7 +89,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     else:
         cfg = build_config(args.config, args.overrides)
         run_dir = args.run_dir or fresh_run_dir(args.config.stem if args.config else "tiny")
+        if args.run_dir is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ConfigError("--run-dir: name the run directory when several processes train one run (torchrun)")
         summary = train_run(cfg, run_dir)
+    info = DistInfo(rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    shutdown(info)
+    if not info.is_main:
+        return
     if summary.validation is not None:
         print(summary.validation.summary())
     print(f"run directory: {run_dir} (step {summary.step}, checkpoint {summary.checkpoint})")
@@ -99,14 +119,20 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_range(args: argparse.Namespace) -> None:
-    from compressive_transformer.ranges import temporal_range
+    from compressive_transformer.ranges import range_report
     from compressive_transformer.run import build_config
 
-    cfg = build_config(args.config, args.overrides).model
-    r = temporal_range(cfg)
-    print(f"max temporal range: {r.max_range} positions (l={cfg.n_layers} x (n_m={cfg.mem_len} + c={cfg.compression_rate} x n_cm={cfg.cmem_len}))")
-    print(f"attention cost: {r.attention_cost} query-key pairs per layer and head per segment (n_s={cfg.seg_len})")
-    print(f"memory slots per layer: {r.memory_slots}")
+    print(range_report(build_config(args.config, args.overrides).model))
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    from compressive_transformer.experiments.compare import compare, results_table
+    from compressive_transformer.run import fresh_run_dir
+
+    out = args.out or fresh_run_dir("compare")
+    rows = compare(args.spec, out, overrides=args.overrides, split=args.split)
+    print(results_table(rows))
+    print(f"wrote {out / 'results.md'} and {out / 'results.json'}")
 
 
 def cmd_data(args: argparse.Namespace) -> None:
@@ -129,7 +155,15 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(f"next: compressive-transformer generate {result.run_dir} --prompt 'def ' --temperature 0.8")
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "generate": cmd_generate, "range": cmd_range, "data": cmd_data, "demo": cmd_demo}
+COMMANDS = {
+    "train": cmd_train,
+    "evaluate": cmd_evaluate,
+    "generate": cmd_generate,
+    "range": cmd_range,
+    "compare": cmd_compare,
+    "data": cmd_data,
+    "demo": cmd_demo,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,6 +57,9 @@ class LayerMemory:
         return min(sum(self.young), self.cmem_len)
 
 
+ROW_TENSORS = ("mem", "mem_mask", "cmem", "cmem_mask", "usage", "cmem_src")  # per-row state (dim 0 = batch row)
+
+
 @dataclass(frozen=True)
 class MemoryState:
     """The model's whole recurrent state: one :class:`LayerMemory` per layer, passed into and out of ``forward``."""
@@ -77,6 +80,10 @@ class MemoryState:
             keep[torch.as_tensor(list(rows) if not isinstance(rows, Tensor) else rows, dtype=torch.long, device=keep.device)] = False
         return MemoryState(tuple(_reset_layer(layer, keep) for layer in self.layers))
 
+    def select_rows(self, rows: slice) -> "MemoryState":
+        """The state of some batch rows only (a process of a data-parallel run owns a block of rows)."""
+        return MemoryState(tuple(_map_tensors(layer, lambda t: t[rows]) for layer in self.layers))
+
     def detach(self) -> "MemoryState":
         return MemoryState(tuple(_map_tensors(layer, Tensor.detach) for layer in self.layers))
 
@@ -94,7 +101,7 @@ class MemoryState:
         out: dict[str, Tensor] = {}
         for i, layer in enumerate(self.layers):
             p = f"layers.{i}."
-            for name in ("mem", "mem_mask", "cmem", "cmem_mask", "usage", "cmem_src"):
+            for name in ROW_TENSORS:
                 t = getattr(layer, name)
                 if t is not None:
                     out[p + name] = t.detach().contiguous()

@@ -29,20 +29,24 @@ def _json_safe(v: Any) -> Any:
 class MetricsLogger:
     """Appends records to ``<run>/metrics.jsonl``; a resumed run first drops records past its checkpoint."""
 
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, enabled: bool = True) -> None:
         self.path = Path(run_dir) / METRICS_FILE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.use_tensorboard = tensorboard
+        self.enabled = enabled  # one writer per run: only the main process of a multi-process run logs
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.use_tensorboard = tensorboard and enabled
         self.tb: Any = None  # opened on the first record, so a closed logger can log again
 
     def truncate_after(self, step: int) -> None:
         """Forget records logged after ``step`` (they belong to the part of a killed run that is being redone)."""
-        if not self.path.is_file():
+        if not self.enabled or not self.path.is_file():
             return
         kept = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
         self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
     def log(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({k: _json_safe(v) for k, v in record.items()}) + "\n")
         if self.use_tensorboard and self.tb is None:

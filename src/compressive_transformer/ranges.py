@@ -32,3 +32,32 @@ def temporal_range(cfg: ModelConfig) -> TemporalRange:
         attention_cost=cfg.seg_len * (cfg.seg_len + cfg.mem_len + cfg.cmem_len),
         memory_slots=cfg.mem_len + cfg.cmem_len,
     )
+
+
+def range_report(cfg: ModelConfig) -> str:
+    """What ``compressive-transformer range`` prints: the temporal range and attention cost of ``cfg``, and the
+    context lengths (Transformer-QL paper, Appendix B) of the three models at the same window and depth."""
+    from compressive_transformer.context import context_length, context_length_from_config
+
+    lines = []
+    if not cfg.is_ql:
+        r = temporal_range(cfg)
+        lines += [
+            f"max temporal range: {r.max_range} positions "
+            f"(l={cfg.n_layers} x (n_m={cfg.mem_len} + c={cfg.compression_rate} x n_cm={cfg.cmem_len}))",
+            f"attention cost: {r.attention_cost} query-key pairs per layer and head per segment (n_s={cfg.seg_len})",
+            f"memory slots per layer: {r.memory_slots}",
+        ]
+    n_s, memory = cfg.seg_len, cfg.mem_len + cfg.cmem_len
+    rows = [("this config", context_length_from_config(cfg))]
+    rows.append((f"Transformer-XL {n_s}/{memory}", context_length(model="transformer-xl", seg_len=n_s, mem_len=memory, n_layers=cfg.n_layers)))
+    half, c = memory // 2, max(cfg.compression_rate, 2)
+    rows.append(
+        (
+            f"Compressive Transformer {n_s}/{memory - half}/{half} c={c}",
+            context_length(model="compressive", seg_len=n_s, mem_len=memory - half, cmem_len=half, compression_rate=c, n_layers=cfg.n_layers),
+        )
+    )
+    lines.append(f"context length (min / max / average) at window n_s + memory = {n_s + memory}, {cfg.n_layers} layers:")
+    lines += [f"  {name:<40} {ctx.min:>8} {ctx.max:>8} {ctx.average:>10g}" for name, ctx in rows]
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from compressive_transformer.config import (
     tomllib,
 )
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
+from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.generate import generate
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
@@ -156,8 +158,12 @@ def train_run(
     ``overrides``); a ``cfg`` given as well must agree with it, so a checkpoint never meets another model.
     """
     run_dir = Path(run_dir)
+    info = _join_processes(cfg, run_dir)
     if resume:
         cfg, tokenizer = _resume_config(cfg, run_dir, overrides)
+    elif not info.is_main:  # the main process prepared the run (tokenizer, config, caches); read what it wrote
+        barrier(info)
+        cfg, tokenizer = open_run(run_dir)
     else:
         if cfg is None:
             raise ConfigError("train: no config given")
@@ -172,13 +178,14 @@ def train_run(
         if train_corpus.num_tokens < 2:
             raise ConfigError(f"data.path: the train split of {cfg.data.path or cfg.data.format} has no text to learn from; point data.path at a non-empty corpus")
         val_corpus = _optional_corpus(cfg, "validation", tokenizer, caches, log)
-        if not resume:
+        if not resume and info.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             tokenizer.save(run_dir / TOKENIZER_DIR)
             (run_dir / CONFIG_FILE).write_text(config_text(cfg), encoding="utf-8")
+            barrier(info)  # the other processes may read the run now
         trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
     except BaseException:
-        if not resume:  # leave no half-made run behind; the directory was empty or missing before this call
+        if not resume and info.is_main:  # leave no half-made run behind; the directory was empty or missing before
             if created:
                 shutil.rmtree(run_dir, ignore_errors=True)
             elif run_dir.is_dir():
@@ -187,10 +194,21 @@ def train_run(
         raise
     if resume:
         step = trainer.resume()
-        log(f"resuming {run_dir} at step {step} of {cfg.train.steps}")
+        if info.is_main:
+            log(f"resuming {run_dir} at step {step} of {cfg.train.steps}")
     n_params = sum(p.numel() for p in trainer.model.parameters())
-    log(f"run {run_dir}: {n_params:,} parameters, {train_corpus.num_tokens:,} training tokens, device {trainer.device}")
+    if info.is_main:
+        procs = f", {info.world_size} processes" if info.active else ""
+        log(f"run {run_dir}: {n_params:,} parameters, {train_corpus.num_tokens:,} training tokens, device {trainer.device}{procs}")
     return trainer.train(max_steps=max_steps)
+
+
+def _join_processes(cfg: RunConfig | None, run_dir: Path) -> DistInfo:
+    """Under ``torchrun``, join the process group before anything touches the run directory."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return DistInfo()
+    device_name = (cfg if cfg is not None else read_run_config(run_dir)).train.device
+    return init_distributed(local_device(resolve_device(device_name)))
 
 
 def _resume_config(cfg: RunConfig | None, run_dir: Path, overrides: list[str] | tuple[str, ...]) -> tuple[RunConfig, Any]:

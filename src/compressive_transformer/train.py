@@ -25,8 +25,9 @@ from tqdm.auto import tqdm
 from compressive_transformer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from compressive_transformer.config import ConfigError, RunConfig
 from compressive_transformer.data import StreamBatcher
+from compressive_transformer.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate
-from compressive_transformer.memory import MemoryState
+from compressive_transformer.memory import ROW_TENSORS, MemoryState
 from compressive_transformer.metrics import MetricsLogger
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.schedule import learning_rate
@@ -113,11 +114,18 @@ class Trainer:
         self.config_toml = config_text(cfg)  # stored in every checkpoint, so a checkpoint names its config
         self.log = log
         t = cfg.train
-        seed_everything(t.seed)
         set_threads(t.num_threads)
-        self.device = resolve_device(t.device)
-        self.model = build_model(cfg.model).to(self.device)  # unwrapped: what checkpoints hold
-        self.forward = torch.compile(self.model) if t.compile else self.model
+        self.device = local_device(resolve_device(t.device))
+        self.dist = init_distributed(self.device)  # one process unless launched by torchrun
+        self.rows = self.dist.rows(t.batch_size)  # the streams (and memories) this process owns
+        seed_everything(t.seed)
+        self.model = build_model(cfg.model).to(self.device)  # unwrapped: what checkpoints hold; same on every rank
+        if self.dist.active:
+            torch.manual_seed(t.seed + self.dist.rank)  # each rank its own dropout masks
+        wrapped: torch.nn.Module = self.model
+        if self.dist.active:  # gradients are averaged over ranks; compressors only see gradient once they compress
+            wrapped = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+        self.forward = torch.compile(wrapped) if t.compile else wrapped
         self.optimizer = build_optimizer(self.model, cfg)
         self.amp_dtype = AMP_DTYPES[t.amp]
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.amp == "fp16")
@@ -125,22 +133,29 @@ class Trainer:
             train_corpus, batch_size=t.batch_size, seg_len=cfg.model.seg_len, shuffle=t.shuffle, seed=t.seed, repeat=True
         )
         self.batches = iter(self.batcher)
-        self.memory = self.model.init_memory(t.batch_size, device=self.device)
+        self.memory = self.model.init_memory(self.rows.stop - self.rows.start, device=self.device)
         self.step = 0
         self.tokens_seen = 0
         self.last_checkpoint: Path | None = None
-        self.metrics = MetricsLogger(self.run_dir)
+        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
 
     # ----------------------------------------------------------------------------------------------------------
     # checkpoints
 
     def save(self) -> Path:
+        """Write a checkpoint (the main process only, with every rank's memory rows gathered, so it resumes on any
+        number of processes). Every rank must call it."""
+        tensors = self.memory.to_tensors()
+        rows = {k: v for k, v in tensors.items() if k.rsplit(".", 1)[-1] in ROW_TENSORS}
+        memory = tensors | gather_rows(rows, self.dist)
+        if not self.dist.is_main:
+            return self.last_checkpoint
         self.last_checkpoint = save_checkpoint(
             self.run_dir,
             self.step,
             model=self.model,
             optimizer=self.optimizer,
-            memory=self.memory.to_tensors(),
+            memory=memory,
             data_state=self.batcher.state_dict(),
             config_toml=self.config_toml,
             extra={"tokens_seen": self.tokens_seen, "scaler": self.scaler.state_dict()},
@@ -159,7 +174,7 @@ class Trainer:
         if ckpt.extra.get("scaler"):
             self.scaler.load_state_dict(ckpt.extra["scaler"])
         if ckpt.memory is not None:
-            self.memory = MemoryState.from_tensors(ckpt.memory).to(self.device)
+            self.memory = MemoryState.from_tensors(ckpt.memory).select_rows(self.rows).to(self.device)
         self.batcher.load_state_dict(ckpt.data_state)
         self.batches = iter(self.batcher)
         self.last_checkpoint = path
@@ -187,28 +202,35 @@ class Trainer:
         loss_sum, aux_sum, tokens = 0.0, 0.0, 0
         aux_layers = torch.zeros(self.cfg.model.n_layers)
         for _ in range(n_batches):
-            batch = next(self.batches)
-            if bool(batch.reset.any()):
-                self.memory = self.memory.reset(batch.reset.to(self.device))
+            batch = next(self.batches)  # the global batch; this process keeps its rows
+            r = self.rows
+            tokens += int(batch.input_mask.sum())
+            if bool(batch.reset[r].any()):
+                self.memory = self.memory.reset(batch.reset[r].to(self.device))
             with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
                 out = self.forward(
-                    batch.tokens.to(self.device),
+                    batch.tokens[r].to(self.device),
                     memory=self.memory,
-                    targets=batch.targets.to(self.device),
-                    input_mask=batch.input_mask.to(self.device),
+                    targets=batch.targets[r].to(self.device),
+                    input_mask=batch.input_mask[r].to(self.device),
                 )
             loss, aux = out.loss.float(), out.aux_loss.float()
-            loss_value, aux_value = float(loss.detach()), float(aux.detach())
+            # Weight this process's mean by its share of the batch's targets, so that the (rank-averaged) gradient
+            # is the gradient of the global mean; with one process the weight is exactly 1.
+            n_local = float((batch.targets[r] != -100).sum())
+            share = n_local / max(float((batch.targets != -100).sum()), 1.0) * self.dist.world_size
+            totals = all_reduce_sum(torch.tensor([float(loss.detach()) * share, float(aux.detach())], dtype=torch.float64), self.dist)
+            loss_value = float(totals[0]) / self.dist.world_size
+            aux_value = float(totals[1]) / self.dist.world_size
             if not math.isfinite(loss_value):
                 raise self._diverged("the loss", loss_value)
             if not math.isfinite(aux_value):
                 raise self._diverged("the compression loss", aux_value)
-            self.scaler.scale((loss + aux) / n_batches).backward()
+            self.scaler.scale((loss * share + aux) / n_batches).backward()
             self.memory = out.memory
             loss_sum += loss_value
             aux_sum += aux_value
-            aux_layers += out.aux_losses.float().cpu()
-            tokens += int(batch.input_mask.sum())
+            aux_layers += all_reduce_sum(out.aux_losses.float().cpu(), self.dist) / self.dist.world_size
         self.scaler.unscale_(self.optimizer)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
@@ -243,7 +265,7 @@ class Trainer:
     def validate(self) -> EvalResult | None:
         """Streaming evaluation on the validation corpus (capped at ``train.val_batches`` batches). It runs under a
         forked RNG, so validating or not never changes the training trajectory."""
-        if self.val_corpus is None:
+        if self.val_corpus is None or not self.dist.is_main:
             return None
         e = self.cfg.eval
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
@@ -274,7 +296,7 @@ class Trainer:
         if self.step >= t.steps:
             self.log(f"the run already finished its {t.steps} steps; nothing to do")
             return summary
-        bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", disable=not t.progress, dynamic_ncols=True)
+        bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", disable=not (t.progress and self.dist.is_main), dynamic_ncols=True)
         window_start, window_tokens = time.perf_counter(), 0
         try:
             while self.step < end:

@@ -63,7 +63,8 @@ def held_out_compressibility(
             if bool(batch.reset.any()):
                 memory = memory.reset(batch.reset.to(device))
             T = batch.tokens.shape[1]
-            out = model(batch.tokens.to(device), memory=memory, input_mask=batch.input_mask.to(device))
+            # the model skips its auxiliary losses when no gradient is wanted unless asked for them
+            out = model(batch.tokens.to(device), memory=memory, input_mask=batch.input_mask.to(device), compression_loss=applicable)
             for i, (old, new) in enumerate(zip(memory.layers, out.memory.layers)):
                 if old.fill + T - new.fill > 0:  # this layer evicted (and compressed) a group this segment
                     sums[i] += float(out.aux_losses[i])

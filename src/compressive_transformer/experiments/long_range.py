@@ -538,7 +538,7 @@ def run_long_range(
             if budget is not None:
                 train = dataclasses.replace(
                     train, steps=budget, warmup_steps=min(train.warmup_steps, max(budget // 10, 1)),
-                    curriculum_steps=min(train.curriculum_steps, budget // 3),
+                    curriculum_steps=min(train.curriculum_steps, budget // 2),
                 )
             log(f"{task_name} / {model_name}: {train.steps} steps, {describe_model(runs[model_name])['attention_cost']} query-key pairs per segment")
             record = run_one(TaskRunConfig(runs[model_name], all_tasks[task_name], train), log=log)

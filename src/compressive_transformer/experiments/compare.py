@@ -1,0 +1,131 @@
+"""Train several variants of one run config with the same budget and tabulate them (Transformer-QL's Table 1 shape).
+
+A spec is a TOML file with a ``[base]`` run config (``[base.model]``, ``[base.data]``, ...) and one table per
+variant under ``[variants.NAME]`` holding only what differs. Each variant trains in ``OUT/NAME`` (an existing
+finished run with the same config is reused, never overwritten), is evaluated, and contributes one row: model,
+n_s/n_m/n_cm, window, average context length (Transformer-QL paper, Appendix B), the evaluation metric, training
+tokens/s and parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Callable
+
+from compressive_transformer.config import ConfigError, ModelConfig, RunConfig, apply_overrides, load_toml
+from compressive_transformer.context import context_length_from_config
+from compressive_transformer.models import build_model
+from compressive_transformer.run import evaluate_run, read_run_config, train_run
+
+Log = Callable[[str], None]
+
+
+def model_name(cfg: ModelConfig) -> str:
+    if cfg.is_ql:
+        return "Transformer-QL"
+    return "Compressive Transformer" if cfg.cmem_len > 0 else "Transformer-XL"
+
+
+def window_length(cfg: ModelConfig) -> int:
+    """n_w as the Transformer-QL paper counts it: n_s + n_m (+ n_cm for the Compressive Transformer)."""
+    return cfg.seg_len + cfg.mem_len + cfg.cmem_len
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, RunConfig]:
+    """Variant name -> resolved RunConfig; ``overrides`` (section.key=value) apply to every variant."""
+    raw = load_toml(path)
+    unknown = sorted(set(raw) - {"base", "variants"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown table [{unknown[0]}]; a comparison spec has [base] and [variants.NAME]")
+    variants = raw.get("variants")
+    if not isinstance(variants, dict) or not variants:
+        raise ConfigError(f"{path}: no [variants.NAME] tables; add at least one variant to compare")
+    base = apply_overrides(raw.get("base", {}), overrides)
+    configs = {}
+    for name, extra in variants.items():
+        try:
+            configs[name] = RunConfig.from_raw(_merge(base, extra))
+        except ConfigError as e:
+            raise ConfigError(f"variants.{name}: {e}") from None
+    return configs
+
+
+def _tokens_per_s(run_dir: Path) -> float | None:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    rates = [r["tokens_per_s"] for r in map(json.loads, path.read_text().splitlines()) if "tokens_per_s" in r]
+    return statistics.median(rates) if rates else None
+
+
+def compare(
+    spec: str | Path,
+    out_dir: str | Path,
+    *,
+    overrides: list[str] | tuple[str, ...] = (),
+    split: str | None = None,
+    log: Log = print,
+) -> list[dict[str, Any]]:
+    """Train and evaluate every variant of ``spec``; write ``results.json`` and ``results.md`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    configs = load_spec(spec, overrides)
+    rows = []
+    for name, cfg in configs.items():
+        run_dir = out_dir / name
+        log(f"== {name}: {model_name(cfg.model)}")
+        finished = (run_dir / "config.toml").is_file()
+        train_run(None if finished else cfg, run_dir, resume=finished, log=log)
+        result = evaluate_run(run_dir, split=split, progress=False)
+        m = cfg.model
+        ctx = context_length_from_config(m)
+        n_params = sum(p.numel() for p in build_model(read_run_config(run_dir).model).parameters())
+        rows.append(
+            {
+                "variant": name,
+                "model": model_name(m),
+                "n_s/n_m/n_cm": f"{m.seg_len:02d}/{m.mem_len:02d}/" + (f"{m.cmem_len:02d}" if m.cmem_len else "-"),
+                "window": window_length(m),
+                "context_min": ctx.min,
+                "context_max": ctx.max,
+                "context_avg": ctx.average,
+                "split": result.split,
+                "bpc": result.bpc,
+                "ppl": result.ppl,
+                "word_ppl": result.word_ppl,
+                "eval_tokens": result.tokens,
+                "eval_complete": result.complete,
+                "train_steps": cfg.train.steps,
+                "tokens_per_s": _tokens_per_s(run_dir),
+                "parameters": n_params,
+                "run_dir": str(run_dir),
+            }
+        )
+        log(f"   {result.summary()}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "results.md").write_text(results_table(rows), encoding="utf-8")
+    return rows
+
+
+def results_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| model | n_s/n_m/n_cm | n_w | avg context | split | bpc | ppl | train tokens/s | parameters |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        rate = f"{r['tokens_per_s']:.0f}" if r["tokens_per_s"] else "-"
+        split = r["split"] + ("" if r["eval_complete"] else f" (first {r['eval_tokens']:,} tokens)")
+        lines.append(
+            f"| {r['model']} | {r['n_s/n_m/n_cm']} | {r['window']} | {r['context_avg']:g} | {split} | "
+            f"{r['bpc']:.4f} | {r['ppl']:.3f} | {rate} | {r['parameters']:,} |"
+        )
+    return "\n".join(lines) + "\n"
