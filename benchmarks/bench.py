@@ -76,6 +76,66 @@ def child(python: str, impl: str, phase: str, workload: str, a, build_kw: dict |
         return r
 
 
+def interleaved(impls: list[str], phase: str, w, a) -> dict[str, dict]:
+    """Runs every implementation's timed steps interleaved: step k of each implementation (in a rotating order)
+    before step k+1 of any, each in its own long-lived child. Slow drifts in outside load then hit all alike, so
+    the ratios are far steadier than with one implementation after the other."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads), PYTHONDONTWRITEBYTECODE="1")
+    steps = w.steps if a.steps is None else a.steps
+    tmp = tempfile.mkdtemp()
+    procs = {}
+    for impl in impls:
+        cmd = [python_for(impl, a), str(HERE / "child.py"), "--impl", impl, "--phase", phase, "--workload", w.name,
+               "--threads", str(a.threads), "--serve", "--out", str(Path(tmp) / f"{impl}.json")]  # fmt: skip
+        if a.warmup is not None:
+            cmd += ["--warmup", str(a.warmup)]
+        procs[impl] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env=env, cwd=str(HERE.parent))  # fmt: skip
+    failed: dict[str, str] = {}
+
+    def ask(impl: str, cmd: str) -> str | None:
+        p = procs[impl]
+        try:
+            p.stdin.write(cmd + "\n")
+            p.stdin.flush()
+            for line in p.stdout:
+                if line.startswith("@@ "):
+                    return line[3:].strip()
+        except (BrokenPipeError, OSError):
+            pass
+        failed[impl] = ((p.stderr.read() if p.poll() is not None else "") or "child exited").strip().splitlines()[-1][:400]
+        return None
+
+    for impl in impls:  # memories filled and warm-up, one at a time
+        ask(impl, "fill")
+    live = [i for i in impls if i not in failed]
+    for k in range(steps):
+        order = live[k % len(live):] + live[: k % len(live)] if live else []
+        for impl in order:
+            if impl not in failed:
+                ask(impl, "step")
+    out = {}
+    for impl in impls:
+        p = procs[impl]
+        if impl not in failed:
+            try:
+                p.stdin.write("quit\n")
+                p.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
+        try:
+            _, err = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        f = Path(tmp) / f"{impl}.json"
+        if impl in failed or not f.exists():
+            out[impl] = {"error": failed.get(impl) or (err or "no output").strip().splitlines()[-1][:400]}
+        else:
+            out[impl] = json.loads(f.read_text())
+    return out
+
+
 def python_for(impl: str, a) -> str:
     if a.python:
         return a.python
@@ -171,7 +231,10 @@ def markdown(res: dict, w: workloads.Workload) -> str:
         f"d_model {w.d_model}, {w.n_layers} layers, {w.n_heads} heads, FFN {w.d_ff}, vocab {w.vocab}, "
         f"n_s {w.seg_len}, n_m {w.mem_len}, n_cm {w.cmem_len}, c {w.rate}, batch {w.batch}; "
         f"ours_txl: n_m {w.mem_len + w.cmem_len}, n_cm 0. Medians over {res['steps']} steps after "
-        f"{w.fill_segments} memory-filling + {res['warmup']} warm-up steps; {res['rounds']} round(s) ({res['gen_rounds']} with generation), median round. "
+        f"{w.fill_segments} memory-filling + {res['warmup']} warm-up steps; "
+        + ("train/eval steps of all implementations interleaved (step k of each before step k+1 of any); "
+           if res.get("interleave") else "")
+        + f"{res['rounds']} round(s) ({res['gen_rounds']} with generation), median round. "
         f"Generation batch {w.gen_batch}.",
         "",
     ]
@@ -252,6 +315,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--rounds", type=int, default=1, help="repeat every measurement round-robin; report the median round")
+    ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=True,
+                    help="train/eval: all implementations alive at once, their timed steps interleaved (default)")
     ap.add_argument("--gen-rounds", type=int, default=1, help="rounds that include the (slow) generation phase")
     ap.add_argument("--one-process", action=argparse.BooleanOptionalAction, default=None,
                     help="all phases of an implementation in one child (default: only for the tiny smoke workload)")
@@ -285,7 +350,7 @@ def main() -> None:
 
     res = {"workload": w.to_dict(), "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": machine_info(), "torch": torch.__version__, "threads": a.threads, "load_start": loadavg(),
-           "steps": w.steps if a.steps is None else a.steps, "warmup": w.warmup if a.warmup is None else a.warmup, "rounds": a.rounds, "gen_rounds": min(a.gen_rounds, a.rounds),
+           "steps": w.steps if a.steps is None else a.steps, "warmup": w.warmup if a.warmup is None else a.warmup, "rounds": a.rounds, "interleave": a.interleave, "gen_rounds": min(a.gen_rounds, a.rounds),
            "impls": {}}  # fmt: skip
     py0 = python_for("ours", a)
     print(f"[bench] {w.name}: impls {impls}, phases {phases}, load {res['load_start']}", flush=True)
@@ -293,10 +358,23 @@ def main() -> None:
     one_process = a.one_process if a.one_process is not None else w.name == "tiny"
     runs: dict[str, dict[str, list[dict]]] = {impl: {p: [] for p in phases} for impl in impls}
     meta: dict[str, dict] = {impl: {} for impl in impls}
-    for rnd in range(a.rounds):  # round-robin, so a burst of outside load hits every implementation alike
+    if a.interleave and not one_process:
+        for phase in [p for p in phases if p in ("train", "eval")]:
+            members = [i for i in impls if phase in ONLY_PHASES.get(i, phases)]
+            t0 = time.perf_counter()
+            for impl, r in interleaved(members, phase, w, a).items():
+                runs[impl][phase].append(r)
+                for k in ("label", "param_count", "config", "loaded_packages"):
+                    if k in r:
+                        meta[impl][k] = r[k]
+                print(f"[bench] interleaved {impl:17s} {phase:8s} {time.perf_counter() - t0:6.1f}s  {describe(phase, r)}", flush=True)
+        phases_seq = [p for p in phases if p not in ("train", "eval")]
+    else:
+        phases_seq = phases
+    for rnd in range(a.rounds if phases_seq else 0):  # round-robin, so a burst of outside load hits every implementation alike
         for impl in impls:
             py = python_for(impl, a)
-            mine = [p for p in phases if p in ONLY_PHASES.get(impl, phases) and (p != "generate" or rnd < a.gen_rounds)]
+            mine = [p for p in phases_seq if p in ONLY_PHASES.get(impl, phases) and (p != "generate" or rnd < a.gen_rounds)]
             todo = [("all", mine)] if one_process else [(p, [p]) for p in mine]
             for run_phase, covered in todo:
                 t0 = time.perf_counter()

@@ -22,4 +22,4 @@ if __name__ == "__main__":
     if stage in ("ablation", "all"):  # compression fn x loss, smaller budget per cell
         run_long_range("full", OUT, tasks=("passkey",), models=ABLATION_MODELS, seed=0)
     if stage in ("tasks", "all"):  # the other two tasks, at a smaller budget (half of it the one-segment curriculum)
-        run_long_range("full", OUT, tasks=("associative_recall", "selective_copy"), models=("txl", "ct"), seed=0, budget=450)
+        run_long_range("full", OUT, tasks=("associative_recall", "selective_copy"), models=("txl", "ct"), seed=0, budget=300)

@@ -101,7 +101,7 @@ def analyze_run(
         tokens = np.asarray(corpus.tokens[: min(length, corpus.num_tokens)], dtype=np.int64)
         if len(tokens) >= 2 * s:
             tokens = tokens[: len(tokens) - len(tokens) % s]  # whole segments: the probe is a segment's last position
-            out["temporal"] = empirical_temporal_range(model, tokens, batch_size=8, tolerance=1e-9)
+            out["temporal"] = empirical_temporal_range(model, tokens, batch_size=48, tolerance=1e-9)
     if "frequency" in analyses:
         log(f"{run_dir}: perplexity by word frequency")
         counts = word_counts(read_documents(cfg.data, "train"))

@@ -21,10 +21,12 @@ import torch.nn.functional as F
 from compressive_transformer.ranges import temporal_range
 
 
-def default_distances(length: int, reach: int, seg_len: int, *, points: int = 64) -> list[int]:
-    """About ``points`` distances spread over [1, length - 1], plus every distance within a segment of ``reach``."""
+def default_distances(length: int, reach: int, seg_len: int, *, points: int = 24) -> list[int]:
+    """About ``points`` distances spread over [1, length - 1], plus 16 steps across a segment either side of
+    ``reach`` (every distance there when the segment is short); each distance costs one streamed row."""
     spread = np.unique(np.linspace(1, length - 1, num=min(points, length - 1)).round().astype(int))
-    near = range(max(1, reach - seg_len), min(length - 1, reach + seg_len) + 1)
+    step = max(1, seg_len // 8)
+    near = range(max(1, reach - seg_len), min(length - 1, reach + seg_len) + 1, step)
     return sorted(set(spread.tolist()) | set(near))
 
 

@@ -145,7 +145,9 @@ class TransformerQL(nn.Module):
             h, _, attentions = self._segment(seg, seg_mask, states, scales, need_weights)
             outs.append(h[:, :rest])
         keep = torch.arange(S, device=x.device) >= S - rest
-        tail = torch.cat([x.new_zeros(B, S, x.shape[-1]), x[:, n_full * S :]], dim=1)[:, -S:]
+        # Pending inputs are held detached, like every memory: the call that completes their segment trains on them
+        # without reaching back into this call's graph.
+        tail = torch.cat([x.new_zeros(B, S, x.shape[-1]), x[:, n_full * S :].detach()], dim=1)[:, -S:]
         tail_mask = torch.cat([x_mask.new_zeros(B, S), x_mask[:, n_full * S :]], dim=1)[:, -S:] & keep
         new_pending = replace(pending, mem=tail.masked_fill(~tail_mask.unsqueeze(-1), 0.0), mem_mask=tail_mask, fill=rest)
 
