@@ -76,7 +76,7 @@ def child(python: str, impl: str, phase: str, workload: str, a, build_kw: dict |
         return r
 
 
-def interleaved(impls: list[str], phase: str, w, a) -> dict[str, dict]:
+def interleaved(impls: list, phase: str, w, a) -> dict[str, dict]:
     """Runs every implementation's timed steps interleaved: step k of each implementation (in a rotating order)
     before step k+1 of any, each in its own long-lived child. Slow drifts in outside load then hit all alike, so
     the ratios are far steadier than with one implementation after the other."""
@@ -84,8 +84,11 @@ def interleaved(impls: list[str], phase: str, w, a) -> dict[str, dict]:
     steps = w.steps if a.steps is None else a.steps
     tmp = tempfile.mkdtemp()
     procs = {}
-    for impl in impls:
-        cmd = [python_for(impl, a), str(HERE / "child.py"), "--impl", impl, "--phase", phase, "--workload", w.name,
+    # members: implementation names (all on workload w), or (key, implementation, workload spec) triples
+    members = [m if isinstance(m, tuple) else (m, m, w.name) for m in impls]
+    impls = [key for key, _, _ in members]
+    for impl, name, spec in members:
+        cmd = [python_for(name, a), str(HERE / "child.py"), "--impl", name, "--phase", phase, "--workload", spec,
                "--threads", str(a.threads), "--serve", "--out", str(Path(tmp) / f"{impl}.json")]  # fmt: skip
         if a.warmup is not None:
             cmd += ["--warmup", str(a.warmup)]

@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from benchmarks import workloads  # noqa: E402
-from benchmarks.bench import child, loadavg, machine_info, python_for  # noqa: E402
+from benchmarks.bench import child, interleaved, loadavg, machine_info, python_for  # noqa: E402
 
 
 def linear_fit(xs: list[float], ys: list[float]) -> dict:
@@ -45,24 +45,47 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--python", default=None)
+    ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=True,
+                    help="all points alive at once, timed steps interleaved (default; steadier under outside load)")
+    ap.add_argument("--report-only", default=None, metavar="JSON", help="rebuild fits, markdown and plot from a scaling JSON")
     a = ap.parse_args()
     base = workloads.get(a.width)
+    if a.report_only:
+        res = json.loads(Path(a.report_only).read_text())
+        totals = sorted({p["total"] for p in res["points"]})
+        report(res, totals, base, a, Path(a.report_only).parent)
+        return
     totals = [int(t) for t in a.totals.split(",")]
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
     res = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(),
            "threads": a.threads, "width": a.width, "load_start": loadavg(), "points": []}  # fmt: skip
+    specs = {}
+    for total in totals:
+        # ours_txl.build turns (n_m, n_cm) into (n_m + n_cm, 0), so both get the same workload.
+        w = base.replace(name=f"scaling_{total}", mem_len=total // 2, cmem_len=total - total // 2, gen_prompts=())
+        specs[total] = (w, json.dumps(w.to_dict()))
+    pre = {}
+    if a.interleave:  # every (implementation, T) alive at once, timed steps interleaved (see bench.interleaved)
+        members = [(f"{impl}@{total}", impl, specs[total][1]) for total in totals for impl in ("ours", "ours_txl")]
+        res["interleaved"] = True
+        pre = interleaved(members, "train", base.replace(steps=a.steps), a)
     for total in totals:
         for impl in ("ours", "ours_txl"):
-            # ours_txl.build turns (n_m, n_cm) into (n_m + n_cm, 0), so both get the same workload.
-            w = base.replace(name=f"scaling_{total}", mem_len=total // 2, cmem_len=total - total // 2, gen_prompts=())
-            spec = json.dumps({k: v for k, v in w.to_dict().items()})
+            w, spec = specs[total]
             t0 = time.perf_counter()
-            r = child(python_for(impl, a), impl, "train", spec, a)
+            r = pre[f"{impl}@{total}"] if a.interleave else child(python_for(impl, a), impl, "train", spec, a)
             pt = {"impl": impl, "total": total, "attn_keys": w.seg_len + total, "mem_len": w.mem_len if impl == "ours" else total,
                   "cmem_len": w.cmem_len if impl == "ours" else 0, **{k: r.get(k) for k in ("median_s", "p25_s", "p75_s", "tokens_per_s", "peak_rss_mb", "error")}}  # fmt: skip
             res["points"].append(pt)
             msg = pt["error"] or f"{pt['median_s']:.3f} s/step"
             print(f"[scaling] T={total:5d} {impl:9s} {time.perf_counter() - t0:5.1f}s  {msg}", flush=True)
-    res["load_end"] = loadavg()
+            res["load_end"] = loadavg()
+            (out / "scaling.json").write_text(json.dumps(res, indent=1))  # partial results survive an interruption
+    report(res, totals, base, a, out)
+
+
+def report(res: dict, totals: list[int], base, a, out: Path) -> None:
     for impl in ("ours", "ours_txl"):
         pts = [p for p in res["points"] if p["impl"] == impl and p.get("median_s")]
         if len(pts) >= 2:
@@ -74,13 +97,12 @@ def main() -> None:
         if o and x:
             ratios.append({"total": total, "ours_over_txl_time": o[0] / x[0]})
     res["ours_over_txl"] = ratios
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "scaling.json").write_text(json.dumps(res, indent=1))
 
-    lines = [f"### Scaling sweep ({a.width} widths) — {res['date']}", "",
-             f"{res['machine']['cpu']} ({res['machine']['nproc']} cores), {a.threads} threads, load {res['load_start']} / {res['load_end']}. "
-             "Median seconds per training step (forward + backward + Adam), batch "
+    lines = [f"### Scaling sweep ({res['width']} widths) — {res['date']}", "",
+             f"{res['machine']['cpu']} ({res['machine']['nproc']} cores), {res['threads']} threads, load {res['load_start']} / {res['load_end']}. "
+             "Median seconds per training step (forward + backward + Adam)"
+             + (", all points' steps interleaved" if res.get("interleaved") else "") + ", batch "
              f"{base.batch} x n_s {base.seg_len}.", "",
              "| n_m + n_cm | keys per query | ours (n_m = n_cm = T/2) s/step | Transformer-XL (n_m = T) s/step | ours / XL |",
              "|---|---|---|---|---|"]  # fmt: skip
@@ -122,7 +144,7 @@ def main() -> None:
                     label=f"fit: {1e3 * fit['intercept_s']:.0f} ms + {1e6 * fit['slope_s_per_slot']:.0f} us/slot (R²={fit['r2']:.3f})")  # fmt: skip
     ax.set_xlabel("n_m + n_cm (memory slots per layer)")
     ax.set_ylabel("ms per training step")
-    ax.set_title(f"Training step vs memory size ({a.width} widths, {a.threads} threads)")
+    ax.set_title(f"Training step vs memory size ({res['width']} widths, {res['threads']} threads)")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)

@@ -185,3 +185,16 @@ def test_task_config_overrides_and_errors(tmp_path):
     small = dataclasses.replace(run.model, vocab_size=8)
     with pytest.raises(ConfigError, match="vocab_size"):
         type(run)(small, run.task, run.train)
+
+
+def test_run_task_from_a_config_file(tmp_path):
+    from compressive_transformer.experiments import run_task
+
+    small = ["model.d_model=16", "model.n_heads=2", "model.d_ff=32", "model.seg_len=8", "model.mem_len=8", "model.cmem_len=4",
+             "task.seq_len=32", "task.distances=[4, 20]", "train.steps=2", "train.curriculum_steps=1", "train.eval_per_value=3",
+             "train.batch_size=2"]  # fmt: skip
+    record = run_task(CONFIGS / "passkey-ct.toml", tmp_path, overrides=small, log=lambda _: None)
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["accuracy"] == record["accuracy"] and set(saved["accuracy"]) == {"4", "20"}
+    assert saved["counts"]["4"][1] == 3 and saved["model"]["max_range"] == 2 * (8 + 4 * 4)
+    assert "--set train.steps=2" in saved["command"] and (tmp_path / "accuracy_by_distance.png").is_file()

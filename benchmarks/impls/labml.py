@@ -101,7 +101,7 @@ class Impl:
         output, new_mem = self.model(data, self.memory)
         self.memory, mem_to_compress = self.merge(self.memory, new_mem)
         loss = F.cross_entropy(output.view(-1, output.shape[-1]), target.view(-1))
-        task = float(loss)
+        task = float(loss.detach())
         if mem_to_compress:
             loss = loss + self.ar_loss(new_mem, mem_to_compress)
         loss.backward()

@@ -81,7 +81,7 @@ class Impl:
         self.opt.zero_grad(set_to_none=True)
         (loss + aux_loss).backward()
         self.opt.step()
-        return float(loss)
+        return float(loss.detach())
 
     @torch.no_grad()
     def eval_step(self, batch) -> float:

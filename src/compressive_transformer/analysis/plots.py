@@ -101,6 +101,7 @@ def plot_compressibility(series: Mapping[str, Any], path: str | Path, *, title: 
         axes[0].set_yscale("log")
     held = series.get("held_out", [])
     axes[1].bar(range(len(held)), held, color="C2")
+    axes[1].set_xticks(range(len(held)))
     axes[1].set_xlabel("layer")
     axes[1].set_title("held-out stream")
     if per_layer:

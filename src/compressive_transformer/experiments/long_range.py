@@ -622,6 +622,9 @@ def results_markdown(results: dict[str, Any]) -> str:
         lines.append("")
         cells = [e for e in entries if e["name"].startswith("ct-")]
         txl = next((e for e in entries if e["name"] == "txl"), None)
+        main_ct = next((e for e in entries if e["name"] == "ct"), None)
+        if cells and main_ct and not any(e["name"] == "ct-conv-attention" for e in cells):
+            cells.append(main_ct)  # the main model is the conv x attention cell (at its own, larger budget)
         if cells:
             reach = txl["model"]["max_range_last_position"] if txl else cells[0]["model"]["seg_len"] * 5 - 1
             lines += [f"### ablation: compression fn x loss ({task})", "",
