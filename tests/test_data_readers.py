@@ -211,7 +211,9 @@ def test_wikitext_missing_train_needs_train_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"data\.train_file: .* has no wiki\.train\.tokens; .*train_file = 'wiki\.valid\.tokens'"):
         read_documents(cfg, "train")
     cfg = DataConfig(format="wikitext", path=str(tmp_path), tokenizer="words", train_file="wiki.valid.tokens")
-    assert read_documents(cfg, "train") == read_documents(cfg, "validation")
+    assert read_documents(cfg, "train") == read_documents(cfg, "test")  # (same text here, different files)
+    with pytest.raises(ConfigError, match="is the training text of this run"):
+        read_documents(cfg, "validation")
     cfg = DataConfig(format="wikitext", path=str(tmp_path), tokenizer="words", train_file="nope.tokens")
     with pytest.raises(ConfigError, match="does not exist"):
         read_documents(cfg, "train")
@@ -256,3 +258,15 @@ def test_pg19_missing_split_directory_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         read_documents(DataConfig(format="pg19", path=str(tmp_path)), "test")
     assert str(e.value) == f"data.path: PG-19 directory {tmp_path} has no test/ subdirectory; add {tmp_path / 'test'}"
+
+
+def test_wikitext_training_file_is_never_also_served_as_an_evaluation_split(tmp_path):
+    from compressive_transformer.config import ConfigError, DataConfig
+    from compressive_transformer.data import read_documents
+
+    for name in ("wiki.valid.tokens", "wiki.test.tokens"):
+        (tmp_path / name).write_text(" = A = \n\n a b c \n")
+    cfg = DataConfig(format="wikitext", path=str(tmp_path), tokenizer="words", train_file="wiki.valid.tokens")
+    assert read_documents(cfg, "train") and read_documents(cfg, "test")
+    with pytest.raises(ConfigError, match="^data.train_file: wiki.valid.tokens is the training text"):
+        read_documents(cfg, "validation")

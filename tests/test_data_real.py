@@ -51,8 +51,8 @@ def test_enwik8_prefix_split_is_proportional(tmp_path: Path) -> None:
 
 def test_wikitext103_valid_with_eos_unk_and_vocabulary(tmp_path: Path) -> None:
     root = need(WT103)
+    valid = read_split(DataConfig(format="wikitext", path=str(root), tokenizer="words"), "validation")
     cfg = DataConfig(format="wikitext", path=str(root), tokenizer="words", train_file="wiki.valid.tokens")
-    valid = read_split(cfg, "validation")
     words = valid.documents[0].split()  # type: ignore[union-attr]
     assert valid.num_words == len(words) == 217_646, "the published WikiText-103 validation token count"
     assert valid.num_articles == 60

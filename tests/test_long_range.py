@@ -162,6 +162,8 @@ def test_unknown_names_are_one_line_errors(tmp_path):
         run_long_range("quick", tmp_path, models=("gru",))
     with pytest.raises(ConfigError, match="--tasks: unknown"):
         run_long_range("quick", tmp_path, tasks=("sorting",))
+    with pytest.raises(ConfigError, match="models: unknown 'ct-conv-none'"):
+        run_long_range("quick", tmp_path, models=("ablation", "ct-conv-none"))
     with pytest.raises(ConfigError, match="--preset: unknown"):
         run_long_range("huge", tmp_path)
 

@@ -160,3 +160,13 @@ def test_trains_across_segments_with_every_weight_reached():
         assert not any(t.requires_grad for layer in memory.layers for t in (layer.mem, layer.cmem))
     opt.step()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def test_context_length_takes_a_config_of_any_of_the_three_models():
+    from compressive_transformer import context_length
+
+    assert context_length(ql_config()) == context_length_from_config(ql_config())
+    txl = tiny_config(cmem_len=0, n_layers=4, seg_len=4, mem_len=4)
+    assert (context_length(txl).min, context_length(txl).max) == (16, 20)
+    ct = tiny_config(n_layers=2, seg_len=4, mem_len=4, cmem_len=4, compression_rate=2)
+    assert context_length(ct).min == 2 * (4 + 2 * 4)

@@ -64,6 +64,40 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(p, "override a key of every variant, e.g. --set train.steps=100 (repeatable)")
     p.add_argument("--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split)")
 
+    p = sub.add_parser("task", help="long-range synthetic tasks", description="Controlled long-range tasks (passkey, associative recall, selective copy), streamed segment by segment with memory.")
+    task_sub = p.add_subparsers(dest="task_command", required=True, metavar="ACTION", help="what to run")
+    t = task_sub.add_parser(
+        "long-range",
+        help="train and score models by distance at equal attention cost",
+        description="Train each model on each task, evaluate accuracy by distance, merge into OUT/results.json, and "
+        "plot accuracy against distance with the theoretical ranges drawn in.",
+    )
+    t.add_argument("--preset", choices=("quick", "full"), default="full", help="training budget and task sizes (quick: seconds; default full)")
+    t.add_argument("--tasks", default="passkey", help="comma-separated: passkey, associative_recall, selective_copy (default passkey)")
+    t.add_argument("--models", default="txl,ct", help="comma-separated: txl, ct, ct-<compression>-<loss>, or ablation for the compression fn x loss grid (default txl,ct)")
+    t.add_argument("--seed", type=int, default=0, help="seed of data and initialisation (default 0)")
+    t.add_argument("--budget", type=int, help="training steps per model (default: the preset's)")
+    t.add_argument("--out", type=Path, default=Path("benchmarks/long_range"), help="output directory (default benchmarks/long_range)")
+    t.add_argument("--threads", type=int, help="torch CPU threads")
+    t = task_sub.add_parser("train", help="one model on one task from a TOML config", description="Train one model on one task (configs/long_range/) and write OUT/result.json with a plot.")
+    t.add_argument("config", type=Path, metavar="CONFIG", help="task TOML config")
+    _add_overrides(t, "override a key, e.g. --set train.steps=200 (repeatable)")
+    t.add_argument("--out", type=Path, required=True, help="output directory")
+
+    for name, many in (("analyze", False), ("report", True)):
+        p = sub.add_parser(
+            name,
+            help="the paper's analyses of one run" if not many else "a self-contained report comparing runs",
+            description="Attention by memory region, compressibility per layer, temporal range (theoretical and "
+            "measured), perplexity by word frequency and training curves, as markdown + HTML + PNG + JSON.",
+        )
+        p.add_argument("run_dirs", type=Path, nargs="+" if many else 1, metavar="RUN_DIR", help="run directories written by `train`")
+        p.add_argument("--out", type=Path, required=many, help="output directory" + ("" if many else " (default RUN_DIR/analysis)"))
+        p.add_argument("--split", choices=("train", "validation", "test"), default="validation", help="held-out split to analyse (default validation)")
+        p.add_argument("--only", help="comma-separated subset of regions, compressibility, temporal, frequency")
+        p.add_argument("--max-segments", type=int, default=40, help="segments streamed per analysis (default 40)")
+        p.add_argument("--batch-size", type=int, default=4, help="parallel streams (default 4)")
+
     p = sub.add_parser("data", help="data utilities", description="Data utilities.")
     data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION", help="what to do with the data")
     d = data_sub.add_parser("download", help="download a benchmark corpus and verify its checksum", description="Download a benchmark corpus into DIR.")
@@ -135,6 +169,32 @@ def cmd_compare(args: argparse.Namespace) -> None:
     print(f"wrote {out / 'results.md'} and {out / 'results.json'}")
 
 
+def cmd_task(args: argparse.Namespace) -> None:
+    from compressive_transformer.experiments import run_long_range, run_task
+
+    if args.task_command == "train":
+        run_task(args.config, args.out, overrides=args.overrides)
+        print(f"wrote {args.out / 'result.json'}")
+        return
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    run_long_range(
+        args.preset, args.out, tasks=tuple(args.tasks.split(",")), models=tuple(args.models.split(",")), seed=args.seed, budget=args.budget
+    )
+    print(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from compressive_transformer.report import ANALYSES, write_report
+
+    out = args.out or args.run_dirs[0] / "analysis"
+    analyses = tuple(args.only.split(",")) if args.only else ANALYSES
+    path = write_report(args.run_dirs, out, split=args.split, analyses=analyses, max_segments=args.max_segments, batch_size=args.batch_size)
+    print(f"wrote {path} (and report.html, PNGs, report.json beside it)")
+
+
 def cmd_data(args: argparse.Namespace) -> None:
     from compressive_transformer.data import download
 
@@ -161,6 +221,9 @@ COMMANDS = {
     "generate": cmd_generate,
     "range": cmd_range,
     "compare": cmd_compare,
+    "task": cmd_task,
+    "analyze": cmd_report,
+    "report": cmd_report,
     "data": cmd_data,
     "demo": cmd_demo,
 }

@@ -102,17 +102,19 @@ def transformer_ql_min_context(
 
 
 def context_length(
+    cfg: Any = None,
     *,
-    model: str,
-    seg_len: int,
-    mem_len: int,
+    model: str | None = None,
+    seg_len: int | None = None,
+    mem_len: int | None = None,
     n_layers: int | None = None,
     cmem_len: int = 0,
     compression_rate: int = 1,
     scales: tuple[int, ...] | None = None,
     output_layers: int = 0,
 ) -> ContextLength:
-    """Context lengths of one model of the family.
+    """Context lengths of one model of the family: ``context_length(cfg)`` for a model config, or the shape given
+    by keywords (``model`` one of ``MODELS``).
 
     ``model`` is ``"transformer-xl"``, ``"compressive"`` or ``"transformer-ql"``. Transformer-XL and the
     Compressive Transformer need ``n_layers``; Transformer-QL needs ``scales`` (layers per temporal scale, finest
@@ -120,6 +122,10 @@ def context_length(
     needs ``seg_len`` divisible by ``c ** (len(scales) - 1)`` and ``seg_len + mem_len`` divisible by ``c``
     (the paper's integer-division assumption: whole pooling groups and whole shifts at every scale).
     """
+    if cfg is not None:
+        if model is not None or seg_len is not None or mem_len is not None:
+            raise ConfigError("context_length: give a config or keywords, not both")
+        return context_length_from_config(cfg)
     if not isinstance(model, str) or model not in MODELS:
         raise ConfigError(f"model: unknown {model!r}; use one of {', '.join(MODELS)}")
     seg_len = _int(seg_len, "seg_len", 1)

@@ -8,7 +8,6 @@ empty compressed memory at the start of a stream does not pull its average towar
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,13 +22,6 @@ def compressibility_over_training(records: list[dict[str, Any]]) -> dict[str, An
     steps = [int(r["step"]) for r in rows]
     per_layer = [[float(r["aux_losses"][i]) if i < len(r["aux_losses"]) else math.nan for r in rows] for i in range(n_layers)]
     return {"steps": steps, "per_layer": per_layer}
-
-
-def read_metrics_file(run_dir: str | Path) -> list[dict[str, Any]]:
-    """``metrics.jsonl`` of a run directory (empty when there is none)."""
-    from compressive_transformer.metrics import read_metrics
-
-    return read_metrics(run_dir)
 
 
 @torch.no_grad()
@@ -76,4 +68,4 @@ def held_out_compressibility(
     return {"per_layer": per_layer, "segments": counts, "loss": cfg.compression_loss, "applicable": applicable}
 
 
-__all__ = ["compressibility_over_training", "held_out_compressibility", "read_metrics_file"]
+__all__ = ["compressibility_over_training", "held_out_compressibility"]

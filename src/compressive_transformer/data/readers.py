@@ -309,6 +309,12 @@ def _wikitext_file(cfg: DataConfig, split: str) -> Path:
                 "to train on another file (and say so in results)"
             )
         raise ConfigError(f"data.path: {root} has no {path.name}; point data.path at a complete WikiText directory")
+    train = Path(cfg.train_file) if Path(cfg.train_file).is_absolute() else root / cfg.train_file
+    if split != "train" and cfg.train_file and train.is_file() and train.resolve() == path.resolve():
+        raise ConfigError(
+            f"data.train_file: {path.name} is the training text of this run, so it cannot also be its {split} split; "
+            "evaluate on another split (e.g. --split test)"
+        )
     return path
 
 

@@ -514,6 +514,7 @@ def run_long_range(
 ) -> dict[str, Any]:
     """Train each model on each task, evaluate accuracy by distance, merge into ``OUT/results.json``, plot.
 
+    ``models``: ``txl``, ``ct``, ``ct-<compression>-<loss>`` cells, or ``ablation`` for all nine cells.
     ``budget`` overrides the preset's training steps (main models and ablation cells alike). Results already in
     ``results.json`` for other (task, model) pairs are kept, so the ablation can be run as a separate command.
     """
@@ -524,6 +525,7 @@ def run_long_range(
     for t in tasks:
         if t not in all_tasks:
             raise ConfigError(f"--tasks: unknown {t!r}; use one of {', '.join(all_tasks)}")
+    models = tuple(x for m in models for x in (ABLATION_MODELS if m == "ablation" else (m,)))  # "ablation": every cell
     vocab = max(cfg.vocab_size for cfg in all_tasks.values())
     runs = {m: p.model(m, vocab) for m in models}  # validates every name before any training
     out = Path(out_dir)
@@ -558,8 +560,9 @@ def run_long_range(
 def _locked_results(out: Path) -> Iterator[dict[str, Any]]:
     """Read results.json under an exclusive lock, let the caller change it, write it back atomically."""
     path = out / RESULTS_FILE
-    with open(out / f".{RESULTS_FILE}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    fd = os.open(out, os.O_RDONLY)  # the directory itself is the lock: no stray lock file beside the results
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         before = json.dumps(results, sort_keys=True)
         yield results
@@ -567,16 +570,15 @@ def _locked_results(out: Path) -> Iterator[dict[str, Any]]:
             tmp = path.with_suffix(".json.tmp")
             tmp.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
             os.replace(tmp, path)
+    finally:
+        os.close(fd)
 
 
 def write_long_range_outputs(out: Path, results: dict[str, Any]) -> None:
     """The plots (one per task: accuracy against distance with each model's range) and the markdown tables."""
     from compressive_transformer.analysis.plots import plot_accuracy_by_distance
 
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    for e in results.get("runs", []):
-        by_task.setdefault(e["task"], []).append(e)
-    for task, entries in by_task.items():
+    for task, entries in _by_task(results).items():
         main = [e for e in entries if not e["name"].startswith("ct-")]
         if main:
             plot_accuracy_by_distance(main, out / f"{task}.png", title=f"{task}: equal attention cost", binned=_binned(task))
@@ -602,12 +604,24 @@ def _split_accuracy(entry: dict[str, Any], txl_reach: int) -> tuple[float, float
     return (within[0] / within[1] if within[1] else float("nan"), beyond[0] / beyond[1] if beyond[1] else float("nan"))
 
 
+def _order(name: str) -> tuple[int, int]:
+    """txl, ct, then the ablation cells in the order of ABLATION."""
+    if name in ("txl", "ct"):
+        return (0, ("txl", "ct").index(name))
+    return (1, ABLATION_MODELS.index(name) if name in ABLATION_MODELS else len(ABLATION_MODELS))
+
+
+def _by_task(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for e in sorted(results.get("runs", []), key=lambda e: _order(e["name"])):
+        by_task.setdefault(e["task"], []).append(e)
+    return by_task
+
+
 def results_markdown(results: dict[str, Any]) -> str:
     """Accuracy-by-distance tables per task and the ablation table (compression fn x loss)."""
     lines = [f"# Long-range tasks at equal attention cost (preset `{results.get('preset')}`, seed {results.get('seed')})", ""]
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    for e in results.get("runs", []):
-        by_task.setdefault(e["task"], []).append(e)
+    by_task = _by_task(results)
     for task, entries in by_task.items():
         key = "accuracy_binned" if _binned(task) else "accuracy"
         dists = sorted({int(d) for e in entries for d in e[key]})
