@@ -137,3 +137,14 @@ def test_memory_round_trips_through_tensors():
     back = MemoryState.from_tensors(memory.to_tensors())
     assert back.layers[0].fill == state.fill and back.layers[0].mem_len == state.mem_len
     assert torch.equal(back.layers[0].mem, state.mem) and torch.equal(back.layers[0].cmem_mask, state.cmem_mask)
+
+
+def test_only_bptt_tracks_recent_compressed_slots_and_never_more_than_its_horizon():
+    plain, _, _ = run([4] * 30, mem_len=8, cmem_len=4, c=2)
+    assert plain.young == ()
+    state = empty_layer(1, 3, mem_len=8, cmem_len=4, compression_rate=2, window=2, track_usage=False, keep_windows=True,
+                        dtype=torch.float64)  # fmt: skip
+    for pos in range(0, 120, 4):
+        state, _ = update_layer(state, positions(pos, 4), torch.ones(1, 4, dtype=torch.bool), compression_rate=2,
+                                extra_width=0, compress=PoolCompressor(2, 0, "mean"), bptt_horizon=3)  # fmt: skip
+    assert state.young == (2, 2, 2)

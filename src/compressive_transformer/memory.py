@@ -236,11 +236,8 @@ def update_layer(
             cmem_src = torch.cat([cmem_src, windows], dim=1)[:, -n_cm:]
         if kv_cmem is not None:
             kv_cmem = torch.cat([kv_cmem, project_kv(new_slots)], dim=1)[:, -n_cm:]
-        young = young + (groups,)
-    elif cmem_src is not None:
-        young = young + (0,)
-    if bptt_horizon:
-        young = young[-bptt_horizon:]
+    if cmem_src is not None:  # only BPTT tracks how recent each compressed slot is
+        young = (young + (groups if eviction is not None else 0,))[-max(bptt_horizon, 1) :]
 
     keep_from = combined.shape[1] - cap  # the newest `cap` slots stay (an explicit index: cap may be 0)
     occupied = torch.arange(cap, device=x.device) >= cap - new_fill  # (cap,)
