@@ -80,21 +80,13 @@ def _map_document(tokenizer: Any, text: str) -> tuple[np.ndarray, np.ndarray, li
             words.append(m.group().decode("utf-8", errors="replace"))
             prev_end = m.end()
         return ids, byte_word, words
-    hf = getattr(tokenizer, "_tok", None)
-    if hf is None or not hasattr(hf, "encode_batch"):
+    if not hasattr(tokenizer, "encode_with_offsets"):
         raise ValueError(f"cannot map {kind or type(tokenizer).__name__!r} tokens to words: no offsets available")
-    from compressive_transformer.data.tokenizers import iter_chunks
-
     char_word, words = _char_word_map(text)
-    ids_parts, word_parts, base = [], [], 0
-    chunks = list(iter_chunks(text))
-    for chunk, enc in zip(chunks, hf.encode_batch(chunks)):
-        ids_parts.append(np.asarray(enc.ids, dtype=np.int64))
-        ends = np.asarray([e for _, e in enc.offsets], dtype=np.int64) + base
-        word_parts.append(np.where(ends > 0, char_word[np.clip(ends - 1, 0, max(len(text) - 1, 0))], -1))
-        base += len(chunk)
-    ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype=np.int64)
-    return ids, (np.concatenate(word_parts) if word_parts else np.zeros(0, dtype=np.int64)), words
+    ids, spans = tokenizer.encode_with_offsets(text)
+    ends = np.asarray([e for _, e in spans], dtype=np.int64)
+    word_of = np.where(ends > 0, char_word[np.clip(ends - 1, 0, max(len(text) - 1, 0))], -1) if len(ends) else ends
+    return np.asarray(ids, dtype=np.int64), word_of, words
 
 
 def token_words(tokenizer: Any, documents: Sequence[str | bytes]) -> TokenWords:

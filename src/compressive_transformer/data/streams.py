@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from compressive_transformer.config import ConfigError
+from compressive_transformer.models.io import IGNORE_INDEX  # the target value the loss skips
 
-IGNORE_INDEX = -100
 
 
 @dataclass

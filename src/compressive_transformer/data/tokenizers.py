@@ -209,6 +209,19 @@ class SubwordTokenizer:
     def encode_array(self, text: Document) -> np.ndarray:
         return np.asarray(self.encode(text), dtype=np.int64)
 
+    def encode_with_offsets(self, text: Document) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids of :meth:`encode` and each token's (start, end) character span in ``text`` (to map tokens back
+        to the words they belong to, e.g. for perplexity by word frequency)."""
+        ids: list[int] = []
+        spans: list[tuple[int, int]] = []
+        base = 0
+        chunks = list(iter_chunks(as_text(text, self.kind)))
+        for chunk, enc in zip(chunks, self._tok.encode_batch(chunks)):  # type: ignore[attr-defined]
+            ids.extend(enc.ids)
+            spans.extend((base + a, base + b) for a, b in enc.offsets)
+            base += len(chunk)
+        return ids, spans
+
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode([int(i) for i in ids])  # type: ignore[attr-defined]
 
