@@ -247,7 +247,6 @@ def markdown(res: dict, w: workloads.Workload) -> str:
         head += [f"gen ms/tok after {p} (median; mean)" for p in prompts] + [f"gen tok/s ({w.gen_long} new)"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in res["impls"].items():
-        label = r.get("label", name)
         row = [f"{name}", fmt(r.get("param_count"), ",")]
         for phase in ("train", "eval"):
             ph = r.get(phase, {})

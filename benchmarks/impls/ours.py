@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 
 from compressive_transformer import CompressiveTransformerLM, ModelConfig
 

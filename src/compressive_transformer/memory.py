@@ -60,6 +60,11 @@ class LayerMemory:
 ROW_TENSORS = ("mem", "mem_mask", "cmem", "cmem_mask", "usage", "cmem_src")  # per-row state (dim 0 = batch row)
 
 
+def is_row_tensor(name: str) -> bool:
+    """Whether an entry of :meth:`MemoryState.to_tensors` holds one slice per batch row (rather than a counter)."""
+    return name.rsplit(".", 1)[-1] in ROW_TENSORS
+
+
 @dataclass(frozen=True)
 class MemoryState:
     """The model's whole recurrent state: one :class:`LayerMemory` per layer, passed into and out of ``forward``."""

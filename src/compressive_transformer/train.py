@@ -27,9 +27,9 @@ from compressive_transformer.config import ConfigError, RunConfig
 from compressive_transformer.data import StreamBatcher
 from compressive_transformer.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate
-from compressive_transformer.memory import ROW_TENSORS, MemoryState
+from compressive_transformer.memory import MemoryState, is_row_tensor
 from compressive_transformer.metrics import MetricsLogger
-from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
+from compressive_transformer.models import IGNORE_INDEX, CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.schedule import learning_rate
 from compressive_transformer.toml_writer import config_text
 
@@ -146,7 +146,7 @@ class Trainer:
         """Write a checkpoint (the main process only, with every rank's memory rows gathered, so it resumes on any
         number of processes). Every rank must call it."""
         tensors = self.memory.to_tensors()
-        rows = {k: v for k, v in tensors.items() if k.rsplit(".", 1)[-1] in ROW_TENSORS}
+        rows = {k: v for k, v in tensors.items() if is_row_tensor(k)}
         memory = tensors | gather_rows(rows, self.dist)
         if not self.dist.is_main:
             return self.last_checkpoint
@@ -204,7 +204,7 @@ class Trainer:
         for _ in range(n_batches):
             batch = next(self.batches)  # the global batch; this process keeps its rows
             r = self.rows
-            tokens += int(batch.input_mask.sum())
+            tokens += batch.num_tokens
             if bool(batch.reset[r].any()):
                 self.memory = self.memory.reset(batch.reset[r].to(self.device))
             with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
@@ -217,8 +217,8 @@ class Trainer:
             loss, aux = out.loss.float(), out.aux_loss.float()
             # Weight this process's mean by its share of the batch's targets, so that the (rank-averaged) gradient
             # is the gradient of the global mean; with one process the weight is exactly 1.
-            n_local = float((batch.targets[r] != -100).sum())
-            share = n_local / max(float((batch.targets != -100).sum()), 1.0) * self.dist.world_size
+            n_local = float((batch.targets[r] != IGNORE_INDEX).sum())
+            share = n_local / max(float(batch.num_targets), 1.0) * self.dist.world_size
             totals = all_reduce_sum(torch.tensor([float(loss.detach()) * share, float(aux.detach())], dtype=torch.float64), self.dist)
             loss_value = float(totals[0]) / self.dist.world_size
             aux_value = float(totals[1]) / self.dist.world_size

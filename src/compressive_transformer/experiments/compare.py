@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from compressive_transformer.config import ConfigError, ModelConfig, RunConfig, apply_overrides, load_toml
 from compressive_transformer.context import context_length_from_config
+from compressive_transformer.metrics import read_metrics
 from compressive_transformer.models import build_model
 from compressive_transformer.run import evaluate_run, read_run_config, train_run
 
@@ -60,10 +61,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
 
 
 def _tokens_per_s(run_dir: Path) -> float | None:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    rates = [r["tokens_per_s"] for r in map(json.loads, path.read_text().splitlines()) if "tokens_per_s" in r]
+    rates = [r["tokens_per_s"] for r in read_metrics(run_dir) if "tokens_per_s" in r]
     return statistics.median(rates) if rates else None
 
 
