@@ -1,4 +1,5 @@
-"""The torch.compile path (the trainer's train.compile) on CPU: same outputs and gradients as eager mode."""
+"""The torch.compile path (the trainer's train.compile) on CPU: same outputs and gradients as eager mode, also
+when the compile caches are warm (run it twice)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import torch
 from conftest import tiny_config
 
 from compressive_transformer import CompressiveTransformerLM
+from compressive_transformer.train import compile_model
 
 
 @pytest.mark.slow
 def test_compiled_model_matches_eager_through_memory_filling_and_compression():
     torch.manual_seed(0)
     model = CompressiveTransformerLM(tiny_config())
-    compiled = torch.compile(model)
+    compiled = compile_model(model)  # what the trainer runs with train.compile = true
     memories = [model.init_memory(2), model.init_memory(2)]
     for _ in range(3):  # empty memory, full memory, full compressed memory
         tokens = torch.randint(0, 32, (2, 8))

@@ -64,6 +64,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def compile_model(module: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile`` with the AOT-autograd cache off: with torch 2.13 on CPU, a warm cache replays an aliased
+    output of the attention graph with garbage sizes (tests/test_compile.py fails on every run after the first)."""
+    import torch._functorch.config as functorch_config
+
+    functorch_config.enable_autograd_cache = False
+    return torch.compile(module)
+
+
 def build_optimizer(model: CompressiveTransformerLM | TransformerQL, cfg: RunConfig) -> torch.optim.Adam:
     """Adam with one param group for the model and one for the compressor (its lr is scaled by
     ``train.compressor_lr_scale``). ``lr_scale`` rides along in each group so the schedule can set both."""
@@ -125,7 +134,7 @@ class Trainer:
         wrapped: torch.nn.Module = self.model
         if self.dist.active:  # gradients are averaged over ranks; compressors only see gradient once they compress
             wrapped = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
-        self.forward = torch.compile(wrapped) if t.compile else wrapped
+        self.forward = compile_model(wrapped) if t.compile else wrapped
         self.optimizer = build_optimizer(self.model, cfg)
         self.amp_dtype = AMP_DTYPES[t.amp]
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.amp == "fp16")
