@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from compressive_transformer.attention import attention_mask, make_positions
+from compressive_transformer.attention import additive_mask, attention_mask, make_positions
 from compressive_transformer.models import CompressiveTransformerLM
 
 
@@ -39,8 +39,8 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
             cmem = torch.stack(cmems[i], 0)[None] if cmems[i] else h.new_zeros(1, 0, cfg.d_model)
             ones = lambda t: torch.ones(t.shape[:2], dtype=torch.bool)  # noqa: E731
             window = cfg.mem_len if cfg.same_length else 0
-            blocked = ~attention_mask(ones(h), ones(mem), ones(cmem), same_length_window=window)
-            result = block(h, mem, cmem, positions, blocked, need_weights=False)
+            mask = additive_mask(attention_mask(ones(h), ones(mem), ones(cmem), same_length_window=window), h.dtype)
+            result = block(h, mem, cmem, positions, mask, need_weights=False)
             out, attn_in = result.h, result.attn_in
             fifo = mems[i] + list(attn_in[0])
             if cfg.cmem_len > 0:

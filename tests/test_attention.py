@@ -8,7 +8,14 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from compressive_transformer.attention import RelativeAttention, attention_mask, make_positions, rel_shift, sinusoid
+from compressive_transformer.attention import (
+    RelativeAttention,
+    additive_mask,
+    attention_mask,
+    make_positions,
+    positional_bias,
+    sinusoid,
+)
 
 
 def setup(C=3, M=5, T=4, shared=False, same_length=False, seed=0):
@@ -54,8 +61,8 @@ def call(attn, cfg, x, mem, cmem, mem_mask, fill, need_weights=True):
                          d_model=cfg.d_model, clamp_len=0, device="cpu", dtype=torch.float64)  # fmt: skip
     ones = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
     window = M if cfg.same_length else 0
-    blocked = ~attention_mask(ones(T), mem_mask, ones(C), same_length_window=window)
-    out = attn(x, mem, cmem, pos, blocked, need_weights=need_weights)
+    mask = additive_mask(attention_mask(ones(T), mem_mask, ones(C), same_length_window=window), x.dtype)
+    out = attn(x, mem, cmem, pos, mask, need_weights=need_weights)
     return out.y, out.weights
 
 
@@ -110,13 +117,42 @@ def test_clamp_len_caps_the_distance():
     torch.testing.assert_close(pos.mem, sinusoid(dist.clamp(max=4), 8))
 
 
-@pytest.mark.parametrize("T,W,n", [(4, 10, 9), (1, 5, 5), (3, 7, 4)])
-def test_rel_shift_is_a_gather_with_an_exact_gradient(T, W, n):
-    raw = torch.randn(2, 3, T, W, dtype=torch.float64, requires_grad=True)
-    out = rel_shift(raw, n)
-    i, j = torch.arange(T)[:, None], torch.arange(n)[None, :]
-    col = j + T - 1 - i
-    inside = col < W
-    expected = raw[:, :, i.expand(T, n)[inside], col[inside]]
-    assert torch.equal(out[:, :, inside], expected)
-    torch.autograd.gradcheck(lambda r: rel_shift(r, n)[:, :, inside], (raw,))
+def naive_positional_bias(qv, r, qc, rc, mask):
+    """bias[b, h, i, j] one entry at a time: the distance of key j from query i picks the column of its table."""
+    B, T, H, _ = qv.shape
+    K = mask.shape[-1]
+    C = K - (r.shape[-1] - 1)
+    out = torch.empty(B, H, T, K, dtype=qv.dtype)
+    for i in range(T):
+        for j in range(K):
+            q_, r_, col = (qc, rc, j + T - 1 - i) if j < C else (qv, r, (j - C) + T - 1 - i)
+            if col >= r_.shape[-1]:  # a future key past the end of the table: masked in every real use
+                out[:, :, i, j] = float("-inf")
+                continue
+            out[:, :, i, j] = torch.einsum("bhd,hd->bh", q_[:, i], r_[:, :, col]) + mask[:, 0, i, j, None]
+    return out
+
+
+@pytest.mark.parametrize("B,T,C,M", [(2, 4, 3, 5), (1, 1, 2, 3), (2, 3, 0, 4), (1, 5, 4, 0)])
+def test_positional_bias_is_the_formula_with_an_exact_gradient(B, T, C, M):
+    torch.manual_seed(0)
+    H, dh = 2, 3
+    kw = dict(dtype=torch.float64, requires_grad=True)
+    qv, qc = torch.randn(B, T, H, dh, **kw), torch.randn(B, T, H, dh, **kw)
+    r, rc = torch.randn(H, dh, M + T + 1, **kw), torch.randn(H, dh, C + T - 1, **kw)
+    qc, rc = (qc, rc) if C > 0 else (None, None)
+    allowed = attention_mask(torch.ones(B, T, dtype=torch.bool), torch.rand(B, M) > 0.3, torch.rand(B, C) > 0.3)
+    mask = additive_mask(allowed, torch.float64)
+    got = positional_bias(qv, r, qc, rc, mask)
+    want = naive_positional_bias(qv, r, qc, rc, mask)
+    torch.testing.assert_close(got[allowed.expand_as(got)], want[allowed.expand_as(want)], rtol=1e-12, atol=1e-12)
+    assert torch.isneginf(got[~allowed.expand_as(got)]).all()
+    # The gradient through a softmax (every real use) equals autograd's through the naive gather.
+    probe = torch.randn(B, H, T, C + M + T, dtype=torch.float64)
+    inputs = [t for t in (qv, r, qc, rc) if t is not None]
+    g_got = torch.autograd.grad((torch.softmax(got, -1) * probe).sum(), inputs)
+    g_want = torch.autograd.grad((torch.softmax(want, -1) * probe).sum(), inputs)
+    for a, b in zip(g_got, g_want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    zero = torch.zeros_like(mask)  # with nothing masked the function is its own gradcheck
+    torch.autograd.gradcheck(lambda *t: positional_bias(t[0], t[1], *(t[2:] if C > 0 else (None, None)), zero), inputs)

@@ -86,6 +86,11 @@ def attention_mask(x_mask: Tensor, mem_mask: Tensor, cmem_mask: Tensor, *, same_
     return allowed.unsqueeze(1)
 
 
+def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """0 where a key may be read, -inf elsewhere: adding it is several times faster on CPU than a boolean fill."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+
+
 def explicit_attention(cfg: ModelConfig, device: torch.device, need_weights: bool) -> bool:
     """Whether to take the explicit path (which returns weights) rather than the fused kernel. ``auto`` takes it on
     CPU, where it measured faster than the fused kernel with a learned positional bias (benchmarks/)."""
@@ -93,33 +98,74 @@ def explicit_attention(cfg: ModelConfig, device: torch.device, need_weights: boo
     return need_weights or cfg.needs_attention_weights or impl == "math" or (impl == "auto" and device.type == "cpu")
 
 
-class _RelShift(torch.autograd.Function):
-    """out[..., i, j] = raw[..., i, j + T - 1 - i] as a strided view: no copy forward, one strided write backward.
+def _shifted_view(raw: Tensor, n_keys: int) -> Tensor:
+    """out[b, h, i, j] = raw[h, b, i, j + T - 1 - i] as a strided view of raw (H, B, T, W), no copy.
 
-    raw: (B, H, T, W) contiguous, column m holding distance (W - 1 - m) + const; needs W - 1 >= n_keys (or T = 1) so
-    that no two outputs share an element. Entries that read past the end of a row are future keys (masked).
+    Column m of raw holds distance (W - 1 - m) + const, so the view puts distance (i - j) + const at (i, j). Needs
+    W - 1 >= n_keys (or T = 1) so that no two outputs share an element; entries that read past the end of a row are
+    future keys, which the mask blocks.
+    """
+    H, B, T, W = raw.shape
+    assert raw.is_contiguous() and (W - 1 >= n_keys or T == 1)
+    return raw.as_strided((B, H, T, n_keys), (T * W, B * T * W, W - 1, 1), raw.storage_offset() + T - 1)
+
+
+class _PositionalBias(torch.autograd.Function):
+    """The positional term of every score plus the additive mask, written once into a (B, H, T, K) buffer.
+
+    bias[..., :C] = shift((q + v_c) W_rc R_c) and bias[..., C:] = shift((q + v) W_r R), plus ``mask`` (0 or -inf).
+    Composing this from autograd ops cost more than the matmuls on CPU (slice copies, a masked fill and their
+    backward passes over (B, H, T, K)); here the forward is one matmul and one add per stream, the backward one
+    zeroed buffer, one strided copy and two matmuls. The incoming gradient is used as is at blocked keys: after a
+    softmax (or SDPA) it is exactly zero there.
     """
 
     @staticmethod
-    def forward(ctx, raw: Tensor, n_keys: int) -> Tensor:
-        ctx.raw_shape, ctx.n_keys = raw.shape, n_keys
-        return _shifted_view(raw, n_keys)
+    def forward(ctx, qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor) -> Tensor:
+        # qv, qc: (B, T, H, dh) queries plus their position bias, scaled; r: (H, dh, M+T+1); rc: (H, dh, C+T-1);
+        # mask: (B, 1, T, C+M+T) additive.
+        B, T, H, dh = qv.shape
+        K = mask.shape[-1]
+        C = K - (r.shape[-1] - 1)
+        bias = qv.new_empty(B, H, T, K)
+        saved = []
+        for q_, r_, cols, n in ((qv, r, slice(C, K), K - C), (qc, rc, slice(0, C), C)):
+            if n == 0:
+                saved += [None]
+                continue
+            qh = q_.permute(2, 0, 1, 3).reshape(H, B * T, dh)
+            raw = torch.bmm(qh, r_).view(H, B, T, -1)  # (H, B, T, W) one column per distance
+            torch.add(_shifted_view(raw, n), mask[..., cols], out=bias[..., cols])
+            saved += [qh]
+            ctx.dtype = raw.dtype  # under autocast the matmul's; the backward runs its matmuls in it too
+        ctx.save_for_backward(saved[0], r, saved[1], rc)
+        ctx.C = C
+        return bias
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        grad_raw = grad.new_zeros(ctx.raw_shape)
-        _shifted_view(grad_raw, ctx.n_keys).copy_(grad)
-        return grad_raw, None
+    def backward(ctx, grad: Tensor):
+        qh, r, qch, rc = ctx.saved_tensors
+        B, H, T, K = grad.shape
+        C = ctx.C
+        grads = []
+        for qh_, r_, cols, n in ((qh, r, slice(C, K), K - C), (qch, rc, slice(0, C), C)):
+            if n == 0 or qh_ is None:
+                grads += [None, None]
+                continue
+            W, dt = r_.shape[-1], ctx.dtype
+            g_raw = grad.new_zeros(H, B, T, W, dtype=dt)
+            _shifted_view(g_raw, n).copy_(grad[..., cols])
+            g_raw, qh_, r_ = g_raw.view(H, B * T, W), qh_.to(dt), r_.to(dt)
+            g_q = torch.bmm(g_raw, r_.transpose(1, 2)).view(H, B, T, -1).permute(1, 2, 0, 3)  # (B, T, H, dh)
+            g_r = torch.bmm(qh_.transpose(1, 2), g_raw)  # (H, dh, W)
+            grads += [g_q, g_r]
+        return grads[0], grads[1], grads[2], grads[3], None
 
 
-def _shifted_view(raw: Tensor, n_keys: int) -> Tensor:
-    B, H, T, W = raw.shape
-    assert raw.is_contiguous() and (W - 1 >= n_keys or T == 1)
-    return raw.as_strided((B, H, T, n_keys), (H * T * W, T * W, W - 1, 1), raw.storage_offset() + T - 1)
-
-
-def rel_shift(raw: Tensor, n_keys: int) -> Tensor:
-    return _RelShift.apply(raw, n_keys)
+def positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor) -> Tensor:
+    """(B, H, T, C+M+T) positional scores of ``[cmem; mem; segment]`` plus the additive ``mask``; see
+    :class:`_PositionalBias` (qv/qc: (B, T, H, dh), r: (H, dh, M+T+1), rc: (H, dh, C+T-1) or None when C = 0)."""
+    return _PositionalBias.apply(qv, r, qc, rc, mask)
 
 
 class RelativeAttention(nn.Module):
@@ -176,43 +222,45 @@ class RelativeAttention(nn.Module):
         mem: Tensor,
         cmem: Tensor,
         positions: Positions,
-        blocked: Tensor,
+        mask: Tensor,
         *,
         need_weights: bool,
         kv_cache: Tensor | None = None,
     ) -> AttentionOutput:
-        """x: (B, T, d) queries' inputs; mem: (B, M, d); cmem: (B, C, d); blocked: (B, 1, T, C+M+T), True where
-        a query may not read a key (``~attention_mask(...)``); kv_cache: (B, C+M, 2 H dh) keys and values of
+        """x: (B, T, d) queries' inputs; mem: (B, M, d); cmem: (B, C, d); mask: (B, 1, T, C+M+T) additive, -inf
+        where a query may not read a key (:func:`additive_mask`); kv_cache: (B, C+M, 2 H dh) keys and values of
         ``[cmem; mem]`` from earlier steps, or None to project them."""
         B, T, d = x.shape
         M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
         n, K = H * dh, C + M + T
-        q = F.linear(x, self.w_q).view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
-        if kv_cache is None:
-            kv = self.project_kv(torch.cat([cmem, mem, x], dim=1))  # (B, K, 2n)
-        else:  # only the new positions are projected
+        q = F.linear(x, self.w_q).view(B, T, H, dh)
+        if kv_cache is not None:  # only the new positions are projected
             kv = torch.cat([kv_cache, self.project_kv(x)], dim=1)
-        k, v = kv.view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4)  # each (B, H, K, dh)
+        elif C + M > 0:  # memory is detached: projecting it apart skips its input gradient
+            kv = torch.cat([self.project_kv(torch.cat([cmem, mem], dim=1)), self.project_kv(x)], dim=1)
+        else:
+            kv = self.project_kv(x)
+        k, v = kv.view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4).contiguous()  # each (B, H, K, dh)
 
-        # Positional scores, already scaled, written once into the additive bias of the content scores.
-        bias = q.new_empty(B, H, T, K)
+        # Positional scores, scaled, plus the mask: the additive bias of the content scores.
         r = self._project_positions(self.pos, positions.mem, ("mem",) + positions.key)  # (H, dh, M+T+1)
-        bias[..., C:] = rel_shift(((q + self.v[:, None]) * self.scale) @ r, M + T)
+        qc = rc = None
         if C > 0:
             cpos, cv = (self.cpos, self.cv) if self.cpos is not None else (self.pos, self.v)
             rc = self._project_positions(cpos, positions.cmem, ("cmem",) + positions.key)  # (H, dh, C+T-1)
-            bias[..., :C] = rel_shift(((q + cv[:, None]) * self.scale) @ rc, C)
-        bias.masked_fill_(blocked, float("-inf"))
+            qc = (q + cv) * self.scale
+        bias = positional_bias((q + self.v) * self.scale, r, qc, rc, mask)  # (B, H, T, K)
 
-        qu = q + self.u[:, None]
+        qu = ((q + self.u) * self.scale).transpose(1, 2)  # (B, H, T, dh)
         if need_weights:
-            scores = torch.baddbmm(bias.view(B * H, T, K), qu.reshape(B * H, T, dh), k.reshape(B * H, K, dh).transpose(1, 2),
-                                   alpha=self.scale).view(B, H, T, K)  # fmt: skip
-            weights = torch.softmax(scores, dim=-1)
+            args = (bias.view(B * H, T, K), qu.reshape(B * H, T, dh), k.view(B * H, K, dh).transpose(1, 2))
+            # Accumulate into the bias buffer; under autocast the matmul's dtype differs, so out of place.
+            scores = torch.baddbmm(*args) if torch.is_autocast_enabled(x.device.type) else args[0].baddbmm_(*args[1:])
+            weights = torch.softmax(scores.view(B, H, T, K), dim=-1)
             y = F.dropout(weights, self.attn_dropout, self.training) @ v
         else:
             weights = None
             y = F.scaled_dot_product_attention(
-                qu, k, v, attn_mask=bias, dropout_p=self.attn_dropout if self.training else 0.0, scale=self.scale
+                qu, k, v, attn_mask=bias, dropout_p=self.attn_dropout if self.training else 0.0, scale=1.0
             )
-        return AttentionOutput(y=self.out(y.transpose(1, 2).reshape(B, T, n)), weights=weights, q=q, kv=kv)
+        return AttentionOutput(y=self.out(y.transpose(1, 2).reshape(B, T, n)), weights=weights, q=q.transpose(1, 2), kv=kv)

@@ -62,14 +62,14 @@ class Block(nn.Module):
         mem: Tensor,
         cmem: Tensor,
         positions: Positions,
-        blocked: Tensor,
+        mask: Tensor,
         *,
         need_weights: bool,
         kv_cache: Tensor | None = None,
     ) -> BlockOutput:
-        """h: (B, T, d); blocked: (B, 1, T, C+M+T) keys each query may not read; kv_cache: see RelativeAttention."""
+        """h: (B, T, d); mask: (B, 1, T, C+M+T) additive attention mask; kv_cache: see RelativeAttention."""
         attn_in = self.norm1(h) if self.pre_norm else h
-        attn = self.attn(attn_in, mem, cmem, positions, blocked, need_weights=need_weights, kv_cache=kv_cache)
+        attn = self.attn(attn_in, mem, cmem, positions, mask, need_weights=need_weights, kv_cache=kv_cache)
         a = self.drop(attn.y)
         if self.gate1 is not None:
             a = self.gate1(h, F.relu(a))

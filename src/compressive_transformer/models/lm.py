@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from compressive_transformer.attention import attention_mask, explicit_attention, make_positions
+from compressive_transformer.attention import additive_mask, attention_mask, explicit_attention, make_positions
 from compressive_transformer.compression import (
     ConvDecoder,
     attention_reconstruction_loss,
@@ -148,8 +148,11 @@ class CompressiveTransformerLM(nn.Module):
             dtype=h.dtype,
         )
         # Every layer pushes the same positions and resets the same rows, so one mask serves all layers.
-        blocked = ~attention_mask(
-            input_mask, first.mem_mask, first.cmem_mask, same_length_window=first.mem_len if cfg.same_length else 0
+        mask = additive_mask(
+            attention_mask(
+                input_mask, first.mem_mask, first.cmem_mask, same_length_window=first.mem_len if cfg.same_length else 0
+            ),
+            h.dtype,
         )
         want_weights = explicit_attention(cfg, h.device, need_weights)
         caching = not self.training and not torch.is_grad_enabled()  # inference: keep keys/values of memory slots
@@ -163,7 +166,7 @@ class CompressiveTransformerLM(nn.Module):
             cmem = compressed_for_attention(state, compress)
             version = block.attn.kv_version
             cache = state.kv if caching and state.kv is not None and state.kv_version == version else None
-            out = block(h, state.mem, cmem, positions, blocked, need_weights=want_weights, kv_cache=cache)
+            out = block(h, state.mem, cmem, positions, mask, need_weights=want_weights, kv_cache=cache)
             new_state, eviction = update_layer(
                 state,
                 out.attn_in,

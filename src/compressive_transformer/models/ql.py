@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
-from compressive_transformer.attention import attention_mask, explicit_attention, make_positions
+from compressive_transformer.attention import additive_mask, attention_mask, explicit_attention, make_positions
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import LayerMemory, MemoryState, empty_layer, update_layer
 from compressive_transformer.models.block import Block
@@ -198,11 +198,11 @@ class TransformerQL(nn.Module):
             clamp_len=self.cfg.clamp_len, device=x.device, dtype=x.dtype,
         )  # fmt: skip
         window = first.mem_len if self.cfg.same_length else 0
-        blocked = ~attention_mask(x_mask, first.mem_mask, first.cmem_mask, same_length_window=window)
+        mask = additive_mask(attention_mask(x_mask, first.mem_mask, first.cmem_mask, same_length_window=window), x.dtype)
         explicit = explicit_attention(self.cfg, x.device, need_weights)
         for li in layers:
             state = states[li]
-            out = self.blocks[li](x, state.mem, state.cmem, positions, blocked, need_weights=explicit)
+            out = self.blocks[li](x, state.mem, state.cmem, positions, mask, need_weights=explicit)
             states[li], _ = update_layer(
                 state, out.attn_in[:, :shift], x_mask[:, :shift], compression_rate=1, extra_width=0, compress=None
             )
