@@ -143,7 +143,7 @@ def test_positional_bias_is_the_formula_with_an_exact_gradient(B, T, C, M):
     qc, rc = (qc, rc) if C > 0 else (None, None)
     allowed = attention_mask(torch.ones(B, T, dtype=torch.bool), torch.rand(B, M) > 0.3, torch.rand(B, C) > 0.3)
     mask = additive_mask(allowed, torch.float64)
-    got = positional_bias(qv, r, qc, rc, mask)
+    got = positional_bias(qv, r, qc, rc, mask).view(B, H, T, C + M + T)
     want = naive_positional_bias(qv, r, qc, rc, mask)
     torch.testing.assert_close(got[allowed.expand_as(got)], want[allowed.expand_as(want)], rtol=1e-12, atol=1e-12)
     assert torch.isneginf(got[~allowed.expand_as(got)]).all()

@@ -127,7 +127,8 @@ class _PositionalBias(torch.autograd.Function):
         B, T, H, dh = qv.shape
         K = mask.shape[-1]
         C = K - (r.shape[-1] - 1)
-        bias = qv.new_empty(B, H, T, K)
+        out = qv.new_empty(B * H, T, K)  # 3-D so the content matmul can accumulate into it (baddbmm_) in place
+        bias = out.view(B, H, T, K)
         saved = []
         for q_, r_, cols, n in ((qv, r, slice(C, K), K - C), (qc, rc, slice(0, C), C)):
             if n == 0:
@@ -139,14 +140,14 @@ class _PositionalBias(torch.autograd.Function):
             saved += [qh]
             ctx.dtype = raw.dtype  # under autocast the matmul's; the backward runs its matmuls in it too
         ctx.save_for_backward(saved[0], r, saved[1], rc)
-        ctx.C = C
-        return bias
+        ctx.C, ctx.shape = C, (B, H, T, K)
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         qh, r, qch, rc = ctx.saved_tensors
-        B, H, T, K = grad.shape
-        C = ctx.C
+        B, H, T, K = ctx.shape
+        C, grad = ctx.C, grad.view(B, H, T, K)
         grads = []
         for qh_, r_, cols, n in ((qh, r, slice(C, K), K - C), (qch, rc, slice(0, C), C)):
             if n == 0 or qh_ is None:
@@ -163,7 +164,7 @@ class _PositionalBias(torch.autograd.Function):
 
 
 def positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor) -> Tensor:
-    """(B, H, T, C+M+T) positional scores of ``[cmem; mem; segment]`` plus the additive ``mask``; see
+    """(B * H, T, C+M+T) positional scores of ``[cmem; mem; segment]`` plus the additive ``mask``; see
     :class:`_PositionalBias` (qv/qc: (B, T, H, dh), r: (H, dh, M+T+1), rc: (H, dh, C+T-1) or None when C = 0)."""
     return _PositionalBias.apply(qv, r, qc, rc, mask)
 
@@ -249,11 +250,11 @@ class RelativeAttention(nn.Module):
             cpos, cv = (self.cpos, self.cv) if self.cpos is not None else (self.pos, self.v)
             rc = self._project_positions(cpos, positions.cmem, ("cmem",) + positions.key)  # (H, dh, C+T-1)
             qc = (q + cv) * self.scale
-        bias = positional_bias((q + self.v) * self.scale, r, qc, rc, mask)  # (B, H, T, K)
+        bias = positional_bias((q + self.v) * self.scale, r, qc, rc, mask)  # (B * H, T, K)
 
         qu = ((q + self.u) * self.scale).transpose(1, 2)  # (B, H, T, dh)
         if need_weights:
-            args = (bias.view(B * H, T, K), qu.reshape(B * H, T, dh), k.view(B * H, K, dh).transpose(1, 2))
+            args = (bias, qu.reshape(B * H, T, dh), k.view(B * H, K, dh).transpose(1, 2))
             # Accumulate into the bias buffer; under autocast the matmul's dtype differs, so out of place.
             scores = torch.baddbmm(*args) if torch.is_autocast_enabled(x.device.type) else args[0].baddbmm_(*args[1:])
             weights = torch.softmax(scores.view(B, H, T, K), dim=-1)
@@ -261,6 +262,6 @@ class RelativeAttention(nn.Module):
         else:
             weights = None
             y = F.scaled_dot_product_attention(
-                qu, k, v, attn_mask=bias, dropout_p=self.attn_dropout if self.training else 0.0, scale=1.0
+                qu, k, v, attn_mask=bias.view(B, H, T, K), dropout_p=self.attn_dropout if self.training else 0.0, scale=1.0
             )
         return AttentionOutput(y=self.out(y.transpose(1, 2).reshape(B, T, n)), weights=weights, q=q.transpose(1, 2), kv=kv)

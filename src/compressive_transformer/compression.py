@@ -8,7 +8,6 @@ cut into segments.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
@@ -117,15 +116,14 @@ def content_attention(q: Tensor, kv: Tensor, key_mask: Tensor) -> Tensor:
     """softmax(q k^T / sqrt(d_h)) v per head, with no positional terms (Algorithm 2, line 6).
 
     q: (B, H, T, d_h) projected queries; kv: (B, S, 2 H d_h) projected keys and values; key_mask: (B, S).
-    Returns (B, T, H*d_h).
+    Returns (B, T, H*d_h). A row with no valid key reads all its keys instead (a finite result the caller's row mask
+    excludes), so the fused kernel never sees an empty softmax.
     """
     B, H, T, dh = q.shape
     k, v = kv.view(B, -1, 2, H, dh).permute(2, 0, 3, 1, 4)  # each (B, H, S, d_h)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)  # (B, H, T, S)
-    scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
-    # Rows with no valid key give NaN; they are excluded by the caller's row mask.
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return (weights @ v).transpose(1, 2).reshape(B, T, H * dh)
+    key_mask = key_mask | ~key_mask.any(dim=1, keepdim=True)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :])
+    return y.transpose(1, 2).reshape(B, T, H * dh)
 
 
 def attention_reconstruction_loss(
@@ -150,7 +148,7 @@ def attention_reconstruction_loss(
     recon = content_attention(q, compressed @ w_kv.t(), compressed_mask)
     rows = query_mask & compressed_mask.any(dim=1, keepdim=True) & old_mask.any(dim=1, keepdim=True)  # (B, T)
     err = ((target - recon) ** 2).mean(dim=-1)  # (B, T)
-    return (err * rows).sum() / rows.sum().clamp(min=1)
+    return torch.where(rows, err, 0.0).sum() / rows.sum().clamp(min=1)
 
 
 def autoencoder_loss(old: Tensor, old_mask: Tensor, decoded: Tensor) -> Tensor:
