@@ -77,8 +77,10 @@ def _weights(d=8, seed=0):
 def _loss(h, qmask, old, old_mask, new, new_mask, wq, wkv, H):
     """The loss as the model calls it: queries and the evicted keys/values projected by the layer."""
     B, T, d = h.shape
-    q = (h @ wq.t()).view(B, T, H, d // H).transpose(1, 2)
-    return attention_reconstruction_loss(q, qmask, old @ wkv.t(), old_mask, new, new_mask, wkv)
+    heads = lambda t: t.view(B, -1, H, d // H).transpose(1, 2)  # noqa: E731
+    wk, wv = wkv[:d], wkv[d:]
+    return attention_reconstruction_loss(heads(h @ wq.t()), qmask, heads(old @ wk.t()), heads(old @ wv.t()), old_mask,
+                                         new, new_mask, wk, wv)  # fmt: skip
 
 
 def test_attention_reconstruction_is_zero_for_a_lossless_compression_and_positive_otherwise():

@@ -31,7 +31,9 @@ class AttentionOutput:
     y: Tensor  # (B, T, d)
     weights: Tensor | None  # (B, H, T, C+M+T) on the explicit path
     q: Tensor  # (B, H, T, dh) the queries (the reconstruction loss reuses them)
-    kv: Tensor  # (B, C+M+T, 2 H dh) keys and values of [cmem; mem; x]
+    k: Tensor  # (B, H, C+M+T, dh) keys of [cmem; mem; x] (a view; the reconstruction loss reuses the evicted ones)
+    v: Tensor  # (B, H, C+M+T, dh) values
+    kv: Tensor | None  # (B, C+M+T, 2 H dh) keys and values as the inference cache keeps them; None with gradients
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,15 @@ class RelativeAttention(nn.Module):
     def w_kv(self) -> Tensor:
         return self.qkv.weight[self.n_heads * self.d_head :]
 
+    @property
+    def w_k(self) -> Tensor:
+        n = self.n_heads * self.d_head
+        return self.qkv.weight[n : 2 * n]
+
+    @property
+    def w_v(self) -> Tensor:
+        return self.qkv.weight[2 * self.n_heads * self.d_head :]
+
     def project_kv(self, states: Tensor) -> Tensor:
         """Keys and values of memory states, (B, S, d) -> (B, S, 2 H dh); what a memory's key/value cache holds."""
         return F.linear(states, self.w_kv)
@@ -235,13 +246,12 @@ class RelativeAttention(nn.Module):
         M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
         n, K = H * dh, C + M + T
         q = F.linear(x, self.w_q).view(B, T, H, dh)
-        if kv_cache is not None:  # only the new positions are projected
-            kv = torch.cat([kv_cache, self.project_kv(x)], dim=1)
-        elif C + M > 0:  # memory is detached: projecting it apart skips its input gradient
-            kv = torch.cat([self.project_kv(torch.cat([cmem, mem], dim=1)), self.project_kv(x)], dim=1)
+        kv = None
+        if kv_cache is not None or not torch.is_grad_enabled():  # inference: the layout the cache keeps
+            kv = self.project_kv(torch.cat([cmem, mem, x], dim=1)) if kv_cache is None else torch.cat([kv_cache, self.project_kv(x)], 1)  # fmt: skip
+            k, v = kv.view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4).reshape(2, B * H, K, dh)  # one copy
         else:
-            kv = self.project_kv(x)
-        k, v = kv.view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4).contiguous()  # each (B, H, K, dh)
+            k, v = self._project_time_major(x, torch.cat([cmem.transpose(0, 1), mem.transpose(0, 1)]))
 
         # Positional scores, scaled, plus the mask: the additive bias of the content scores.
         r = self._project_positions(self.pos, positions.mem, ("mem",) + positions.key)  # (H, dh, M+T+1)
@@ -254,14 +264,32 @@ class RelativeAttention(nn.Module):
 
         qu = ((q + self.u) * self.scale).transpose(1, 2)  # (B, H, T, dh)
         if need_weights:
-            args = (bias, qu.reshape(B * H, T, dh), k.view(B * H, K, dh).transpose(1, 2))
+            args = (bias, qu.reshape(B * H, T, dh), k.transpose(1, 2))
             # Accumulate into the bias buffer; under autocast the matmul's dtype differs, so out of place.
             scores = torch.baddbmm(*args) if torch.is_autocast_enabled(x.device.type) else args[0].baddbmm_(*args[1:])
             weights = torch.softmax(scores.view(B, H, T, K), dim=-1)
-            y = F.dropout(weights, self.attn_dropout, self.training) @ v
+            y = torch.bmm(F.dropout(weights, self.attn_dropout, self.training).view(B * H, T, K), v)  # (B*H, T, dh)
         else:
             weights = None
             y = F.scaled_dot_product_attention(
-                qu, k, v, attn_mask=bias.view(B, H, T, K), dropout_p=self.attn_dropout if self.training else 0.0, scale=1.0
-            )
-        return AttentionOutput(y=self.out(y.transpose(1, 2).reshape(B, T, n)), weights=weights, q=q.transpose(1, 2), kv=kv)
+                qu, k.view(B, H, K, dh), v.view(B, H, K, dh), attn_mask=bias.view(B, H, T, K),
+                dropout_p=self.attn_dropout if self.training else 0.0, scale=1.0,
+            )  # fmt: skip
+        y = self.out(y.view(B, H, T, dh).transpose(1, 2).reshape(B, T, n))
+        return AttentionOutput(y=y, weights=weights, q=q.transpose(1, 2), k=k.view(B, H, K, dh), v=v.view(B, H, K, dh), kv=kv)
+
+    def _project_time_major(self, x: Tensor, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``[memory; x]`` as (B*H, K, dh) views of time-major (K, B, H dh) projections.
+
+        Time-major rows make (batch, head) one strided batch dimension, so the attention's batched matmuls read them
+        without a permuting copy forward or backward. x: (B, T, d); memory: (C+M, B, d), detached (apart from BPTT's
+        recomputed slots), so it is projected apart from x and gets no input gradient.
+        """
+        B, T, _ = x.shape
+        H, dh = self.n_heads, self.d_head
+        K = memory.shape[0] + T
+        out = []
+        for w in (self.w_k, self.w_v):
+            t = torch.cat([F.linear(memory, w), F.linear(x, w).transpose(0, 1)]) if memory.shape[0] else F.linear(x, w).transpose(0, 1).contiguous()
+            out.append(t.view(K, B * H, dh).transpose(0, 1))  # fmt: skip
+        return out[0], out[1]

@@ -112,15 +112,14 @@ def build_compressor(cfg: ModelConfig) -> Compressor:
 # Auxiliary losses. Both see only detached network states: their gradient reaches the compressor (and decoder) alone.
 
 
-def content_attention(q: Tensor, kv: Tensor, key_mask: Tensor) -> Tensor:
+def content_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor) -> Tensor:
     """softmax(q k^T / sqrt(d_h)) v per head, with no positional terms (Algorithm 2, line 6).
 
-    q: (B, H, T, d_h) projected queries; kv: (B, S, 2 H d_h) projected keys and values; key_mask: (B, S).
+    q: (B, H, T, d_h) projected queries; k, v: (B, H, S, d_h) projected keys and values; key_mask: (B, S).
     Returns (B, T, H*d_h). A row with no valid key reads all its keys instead (a finite result the caller's row mask
     excludes), so the fused kernel never sees an empty softmax.
     """
     B, H, T, dh = q.shape
-    k, v = kv.view(B, -1, 2, H, dh).permute(2, 0, 3, 1, 4)  # each (B, H, S, d_h)
     key_mask = key_mask | ~key_mask.any(dim=1, keepdim=True)
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :])
     return y.transpose(1, 2).reshape(B, T, H * dh)
@@ -129,23 +128,27 @@ def content_attention(q: Tensor, kv: Tensor, key_mask: Tensor) -> Tensor:
 def attention_reconstruction_loss(
     q: Tensor,
     query_mask: Tensor,
-    old_kv: Tensor,
+    old_k: Tensor,
+    old_v: Tensor,
     old_mask: Tensor,
     compressed: Tensor,
     compressed_mask: Tensor,
-    w_kv: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
 ) -> Tensor:
     """||attn(h, old_mem) - attn(h, f_c(old_mem))||^2 (Algorithm 2), mean over valid queries and features.
 
-    q: (B, H, T, d_h) the layer's queries of this segment; old_kv: (B, S, 2 H d_h) keys/values of the evicted
+    q: (B, H, T, d_h) the layer's queries of this segment; old_k, old_v: (B, H, S, d_h) keys/values of the evicted
     states under the layer's own projections (the attention already computed them this step); compressed: (B, G, d);
-    w_kv: (2 H d_h, d) the layer's key/value weights. The stop-gradients of Algorithm 2 are applied here: on the
-    queries, the evicted memories and the attention weights (``w_kv`` is used detached, never modified, so the layer
-    keeps training from the task loss). Only ``compressed`` carries gradient.
+    w_k, w_v: (H d_h, d) the layer's key/value weights. The stop-gradients of Algorithm 2 are applied here: on the
+    queries, the evicted memories and the attention weights (the weights are used detached, never modified, so the
+    layer keeps training from the task loss). Only ``compressed`` carries gradient.
     """
-    q, old_kv, w_kv = q.detach(), old_kv.detach(), w_kv.detach()
-    target = content_attention(q, old_kv, old_mask)
-    recon = content_attention(q, compressed @ w_kv.t(), compressed_mask)
+    B, H, _, dh = q.shape
+    q, old_k, old_v = q.detach(), old_k.detach(), old_v.detach()
+    target = content_attention(q, old_k, old_v, old_mask)
+    heads = lambda w: (compressed @ w.detach().t()).view(B, -1, H, dh).transpose(1, 2)  # noqa: E731  (B, H, G, d_h)
+    recon = content_attention(q, heads(w_k), heads(w_v), compressed_mask)
     rows = query_mask & compressed_mask.any(dim=1, keepdim=True) & old_mask.any(dim=1, keepdim=True)  # (B, T)
     err = ((target - recon) ** 2).mean(dim=-1)  # (B, T)
     return torch.where(rows, err, 0.0).sum() / rows.sum().clamp(min=1)

@@ -214,10 +214,11 @@ class CompressiveTransformerLM(nn.Module):
         old_mask = eviction.old_mask & group_mask
         if cfg.compression_loss == "attention":
             first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values
-            old_kv = out.attn.kv[:, first : first + eviction.old.shape[1]]
+            old = slice(first, first + eviction.old.shape[1])
+            attn = self.blocks[i].attn
             return attention_reconstruction_loss(
-                out.attn.q, input_mask, old_kv, old_mask, eviction.compressed, eviction.compressed_mask,
-                self.blocks[i].attn.w_kv,
+                out.attn.q, input_mask, out.attn.k[:, :, old], out.attn.v[:, :, old], old_mask, eviction.compressed,
+                eviction.compressed_mask, attn.w_k, attn.w_v,
             )  # fmt: skip
         decoded = self.decoders[i](eviction.compressed)  # autoencoder
         return autoencoder_loss(eviction.old, old_mask, decoded)
