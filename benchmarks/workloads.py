@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -44,6 +46,10 @@ class Workload:
         """Segments until both memories are full (steady state): n_s * k >= n_m + c * n_cm."""
         span = self.mem_len + self.rate * self.cmem_len
         return -(-span // self.seg_len) + 1
+
+    def optimizer(self, params) -> torch.optim.Adam:
+        """The optimizer every implementation steps with: Adam at ``lr``, the fused kernel (the same for all)."""
+        return torch.optim.Adam(list(params), lr=self.lr, fused=True)
 
     def replace(self, **kw) -> "Workload":
         return dataclasses.replace(self, **kw)

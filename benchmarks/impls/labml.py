@@ -81,7 +81,7 @@ class Impl:
             self.model, w.mem_len if mem_len is None else mem_len, w.cmem_len if cmem_len is None else cmem_len, w.rate
         )
         self.ar_loss = AttentionReconstructionLoss(self.model.transformer.layers)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=w.lr)
+        self.opt = w.optimizer(self.model.parameters())
         self.param_count = sum(p.numel() for p in self.model.parameters())
         self.config = {"norm": "pre", "P (max relative distance)": self.model.transformer.layers[0].self_attn.P}
         self.memory = None

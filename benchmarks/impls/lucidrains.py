@@ -54,7 +54,7 @@ class Impl:
             reconstruction_loss_weight=1.0,
         )  # fmt: skip
         assert w.d_ff == 4 * w.d_model, "compressive-transformer-pytorch hard-codes the FFN width as 4 * dim"
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=w.lr)
+        self.opt = w.optimizer(self.model.parameters())
         self.param_count = sum(p.numel() for p in self.model.parameters())
         self.config = {"gru_gated_residual": False, "enhanced_recurrence": False, "fix_kv_detach": fix}
         self.memory = None

