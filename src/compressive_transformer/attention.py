@@ -124,25 +124,9 @@ class _PositionalBias(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor) -> Tensor:
-        # qv, qc: (B, T, H, dh) queries plus their position bias, scaled; r: (H, dh, M+T+1); rc: (H, dh, C+T-1);
-        # mask: (B, 1, T, C+M+T) additive.
-        B, T, H, dh = qv.shape
-        K = mask.shape[-1]
-        C = K - (r.shape[-1] - 1)
-        out = qv.new_empty(B * H, T, K)  # 3-D so the content matmul can accumulate into it (baddbmm_) in place
-        bias = out.view(B, H, T, K)
-        saved = []
-        for q_, r_, cols, n in ((qv, r, slice(C, K), K - C), (qc, rc, slice(0, C), C)):
-            if n == 0:
-                saved += [None]
-                continue
-            qh = q_.permute(2, 0, 1, 3).reshape(H, B * T, dh)
-            raw = torch.bmm(qh, r_).view(H, B, T, -1)  # (H, B, T, W) one column per distance
-            torch.add(_shifted_view(raw, n), mask[..., cols], out=bias[..., cols])
-            saved += [qh]
-            ctx.dtype = raw.dtype  # under autocast the matmul's; the backward runs its matmuls in it too
-        ctx.save_for_backward(saved[0], r, saved[1], rc)
-        ctx.C, ctx.shape = C, (B, H, T, K)
+        out, qh, qch, dtype = _positional_bias(qv, r, qc, rc, mask)
+        ctx.save_for_backward(qh, r, qch, rc)
+        ctx.C, ctx.shape, ctx.dtype = mask.shape[-1] - (r.shape[-1] - 1), (qv.shape[0], qv.shape[2]) + mask.shape[2:], dtype
         return out
 
     @staticmethod
@@ -165,10 +149,34 @@ class _PositionalBias(torch.autograd.Function):
         return grads[0], grads[1], grads[2], grads[3], None
 
 
+def _positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor):
+    """The forward of :class:`_PositionalBias`: the bias, the head-major queries the backward needs, the matmuls'
+    dtype (under autocast, the backward runs its matmuls in it too)."""
+    B, T, H, dh = qv.shape
+    K = mask.shape[-1]
+    C = K - (r.shape[-1] - 1)
+    out = qv.new_empty(B * H, T, K)  # 3-D so the content matmul can accumulate into it (baddbmm_) in place
+    bias = out.view(B, H, T, K)
+    saved, dtype = [], out.dtype
+    for q_, r_, cols, n in ((qv, r, slice(C, K), K - C), (qc, rc, slice(0, C), C)):
+        if n == 0:
+            saved.append(None)
+            continue
+        qh = q_.permute(2, 0, 1, 3).reshape(H, B * T, dh)
+        raw = torch.bmm(qh, r_).view(H, B, T, -1)  # (H, B, T, W) one column per distance
+        torch.add(_shifted_view(raw, n), mask[..., cols], out=bias[..., cols])
+        saved.append(qh)
+        dtype = raw.dtype
+    return out, saved[0], saved[1], dtype
+
+
 def positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor) -> Tensor:
     """(B * H, T, C+M+T) positional scores of ``[cmem; mem; segment]`` plus the additive ``mask``; see
-    :class:`_PositionalBias` (qv/qc: (B, T, H, dh), r: (H, dh, M+T+1), rc: (H, dh, C+T-1) or None when C = 0)."""
-    return _PositionalBias.apply(qv, r, qc, rc, mask)
+    :class:`_PositionalBias` (qv/qc: (B, T, H, dh), r: (H, dh, M+T+1), rc: (H, dh, C+T-1) or None when C = 0).
+    Without gradients (evaluation, generation) the autograd function's overhead is skipped."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (qv, r, qc, rc)):
+        return _PositionalBias.apply(qv, r, qc, rc, mask)
+    return _positional_bias(qv, r, qc, rc, mask)[0]
 
 
 class RelativeAttention(nn.Module):
