@@ -35,7 +35,7 @@ def naive_weights(cfg, attn, x, mem, cmem, *, fill, mask_mem=None):
     T, M, C = x.shape[1], mem.shape[1], cmem.shape[1]
     keys = torch.cat([cmem, mem, x], 1)[0]
     q = (x[0] @ attn.w_q.t()).view(T, H, dh)
-    k = (keys @ attn.w_kv[: H * dh].t()).view(-1, H, dh)
+    k = (keys @ attn.w_k.t()).view(-1, H, dh)
     shared = attn.cpos is None
     out = torch.full((H, T, C + M + T), float("-inf"), dtype=torch.float64)
     for h in range(H):

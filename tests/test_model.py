@@ -251,7 +251,7 @@ def test_inference_cache_of_keys_values_and_positions_changes_nothing(variant):
     if variant.get("mem_len", 8) or variant.get("cmem_len", 4):
         assert memory.layers[0].kv is not None  # the cache was really used
         width = memory.layers[0].cmem_len + memory.layers[0].capacity
-        assert memory.layers[0].kv.shape[1] == width
+        assert memory.layers[0].kv.shape[2] == width
 
 
 def test_inference_cache_is_not_reused_after_the_weights_change():

@@ -33,7 +33,7 @@ class AttentionOutput:
     q: Tensor  # (B, H, T, dh) the queries (the reconstruction loss reuses them)
     k: Tensor  # (B, H, C+M+T, dh) keys of [cmem; mem; x] (a view; the reconstruction loss reuses the evicted ones)
     v: Tensor  # (B, H, C+M+T, dh) values
-    kv: Tensor | None  # (B, C+M+T, 2 H dh) keys and values as the inference cache keeps them; None with gradients
+    kv: Tensor | None  # (B, H, C+M+T, 2 dh) keys | values per head, as the inference cache keeps them; None with grads
 
 
 @dataclass(frozen=True)
@@ -211,10 +211,6 @@ class RelativeAttention(nn.Module):
         return self._projected[full_key]
 
     @property
-    def w_kv(self) -> Tensor:
-        return self.qkv.weight[self.n_heads * self.d_head :]
-
-    @property
     def w_k(self) -> Tensor:
         n = self.n_heads * self.d_head
         return self.qkv.weight[n : 2 * n]
@@ -224,8 +220,12 @@ class RelativeAttention(nn.Module):
         return self.qkv.weight[2 * self.n_heads * self.d_head :]
 
     def project_kv(self, states: Tensor) -> Tensor:
-        """Keys and values of memory states, (B, S, d) -> (B, S, 2 H dh); what a memory's key/value cache holds."""
-        return F.linear(states, self.w_kv)
+        """Keys and values of memory states, (B, S, d) -> (B, H, S, 2 dh) (each head's key, then its value): what a
+        memory's key/value cache holds. Head-major rows let the attention read keys and values as strided views."""
+        B, S, _ = states.shape
+        H, dh = self.n_heads, self.d_head
+        kv = F.linear(states, self.qkv.weight[H * dh :]).view(B, S, 2, H, dh)
+        return kv.permute(0, 3, 1, 2, 4).reshape(B, H, S, 2 * dh)
 
     @property
     def kv_version(self) -> int:
@@ -248,7 +248,7 @@ class RelativeAttention(nn.Module):
         kv_cache: Tensor | None = None,
     ) -> AttentionOutput:
         """x: (B, T, d) queries' inputs; mem: (B, M, d); cmem: (B, C, d); mask: (B, 1, T, C+M+T) additive, -inf
-        where a query may not read a key (:func:`additive_mask`); kv_cache: (B, C+M, 2 H dh) keys and values of
+        where a query may not read a key (:func:`additive_mask`); kv_cache: (B, H, C+M, 2 dh) keys and values of
         ``[cmem; mem]`` from earlier steps, or None to project them."""
         B, T, d = x.shape
         M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
@@ -256,8 +256,8 @@ class RelativeAttention(nn.Module):
         q = F.linear(x, self.w_q).view(B, T, H, dh)
         kv = None
         if kv_cache is not None or not torch.is_grad_enabled():  # inference: the layout the cache keeps
-            kv = self.project_kv(torch.cat([cmem, mem, x], dim=1)) if kv_cache is None else torch.cat([kv_cache, self.project_kv(x)], 1)  # fmt: skip
-            k, v = kv.view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4).reshape(2, B * H, K, dh)  # one copy
+            kv = self.project_kv(torch.cat([cmem, mem, x], dim=1)) if kv_cache is None else torch.cat([kv_cache, self.project_kv(x)], 2)  # fmt: skip
+            k, v = kv.view(B * H, K, 2 * dh).split(dh, dim=-1)  # strided views, (B*H, K, dh) each
         else:
             k, v = self._project_time_major(x, torch.cat([cmem.transpose(0, 1), mem.transpose(0, 1)]))
 

@@ -36,7 +36,7 @@ class LayerMemory:
     usage: Tensor | None = None  # (B, mem_capacity) attention received while in memory (most_used)
     cmem_src: Tensor | None = None  # (B, cmem_len, k, d) windows behind each compressed slot (bptt)
     young: tuple[int, ...] = ()  # bptt: compressed slots pushed by each of the last segments, newest last
-    kv: Tensor | None = None  # (B, cmem_len + capacity, 2 H dh) inference cache: keys/values of [cmem; mem]
+    kv: Tensor | None = None  # (B, H, cmem_len + capacity, 2 dh) inference cache: keys/values of [cmem; mem]
     kv_version: int = -1  # version of the key/value weights the cache was made with
 
     @property
@@ -197,7 +197,7 @@ def update_layer(
 
     x: (B, T, d) the layer's attention inputs for this segment; x_mask: (B, T) False for padding.
     attn_usage: (B, capacity) attention the memory slots received in this segment (most_used only).
-    kv: (B, cmem_len + capacity + T, 2 H dh) keys/values of [cmem; mem; x] from this step (inference): the next
+    kv: (B, H, cmem_len + capacity + T, 2 dh) keys/values of [cmem; mem; x] from this step (inference): the next
     state then carries its own cache, extended by ``project_kv`` of the new compressed slots only.
     """
     B, T, _ = x.shape
@@ -220,7 +220,7 @@ def update_layer(
 
     cmem, cmem_mask, cmem_src, young = state.cmem, state.cmem_mask, state.cmem_src, state.young
     n_cm = state.cmem_len
-    kv_cmem = kv[:, :n_cm] if kv is not None else None
+    kv_cmem = kv[:, :, :n_cm] if kv is not None else None
     eviction = None
     if compressing and n_evict > 0:
         groups = n_evict // c
@@ -240,7 +240,7 @@ def update_layer(
         if cmem_src is not None:
             cmem_src = torch.cat([cmem_src, windows], dim=1)[:, -n_cm:]
         if kv_cmem is not None:
-            kv_cmem = torch.cat([kv_cmem, project_kv(new_slots)], dim=1)[:, -n_cm:]
+            kv_cmem = torch.cat([kv_cmem, project_kv(new_slots)], dim=2)[:, :, -n_cm:]
     if cmem_src is not None:  # only BPTT tracks how recent each compressed slot is
         young = (young + (groups if eviction is not None else 0,))[-max(bptt_horizon, 1) :]
 
@@ -252,7 +252,7 @@ def update_layer(
         usage = usage * mem_mask
     new_kv = None
     if kv is not None:
-        new_kv = torch.cat([kv_cmem, kv[:, n_cm:][:, keep_from:]], dim=1)  # aligned with [cmem; mem]
+        new_kv = torch.cat([kv_cmem, kv[:, :, n_cm:][:, :, keep_from:]], dim=2)  # aligned with [cmem; mem]
     new_state = LayerMemory(
         mem=mem,
         mem_mask=mem_mask,
