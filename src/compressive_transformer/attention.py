@@ -276,7 +276,8 @@ class RelativeAttention(nn.Module):
             # Accumulate into the bias buffer; under autocast the matmul's dtype differs, so out of place.
             scores = torch.baddbmm(*args) if torch.is_autocast_enabled(x.device.type) else args[0].baddbmm_(*args[1:])
             weights = torch.softmax(scores.view(B, H, T, K), dim=-1)
-            y = torch.bmm(F.dropout(weights, self.attn_dropout, self.training).view(B * H, T, K), v)  # (B*H, T, dh)
+            dropped = F.dropout(weights, self.attn_dropout, True) if self.training and self.attn_dropout > 0 else weights
+            y = torch.bmm(dropped.view(B * H, T, K), v)  # (B*H, T, dh)
         else:
             weights = None
             y = F.scaled_dot_product_attention(

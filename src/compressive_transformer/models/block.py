@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from compressive_transformer.attention import AttentionOutput, Positions, RelativeAttention
 from compressive_transformer.config import ModelConfig
+from compressive_transformer.models.io import dropout
 
 
 class GRUGate(nn.Module):
@@ -49,10 +50,10 @@ class Block(nn.Module):
         d = cfg.d_model
         self.pre_norm = cfg.norm == "pre"
         self.attn = RelativeAttention(cfg)
-        self.ff = nn.Sequential(nn.Linear(d, cfg.d_ff), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.d_ff, d))
+        self.ff = nn.Sequential(nn.Linear(d, cfg.d_ff), nn.ReLU(), dropout(cfg.dropout), nn.Linear(cfg.d_ff, d))
         self.norm1 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         self.norm2 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = dropout(cfg.dropout)
         self.gate1 = GRUGate(d, cfg.gate_bias) if cfg.gating else None
         self.gate2 = GRUGate(d, cfg.gate_bias) if cfg.gating else None
 

@@ -12,6 +12,11 @@ from compressive_transformer.config import ModelConfig
 IGNORE_INDEX = -100
 
 
+def dropout(p: float) -> nn.Module:
+    """Dropout, or nothing at all when p = 0 (a no-op module still costs a call per use, which adds up in generation)."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 class InputLayer(nn.Module):
     """Token embedding scaled by sqrt(d) (Transformer-XL), or a linear projection of continuous inputs."""
 
@@ -34,7 +39,7 @@ class OutputLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, input_layer: InputLayer) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = dropout(cfg.dropout)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size) if cfg.vocab_size > 0 else None
         if self.head is not None and cfg.tie_embeddings:
             self.head.weight = input_layer.embed.weight

@@ -28,7 +28,7 @@ from compressive_transformer.memory import (
     update_layer,
 )
 from compressive_transformer.models.block import Block, BlockOutput
-from compressive_transformer.models.io import InputLayer, OutputLayer, init_weights
+from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 
 
 @dataclass
@@ -48,7 +48,7 @@ class CompressiveTransformerLM(nn.Module):
         self.cfg = cfg
         d = cfg.d_model
         self.input = InputLayer(cfg)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.output = OutputLayer(cfg, self.input)
 

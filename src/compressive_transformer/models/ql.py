@@ -23,7 +23,7 @@ from compressive_transformer.attention import additive_mask, attention_mask, exp
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import LayerMemory, MemoryState, empty_layer, update_layer
 from compressive_transformer.models.block import Block
-from compressive_transformer.models.io import InputLayer, OutputLayer, init_weights
+from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.models.lm import LMOutput
 
 
@@ -52,7 +52,7 @@ class TransformerQL(nn.Module):
             raise ValueError("TransformerQL needs model.scales (Transformer-XL layers per scale)")
         self.cfg = cfg
         self.input = InputLayer(cfg)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.output = OutputLayer(cfg, self.input)
         self.apply(lambda m: init_weights(m, cfg.init_std))
