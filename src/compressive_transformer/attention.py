@@ -167,6 +167,7 @@ def _positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None
         torch.add(_shifted_view(raw, n), mask[..., cols], out=bias[..., cols])
         saved.append(qh)
         dtype = raw.dtype
+        del raw  # before the next stream's matmul: lower peak memory
     return out, saved[0], saved[1], dtype
 
 
@@ -272,10 +273,12 @@ class RelativeAttention(nn.Module):
 
         qu = ((q + self.u) * self.scale).transpose(1, 2)  # (B, H, T, dh)
         if need_weights:
-            args = (bias, qu.reshape(B * H, T, dh), k.transpose(1, 2))
+            qk = (qu.reshape(B * H, T, dh), k.transpose(1, 2))
             # Accumulate into the bias buffer; under autocast the matmul's dtype differs, so out of place.
-            scores = torch.baddbmm(*args) if torch.is_autocast_enabled(x.device.type) else args[0].baddbmm_(*args[1:])
+            scores = torch.baddbmm(bias, *qk) if torch.is_autocast_enabled(x.device.type) else bias.baddbmm_(*qk)
+            del bias  # the scores are only needed until the softmax: lower peak memory
             weights = torch.softmax(scores.view(B, H, T, K), dim=-1)
+            del scores
             dropped = F.dropout(weights, self.attn_dropout, True) if self.training and self.attn_dropout > 0 else weights
             y = torch.bmm(dropped.view(B * H, T, K), v)  # (B*H, T, dh)
         else:

@@ -186,6 +186,7 @@ class CompressiveTransformerLM(nn.Module):
             if need_weights:
                 attentions.append(out.attn.weights)
             h = out.h
+            del out, eviction  # this layer's attention buffers are not kept while the next layer runs
 
         h, logits, loss = self.output(h, targets)
         aux_losses = torch.stack(aux) if aux else h.new_zeros(cfg.n_layers)
