@@ -18,9 +18,7 @@ what bounds how much faster one-token-per-step generation can be than re-encodin
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import time
@@ -33,7 +31,7 @@ import torch  # noqa: E402
 
 from benchmarks.impls import ours  # noqa: E402
 from compressive_transformer import CompressiveTransformerLM  # noqa: E402
-from benchmarks.workloads import WORKLOADS  # noqa: E402
+from benchmarks.workloads import in_process_script, write_report  # noqa: E402
 
 
 class Variant:
@@ -99,16 +97,7 @@ def forward_cost_by_length(w, lengths: list[int], repeats: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", default="reference", choices=sorted(WORKLOADS))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=16, help="timed training steps per variant")
-    ap.add_argument("--repeats", type=int, default=30, help="timed forwards per length")
-    ap.add_argument("--out", type=Path, default=HERE / "results")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    w = WORKLOADS[a.workload]
+    a, w = in_process_script(__doc__, HERE / "results", steps=(16, "timed training steps per variant"), repeats=(30, "timed forwards per length"))
     lengths = [t for t in (1, 8, 32, 64, 128) if t <= w.seg_len]
     result = {"workload": w.to_dict(), "threads": a.threads, "training": training_breakdown(w, a.steps),
               "forward_ms_by_length": forward_cost_by_length(w, lengths, a.repeats)}  # fmt: skip
@@ -122,10 +111,7 @@ def main() -> None:
     lines += [f"| {k} | {v['median_ms']:.1f} | {v['min_ms']:.1f} | {v['vs_transformer_xl']:.3f} |" for k, v in tr.items()]
     lines += ["", "| new tokens per forward (batch 1, full memories) | ms per forward | ms per token |", "|---|---|---|"]
     lines += [f"| {T} | {ms:.2f} | {ms / T:.3f} |" for T, ms in fw.items()]
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "overhead.json").write_text(json.dumps(result, indent=1))
-    (a.out / "overhead.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(a.out, "overhead", result, lines)
 
 
 if __name__ == "__main__":

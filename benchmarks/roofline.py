@@ -12,7 +12,6 @@ matmuls.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import statistics
@@ -26,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 import torch  # noqa: E402
 
 from benchmarks.impls import ours  # noqa: E402
-from benchmarks.workloads import WORKLOADS, train_flops_per_token  # noqa: E402
+from benchmarks.workloads import in_process_script, train_flops_per_token, write_report  # noqa: E402
 
 MATMULS = {"aten::mm": 2, "aten::addmm": 3, "aten::bmm": 2, "aten::baddbmm": 3, "aten::baddbmm_": 3}
 
@@ -52,16 +51,7 @@ def _time(shape_a: list, shape_b: list, repeats: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", default="reference", choices=sorted(WORKLOADS))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=2, help="profiled training steps (after the memories are full)")
-    ap.add_argument("--repeats", type=int, default=30, help="timings per distinct matmul shape")
-    ap.add_argument("--out", type=Path, default=HERE / "results")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    w = WORKLOADS[a.workload]
+    a, w = in_process_script(__doc__, HERE / "results", steps=(2, "profiled training steps (after the memories are full)"), repeats=(30, "timings per distinct matmul shape"))
     impl = ours.build(w)
     x, y = torch.randint(0, w.vocab, (w.batch, w.seg_len)), torch.randint(0, w.vocab, (w.batch, w.seg_len))
     for _ in range(w.fill_segments + 1):
@@ -105,7 +95,7 @@ def main() -> None:
     lines = [
         f"# Matmul roofline of a `{a.workload}` training step ({a.threads} threads)",
         "",
-        f"- 2048^2 fp32 GEMM rate (what MFU is measured against): {peak:.1f} GFLOP/s",
+        f"- {n_peak}^2 fp32 GEMM rate (what MFU is measured against): {peak:.1f} GFLOP/s",
         f"- model FLOPs per step: {model_flops / 1e9:.2f} GFLOP; matmul FLOPs actually executed: {total_flops / 1e9:.2f} GFLOP",
         f"- the step's matmuls timed alone: {total_s * 1e3:.1f} ms per step, i.e. {total_flops / total_s / 1e9:.1f} GFLOP/s",
         f"- **MFU upper bound** (model FLOPs / matmul-only time / GEMM rate): {result['mfu_upper_bound']:.1%}",
@@ -114,10 +104,7 @@ def main() -> None:
         "|---|---|---|---|---|---|",
     ]
     lines += [f"| {r['op']} | {r['a']} | {r['b']} | {r['calls_per_step']:g} | {r['ms']:.3f} | {r['gflops']:.1f} |" for r in rows]
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "roofline.json").write_text(json.dumps(result, indent=1))
-    (a.out / "roofline.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(a.out, "roofline", result, lines)
 
 
 if __name__ == "__main__":

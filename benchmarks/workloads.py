@@ -6,8 +6,11 @@ Every adapter in ``impls/`` builds its model from one of these, so all implement
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -99,3 +102,26 @@ def forward_flops_per_token(w: Workload, attn_len: int | None = None) -> float:
 
 def train_flops_per_token(w: Workload, attn_len: int | None = None) -> float:
     return 3.0 * forward_flops_per_token(w, attn_len)
+
+
+def in_process_script(doc: str, out: Path, *, steps: tuple[int, str], repeats: tuple[int, str]) -> tuple[argparse.Namespace, Workload]:
+    """Arguments and set-up shared by the single-process measurement scripts (overhead.py, roofline.py): the
+    workload, threads (set), a fixed seed, ``--steps`` / ``--repeats`` with the script's defaults and help."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", default="reference", choices=sorted(WORKLOADS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=steps[0], help=steps[1])
+    ap.add_argument("--repeats", type=int, default=repeats[0], help=repeats[1])
+    ap.add_argument("--out", type=Path, default=out)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    return a, WORKLOADS[a.workload]
+
+
+def write_report(out: Path, name: str, result: dict, lines: list[str]) -> None:
+    """``name``.json and ``name``.md under ``out``, and the markdown on stdout."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
