@@ -124,19 +124,19 @@ class _PositionalBias(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor) -> Tensor:
-        out, qh, qch, dtype = _positional_bias(qv, r, qc, rc, mask)
+        out, qh, qch, ctx.dtype = _positional_bias(qv, r, qc, rc, mask)
         ctx.save_for_backward(qh, r, qch, rc)
-        ctx.C, ctx.shape, ctx.dtype = mask.shape[-1] - (r.shape[-1] - 1), (qv.shape[0], qv.shape[2]) + mask.shape[2:], dtype
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         qh, r, qch, rc = ctx.saved_tensors
-        B, H, T, K = ctx.shape
-        C, grad = ctx.C, grad.view(B, H, T, K)
+        H, (BH, T, K) = r.shape[0], grad.shape
+        B, C = BH // H, K - (r.shape[-1] - 1)
+        grad = grad.view(B, H, T, K)
         grads = []
         for qh_, r_, cols, n in ((qh, r, slice(C, K), K - C), (qch, rc, slice(0, C), C)):
-            if n == 0 or qh_ is None:
+            if qh_ is None:  # no compressed memory
                 grads += [None, None]
                 continue
             W, dt = r_.shape[-1], ctx.dtype
@@ -302,6 +302,6 @@ class RelativeAttention(nn.Module):
         K = memory.shape[0] + T
         out = []
         for w in (self.w_k, self.w_v):
-            t = torch.cat([F.linear(memory, w), F.linear(x, w).transpose(0, 1)]) if memory.shape[0] else F.linear(x, w).transpose(0, 1).contiguous()
-            out.append(t.view(K, B * H, dh).transpose(0, 1))  # fmt: skip
+            t = torch.cat([F.linear(memory, w), F.linear(x, w).transpose(0, 1)])  # (K, B, H dh)
+            out.append(t.view(K, B * H, dh).transpose(0, 1))
         return out[0], out[1]

@@ -8,7 +8,6 @@ cut into segments.
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
