@@ -3,10 +3,13 @@ token-by-token run exactly (memory carried, compression every c tokens)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 from compressive_transformer.config import ConfigError, ModelConfig
+from compressive_transformer.decode import Decoder
 from compressive_transformer.generate import filter_logits, generate, sample_next
 from compressive_transformer.models import CompressiveTransformerLM
 
@@ -105,5 +108,14 @@ def test_each_generated_token_is_one_forward_of_length_one(monkeypatch: pytest.M
         return real(inputs, *a, **kw)
 
     monkeypatch.setattr(m, "forward", counting)
+    steps = []
+    real_step = Decoder.step
+    monkeypatch.setattr(Decoder, "step", lambda self, tokens: steps.append(tokens.shape) or real_step(self, tokens))
     generate(m, list(range(10)), max_new_tokens=6, temperature=0)
-    assert lengths == [4, 4, 2] + [1] * 5  # the prompt in segments, then T = 1 per new token after the first
+    assert lengths == [4, 4, 2]  # the prompt in segments
+    assert steps == [torch.Size([1])] * 5  # then one decoder step of one token per new token after the first
+
+    lengths.clear()  # a model without a ring-buffer decoder: one forward of length 1 per token instead
+    monkeypatch.setattr(sys.modules["compressive_transformer.generate"], "unsupported", lambda model: "forced")
+    generate(m, list(range(10)), max_new_tokens=6, temperature=0)
+    assert lengths == [4, 4, 2] + [1] * 5

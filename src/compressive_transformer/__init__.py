@@ -10,6 +10,7 @@ from compressive_transformer.config import (
     load_run_config,
 )
 from compressive_transformer.context import ContextLength, context_length, context_length_from_config
+from compressive_transformer.decode import Decoder
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.generate import filter_logits, generate
 from compressive_transformer.memory import LayerMemory, MemoryState
@@ -42,5 +43,6 @@ __all__ = [
     "EvalResult",
     "generate",
     "filter_logits",
+    "Decoder",
 ]
 __version__ = "0.1.0"

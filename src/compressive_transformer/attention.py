@@ -211,6 +211,15 @@ class RelativeAttention(nn.Module):
             self._projected[full_key] = proj(table).view(-1, H, dh).permute(1, 2, 0).contiguous()
         return self._projected[full_key]
 
+    def positional_streams(self, positions: Positions) -> tuple[Tensor, Tensor | None, Tensor]:
+        """W_r R of memory + segment (H, dh, M+T+1); W_rc R_c of the compressed memory (H, dh, C+T-1), None without
+        one; and the compressed stream's position bias (H, dh)."""
+        r = self._project_positions(self.pos, positions.mem, ("mem",) + positions.key)
+        cpos, cv = (self.cpos, self.cv) if self.cpos is not None else (self.pos, self.v)
+        if positions.cmem.shape[0] == 0:
+            return r, None, cv
+        return r, self._project_positions(cpos, positions.cmem, ("cmem",) + positions.key), cv
+
     @property
     def w_k(self) -> Tensor:
         n = self.n_heads * self.d_head
@@ -263,12 +272,8 @@ class RelativeAttention(nn.Module):
             k, v = self._project_time_major(x, torch.cat([cmem.transpose(0, 1), mem.transpose(0, 1)]))
 
         # Positional scores, scaled, plus the mask: the additive bias of the content scores.
-        r = self._project_positions(self.pos, positions.mem, ("mem",) + positions.key)  # (H, dh, M+T+1)
-        qc = rc = None
-        if C > 0:
-            cpos, cv = (self.cpos, self.cv) if self.cpos is not None else (self.pos, self.v)
-            rc = self._project_positions(cpos, positions.cmem, ("cmem",) + positions.key)  # (H, dh, C+T-1)
-            qc = (q + cv) * self.scale
+        r, rc, cv = self.positional_streams(positions)
+        qc = (q + cv) * self.scale if rc is not None else None
         bias = positional_bias((q + self.v) * self.scale, r, qc, rc, mask)  # (B * H, T, K)
 
         qu = ((q + self.u) * self.scale).transpose(1, 2)  # (B, H, T, dh)

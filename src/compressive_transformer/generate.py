@@ -1,5 +1,6 @@
-"""Sampling with memory: the prompt is read in segments of ``seg_len``, then each new token is one forward pass of
-length 1 against the memory, so every generated token costs the same (no window is ever recomputed)."""
+"""Sampling with memory: the prompt is read in segments of ``seg_len``, then each new token is one step of length 1
+against the memory, so every generated token costs the same (no window is ever recomputed). The steps run on the
+ring-buffer :class:`~compressive_transformer.decode.Decoder` where the model has one, else on ``model.forward``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from compressive_transformer.config import ConfigError
+from compressive_transformer.decode import Decoder, unsupported
 
 
 def filter_logits(logits: torch.Tensor, *, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -91,6 +93,7 @@ def generate(
             out = model(ids[:, start : start + seg_len], memory=memory)
             memory = out.memory
         last = out.logits[:, -1]  # (1, V)
+        decoder = Decoder(model, memory) if unsupported(model) is None else None
         result = Generation(prompt=list(prompt), tokens=[])
         for i in range(max_new_tokens):
             token = sample_next(last, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
@@ -99,9 +102,11 @@ def generate(
             result.tokens.append(int(token))
             if i + 1 == max_new_tokens:
                 break
-            out = model(token.view(1, 1), memory=memory)  # T = 1: constant cost per token
-            memory = out.memory
-            last = out.logits[:, -1]
+            if decoder is not None:  # T = 1: constant cost per token
+                last = decoder.step(token.view(1))
+            else:
+                out = model(token.view(1, 1), memory=memory)
+                memory, last = out.memory, out.logits[:, -1]
         return result
     finally:
         model.train(was_training)

@@ -207,8 +207,7 @@ def update_layer(
     combined = torch.cat([state.mem, x.detach()], dim=1)  # (B, cap + T, d), the occupied region is the right end
     combined_mask = torch.cat([state.mem_mask, x_mask], dim=1)
     total = state.fill + T
-    overflow = max(total - state.mem_len, 0)
-    n_evict = (overflow // c) * c if compressing else overflow
+    n_evict = evicted_count(total, state.mem_len, c, compressing)
     new_fill = total - n_evict  # <= mem_len + c - 1 <= capacity
     start = cap + T - total  # index of the oldest occupied slot in `combined`
 
@@ -227,7 +226,7 @@ def update_layer(
         old = combined[:, start : start + n_evict]  # (B, G*c, d)
         old_mask = combined_mask[:, start : start + n_evict]
         span = combined[:, start : start + n_evict + extra_width]
-        windows = span.unfold(1, c + extra_width, c).transpose(2, 3)  # (B, G, c + e, d)
+        windows = group_windows(span, c, extra_width)
         old_usage = None
         if usage is not None:
             old_usage = usage_all[:, start : start + n_evict].masked_fill(~old_mask, float("-inf"))
@@ -267,6 +266,18 @@ def update_layer(
         kv_version=kv_version if kv is not None else -1,
     )
     return new_state, eviction
+
+
+def evicted_count(occupied: int, mem_len: int, compression_rate: int, compressing: bool) -> int:
+    """How many of the ``occupied`` slots (after a push) leave memory: everything beyond n_m, in whole groups of c
+    when compressing (the rest waits in the c - 1 pending slots)."""
+    overflow = max(occupied - mem_len, 0)
+    return (overflow // compression_rate) * compression_rate if compressing else overflow
+
+
+def group_windows(span: Tensor, compression_rate: int, extra_width: int) -> Tensor:
+    """(B, G*c + e, d) evicted states and their e newer neighbours -> (B, G, c + e, d) compression windows."""
+    return span.unfold(1, compression_rate + extra_width, compression_rate).transpose(2, 3)
 
 
 def compressed_for_attention(state: LayerMemory, compress: Compress | None) -> Tensor:

@@ -69,16 +69,22 @@ class Block(nn.Module):
         kv_cache: Tensor | None = None,
     ) -> BlockOutput:
         """h: (B, T, d); mask: (B, 1, T, C+M+T) additive attention mask; kv_cache: see RelativeAttention."""
-        attn_in = self.norm1(h) if self.pre_norm else h
+        attn_in = self.attn_input(h)
         attn = self.attn(attn_in, mem, cmem, positions, mask, need_weights=need_weights, kv_cache=kv_cache)
-        a = self.drop(attn.y)
+        return BlockOutput(h=self.finish(h, attn.y), attn_in=attn_in, attn=attn)
+
+    def attn_input(self, h: Tensor) -> Tensor:
+        """What the attention reads (and memory stores): h itself (post-norm) or its layer norm (pre-norm)."""
+        return self.norm1(h) if self.pre_norm else h
+
+    def finish(self, h: Tensor, y: Tensor) -> Tensor:
+        """The rest of the block after the attention's output y: residuals (or gates), norms and the MLP."""
+        a = self.drop(y)
         if self.gate1 is not None:
             a = self.gate1(h, F.relu(a))
-            out = self.gate2(a, F.relu(self.drop(self.ff(self.norm2(a)))))
-        elif self.pre_norm:
+            return self.gate2(a, F.relu(self.drop(self.ff(self.norm2(a)))))
+        if self.pre_norm:
             a = h + a
-            out = a + self.drop(self.ff(self.norm2(a)))
-        else:
-            a = self.norm1(h + a)
-            out = self.norm2(a + self.drop(self.ff(a)))
-        return BlockOutput(h=out, attn_in=attn_in, attn=attn)
+            return a + self.drop(self.ff(self.norm2(a)))
+        a = self.norm1(h + a)
+        return self.norm2(a + self.drop(self.ff(a)))

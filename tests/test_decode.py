@@ -1,0 +1,141 @@
+"""The ring-buffer decoder computes exactly what model.forward computes at T = 1, memory included."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from conftest import tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compressive_transformer.decode import Decoder, unsupported
+from compressive_transformer.generate import generate
+
+SUPPORTED = [
+    dict(),
+    dict(compression="dilated_conv", compression_extra_width=1),
+    dict(compression="max_pool", compression_loss="none", compression_rate=3),
+    dict(compression="mean_pool", compression_loss="none", norm="pre"),
+    dict(compression="conv", compression_loss="autoencoder", compression_rate=3, norm="pre", gating=True),
+    dict(cmem_len=0),
+    dict(mem_len=0, cmem_len=0),
+    dict(clamp_len=5, tie_embeddings=True),
+]
+UNSUPPORTED = [
+    dict(compression="max_pool", compression_loss="none", cmem_positions="shared"),
+    dict(compression="most_used", compression_loss="none"),
+    dict(compression="conv", compression_loss="bptt"),
+    dict(same_length=True, mem_len=6, attn_impl="math"),
+]
+
+
+def assert_same_memory(a, b):
+    for x, y in zip(a.layers, b.layers):
+        assert x.fill == y.fill and x.mem_len == y.mem_len
+        assert torch.equal(x.mem_mask, y.mem_mask) and torch.equal(x.cmem_mask, y.cmem_mask)
+        torch.testing.assert_close(x.mem, y.mem, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(x.cmem, y.cmem, rtol=1e-10, atol=1e-10)
+
+
+def decode_both(model, memory, tokens):
+    """Logits of each token fed one at a time through the model and through a Decoder, and both final memories."""
+    decoder = Decoder(model, memory)
+    ours, theirs = [], []
+    with torch.no_grad():
+        for t in range(tokens.shape[1]):
+            ours.append(decoder.step(tokens[:, t]))
+            out = model(tokens[:, t : t + 1], memory=memory)
+            theirs.append(out.logits[:, 0])
+            memory = out.memory
+    return torch.stack(ours, 1), torch.stack(theirs, 1), decoder.memory(), memory
+
+
+@pytest.mark.parametrize("variant", SUPPORTED, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "default")
+def test_decoder_equals_the_model_token_by_token_across_ring_wraps(variant):
+    model = tiny_model(**variant)
+    tokens = torch.randint(0, 32, (2, 60))
+    with torch.no_grad():
+        memory = model(tokens[:, :8], memory=model.init_memory(2)).memory
+        memory = model(tokens[:, 8:11], memory=memory).memory  # a partial segment: a group of c is still pending
+    ours, theirs, mem_ours, mem_theirs = decode_both(model, memory, tokens[:, 11:])  # 49 tokens: rings wrap often
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
+    assert_same_memory(mem_ours, mem_theirs)
+
+
+def test_decoder_respects_invalid_slots_and_other_memory_lengths():
+    """A padded prompt row, a row reset at a document boundary, and longer memories than in training."""
+    model = tiny_model()
+    tokens = torch.randint(0, 32, (3, 50))
+    pad = torch.ones(3, 8, dtype=torch.bool)
+    pad[0, :5] = False
+    with torch.no_grad():
+        memory = model.init_memory(3, mem_len=12, cmem_len=6)
+        memory = model(tokens[:, :8], memory=memory, input_mask=pad).memory
+        memory = model(tokens[:, 8:16], memory=memory).memory.reset([1])
+    ours, theirs, mem_ours, mem_theirs = decode_both(model, memory, tokens[:, 16:])
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
+    assert_same_memory(mem_ours, mem_theirs)
+
+
+def test_the_memory_a_decoder_hands_back_continues_the_stream_exactly():
+    model = tiny_model()
+    tokens = torch.randint(0, 32, (1, 40))
+    with torch.no_grad():
+        memory = model(tokens[:, :8]).memory
+        decoder = Decoder(model, memory)
+        for t in range(8, 32):
+            decoder.step(tokens[:, t])
+            memory = model(tokens[:, t : t + 1], memory=memory).memory
+        handed = decoder.memory()
+        assert all(layer.kv is not None for layer in handed.layers)  # the cache comes along, so nothing is re-projected
+        got = model(tokens[:, 32:40], memory=handed)
+        want = model(tokens[:, 32:40], memory=memory)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-10, atol=1e-10)
+    assert_same_memory(got.memory, want.memory)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    mem_len=st.integers(0, 9), cmem_len=st.integers(0, 5), rate=st.integers(1, 4), prompt=st.integers(1, 13),
+    steps=st.integers(1, 30),
+)  # fmt: skip
+def test_decoder_equals_the_model_for_any_memory_geometry(mem_len, cmem_len, rate, prompt, steps):
+    cmem_len = cmem_len if mem_len > 0 else 0
+    model = tiny_model(mem_len=mem_len, cmem_len=cmem_len, compression_rate=rate, seg_len=prompt)
+    tokens = torch.randint(0, 32, (1, prompt + steps))
+    with torch.no_grad():
+        memory = model(tokens[:, :prompt], memory=model.init_memory(1)).memory
+    ours, theirs, mem_ours, mem_theirs = decode_both(model, memory, tokens[:, prompt:])
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
+    assert_same_memory(mem_ours, mem_theirs)
+
+
+@pytest.mark.parametrize("variant", UNSUPPORTED, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+def test_unsupported_models_are_named_and_generation_falls_back(variant):
+    model = tiny_model(**variant)
+    assert unsupported(model) is not None
+    with pytest.raises(ValueError, match="no ring-buffer decoder"):
+        Decoder(model, model.init_memory(1))
+    result = generate(model, [1, 2, 3], max_new_tokens=12, temperature=0, keep_logits=True)
+    assert len(result.tokens) == 12
+
+
+def test_decoder_refuses_training_mode():
+    model = tiny_model().train()
+    with pytest.raises(ValueError, match="eval"):
+        Decoder(model, model.init_memory(1))
+
+
+def test_generate_gives_the_same_tokens_with_and_without_the_decoder(monkeypatch):
+    model = tiny_model()
+    fast = generate(
+        model, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], max_new_tokens=40, temperature=0.8, top_k=10, seed=7, keep_logits=True
+    )
+    monkeypatch.setattr(sys.modules["compressive_transformer.generate"], "unsupported", lambda m: "forced")
+    slow = generate(
+        model, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], max_new_tokens=40, temperature=0.8, top_k=10, seed=7, keep_logits=True
+    )
+    assert fast.tokens == slow.tokens
+    torch.testing.assert_close(torch.stack(fast.logits), torch.stack(slow.logits), rtol=1e-10, atol=1e-10)
