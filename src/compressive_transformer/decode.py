@@ -100,15 +100,15 @@ class Decoder:
         a_mem = (-p) % R
         a_cmem = (1 - self.pc) % C if C > 0 else 0  # the newest compressed slot is pc - 1
         self.mask[..., C + p] = 0.0  # the token itself
-        h = model.input(tokens.view(B, 1))  # (B, 1, d); dropout is off in eval mode
+        h = model.input(tokens.view(B))  # (B, d): 2-D all through, the cheapest linear calls; no dropout in eval mode
         for i, block in enumerate(model.blocks):
             attn, states, kv = block.attn, self.states[i], self.kv[i]
             mem_table, cmem_table, biases = self.tables[i]
             x = block.attn_input(h)
-            qkv = F.linear(x, attn.qkv.weight)  # (B, 1, 3n)
-            kv[:, :, C + p].view(B, H, 2, dh).copy_(qkv[:, 0, n:].view(B, 2, H, dh).transpose(1, 2))
-            states[:, C + p] = x[:, 0]
-            q = torch.add(biases, qkv[:, :, :n].view(B, H, 1, dh), alpha=attn.scale).view(B * H, 3, dh)
+            qkv = F.linear(x, attn.qkv.weight)  # (B, 3n)
+            kv[:, :, C + p].view(B, H, 2, dh).copy_(qkv[:, n:].view(B, 2, H, dh).transpose(1, 2))
+            states[:, C + p] = x
+            q = torch.add(biases, qkv[:, :n].view(B, H, 1, dh), alpha=attn.scale).view(B * H, 3, dh)
             keys = kv.view(B * H, C + R, 2 * dh)
             scores = torch.bmm(q[:, :1], keys[..., :dh].transpose(1, 2))  # (B*H, 1, C + R)
             scores[..., C:] += torch.bmm(q[:, 1:2], mem_table[..., a_mem : a_mem + R])
@@ -117,10 +117,10 @@ class Decoder:
             scores.view(B, H, 1, C + R).add_(self.mask)
             torch.softmax(scores, dim=-1, out=scores)
             y = torch.bmm(scores, keys[..., dh:])  # (B*H, 1, dh)
-            h = block.finish(h, attn.out(y.view(B, 1, n)))
+            h = block.finish(h, attn.out(y.view(B, n)))
         _, logits, _ = model.output(h, None)
         self._push()
-        return logits[:, 0]
+        return logits
 
     def _push(self) -> None:
         """Algorithm 1's memory update for one pushed token, in place: evict the oldest states when a whole group of
