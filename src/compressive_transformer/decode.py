@@ -1,7 +1,7 @@
 """Token-by-token decoding with static ring buffers: the fast path of generation.
 
 ``model(token, memory)`` is exact at T = 1 but generic: every token it builds masks and positions, concatenates the
-key/value cache and the memory, and makes a new immutable state (~300 operator calls for 4 layers). A
+key/value cache and the memory, and makes a new immutable state (~340 operator calls for 4 layers). A
 :class:`Decoder` keeps each layer's memory states and their keys/values in preallocated rings that advance in place,
 so a token costs ~25 calls per layer and copies nothing but its own slot. It computes what the model computes (tests
 pin it against ``model.forward`` token by token, memory included) and gives back a :class:`MemoryState` on request.
@@ -13,6 +13,8 @@ contiguous view. Validity is one additive mask shared by all layers (every layer
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +39,22 @@ def unsupported(model: torch.nn.Module) -> str | None:
     if cfg.uses_compression and (cfg.compression == "most_used" or cfg.compression_loss == "bptt"):
         return "most_used / bptt compression (attention usage or compression windows are tracked)"
     return None
+
+
+@dataclass
+class _Rings:
+    """One layer's views into the decoder's buffers, made once (the buffers are only ever written in place)."""
+
+    biases: Tensor  # (H, 3, dh): u, v and the compressed stream's v, scaled
+    keys: Tensor  # (B*H, dh, C + R)
+    values: Tensor  # (B*H, C + R, dh)
+    scores: Tensor  # (B*H, 1, C + R) score buffer, and its two column blocks:
+    mem_scores: Tensor
+    cmem_scores: Tensor
+    kv_slots: list[Tensor]  # per memory ring slot: its keys/values (B, H, 2, dh)
+    state_slots: list[Tensor]  # per memory ring slot: its state (B, d)
+    mem_tables: list[Tensor]  # per ring offset a: the memory stream's projected positions (B*H, dh, R)
+    cmem_tables: list[Tensor]  # per ring offset a: the compressed stream's (B*H, dh, C)
 
 
 class Decoder:
@@ -83,14 +101,25 @@ class Decoder:
             m_mem = torch.arange(2 * R, device=ref.device)
             m_cmem = torch.arange(2 * C, device=ref.device)
             per_row = lambda t: t.expand(self.B, *t.shape).reshape(self.B * self.H, *t.shape[1:])  # noqa: E731
-            self.tables: list[tuple[Tensor, Tensor | None, Tensor]] = []
-            for block in model.blocks:
+            self.rings: list[_Rings] = []
+            for block, kv, states in zip(model.blocks, self.kv, self.states):
                 attn = block.attn
                 r, rc, cv = attn.positional_streams(positions)
                 mem_table = per_row(r[:, :, self.cap - (-m_mem) % R])  # (B*H, dh, 2R)
                 cmem_table = per_row(rc[:, :, C - 1 - (-m_cmem) % C]) if rc is not None else None  # (B*H, dh, 2C)
-                biases = torch.stack([attn.u, attn.v, cv], dim=1) * attn.scale  # (H, 3, dh): u, v, v_c, scaled
-                self.tables.append((mem_table, cmem_table, biases))
+                flat = kv.view(self.B * self.H, C + R, 2 * self.dh)
+                scores = flat.new_empty(self.B * self.H, 1, C + R)
+                self.rings.append(
+                    _Rings(
+                        biases=torch.stack([attn.u, attn.v, cv], dim=1) * attn.scale,
+                        keys=flat[..., : self.dh].transpose(1, 2), values=flat[..., self.dh :], scores=scores,
+                        mem_scores=scores[..., C:], cmem_scores=scores[..., :C],
+                        kv_slots=[kv[:, :, C + j].view(self.B, self.H, 2, self.dh) for j in range(R)],
+                        state_slots=[states[:, C + j] for j in range(R)],
+                        mem_tables=[mem_table[..., a : a + R] for a in range(R)],
+                        cmem_tables=[cmem_table[..., a : a + C] for a in range(C)] if cmem_table is not None else [],
+                    )
+                )  # fmt: skip
 
     @torch.no_grad()
     def step(self, tokens: Tensor) -> Tensor:
@@ -101,22 +130,20 @@ class Decoder:
         a_cmem = (1 - self.pc) % C if C > 0 else 0  # the newest compressed slot is pc - 1
         self.mask[..., C + p] = 0.0  # the token itself
         h = model.input(tokens.view(B))  # (B, d): 2-D all through, the cheapest linear calls; no dropout in eval mode
-        for i, block in enumerate(model.blocks):
-            attn, states, kv = block.attn, self.states[i], self.kv[i]
-            mem_table, cmem_table, biases = self.tables[i]
+        for block, v in zip(model.blocks, self.rings):
+            attn = block.attn
             x = block.attn_input(h)
             qkv = F.linear(x, attn.qkv.weight)  # (B, 3n)
-            kv[:, :, C + p].view(B, H, 2, dh).copy_(qkv[:, n:].view(B, 2, H, dh).transpose(1, 2))
-            states[:, C + p] = x
-            q = torch.add(biases, qkv[:, :n].view(B, H, 1, dh), alpha=attn.scale).view(B * H, 3, dh)
-            keys = kv.view(B * H, C + R, 2 * dh)
-            scores = torch.bmm(q[:, :1], keys[..., :dh].transpose(1, 2))  # (B*H, 1, C + R)
-            scores[..., C:] += torch.bmm(q[:, 1:2], mem_table[..., a_mem : a_mem + R])
+            v.kv_slots[p].copy_(qkv[:, n:].view(B, 2, H, dh).transpose(1, 2))
+            v.state_slots[p].copy_(x)
+            q = torch.add(v.biases, qkv[:, :n].view(B, H, 1, dh), alpha=attn.scale).view(B * H, 3, dh)
+            scores = torch.bmm(q[:, :1], v.keys, out=v.scores)  # (B*H, 1, C + R)
+            v.mem_scores += torch.bmm(q[:, 1:2], v.mem_tables[a_mem])
             if C > 0:
-                scores[..., :C] += torch.bmm(q[:, 2:3], cmem_table[..., a_cmem : a_cmem + C])
+                v.cmem_scores += torch.bmm(q[:, 2:3], v.cmem_tables[a_cmem])
             scores.view(B, H, 1, C + R).add_(self.mask)
             torch.softmax(scores, dim=-1, out=scores)
-            y = torch.bmm(scores, keys[..., dh:])  # (B*H, 1, dh)
+            y = torch.bmm(scores, v.values)  # (B*H, 1, dh)
             h = block.finish(h, attn.out(y.view(B, n)))
         _, logits, _ = model.output(h, None)
         self._push()
