@@ -249,9 +249,48 @@ def test_inference_cache_of_keys_values_and_positions_changes_nothing(variant):
         cached, memory = stream(model, tokens, sizes)
     torch.testing.assert_close(cached, uncached, rtol=1e-10, atol=1e-10)
     if variant.get("mem_len", 8) or variant.get("cmem_len", 4):
-        assert memory.layers[0].kv is not None  # the cache was really used
-        width = memory.layers[0].cmem_len + memory.layers[0].capacity
-        assert memory.layers[0].kv.shape[2] == width
+        layer = memory.layers[0]
+        assert layer.kv is not None  # the cache was really used
+        assert layer.kv.cmem.kv.shape[2] == layer.cmem_len and layer.kv.mem.kv.shape[2] == layer.capacity
+
+
+def test_inference_cache_states_stay_immutable_when_branched_reset_or_split():
+    """Successive states share one key/value buffer, extended in place past their windows: branching from one state
+    twice, resetting rows or selecting rows must still give every state exactly the outputs of an uncached run."""
+    model = tiny_model()
+    tokens = torch.randint(0, 32, (2, 40))
+    with torch.no_grad():
+        _, base = stream(model, tokens[:, :21], [8, 8, 5])
+        a = model(tokens[:, 21:22], memory=base)  # extends base's buffer in place
+        b = model(tokens[:, 30:31], memory=base)  # a second branch from the same state: must not see a's slot
+        a2 = model(tokens[:, 22:30], memory=a.memory)
+        reset = base.reset([1])
+        r = model(tokens[:, 21:29], memory=reset)
+        half = base.select_rows(slice(0, 1))
+        h = model(tokens[:1, 21:25], memory=half)
+        again = model(tokens[:, 21:22], memory=base)  # base itself is unchanged after all of that
+    fresh = lambda x, m: model(x, memory=m.detach()).logits  # noqa: E731  grad enabled: no cache is read
+    for got, x, m in [(b.logits, tokens[:, 30:31], base), (a2.logits, tokens[:, 22:30], a.memory),
+                      (r.logits, tokens[:, 21:29], reset), (h.logits, tokens[:1, 21:25], half),
+                      (a.logits, tokens[:, 21:22], base), (again.logits, tokens[:, 21:22], base)]:  # fmt: skip
+        torch.testing.assert_close(got, fresh(x, m), rtol=1e-10, atol=1e-10)
+    buf = lambda m: m.layers[0].kv.mem.buf  # noqa: E731
+    assert buf(a.memory) is buf(base) and buf(b.memory) is not buf(base)  # a appended in place, b had to copy
+
+
+def test_states_whose_cache_buffer_moved_on_still_give_exact_outputs():
+    """A chain of one-token steps fills the shared buffers until they move back to their front; every earlier state
+    of the chain must then notice its cache is void and still give exactly the uncached outputs."""
+    model = tiny_model()
+    tokens = torch.randint(0, 32, (2, 60))
+    with torch.no_grad():
+        states = [stream(model, tokens[:, :8], [8])[1]]
+        for t in range(8, 48):
+            states.append(model(tokens[:, t : t + 1], memory=states[-1]).memory)
+        assert not all(m.layers[0].kv.valid for m in states) and states[-1].layers[0].kv.valid  # moves did happen
+        later = [model(tokens[:, 50:53], memory=m).logits for m in reversed(states)][::-1]  # newest first
+    for got, m in zip(later, states):
+        torch.testing.assert_close(got, model(tokens[:, 50:53], memory=m.detach()).logits, rtol=1e-10, atol=1e-10)
 
 
 def test_inference_cache_is_not_reused_after_the_weights_change():

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from compressive_transformer.config import ModelConfig
+from compressive_transformer.memory import KVCache, SlotCache, spare_slots
 
 
 def sinusoid(distances: Tensor, d_model: int) -> Tensor:
@@ -33,7 +34,7 @@ class AttentionOutput:
     q: Tensor  # (B, H, T, dh) the queries (the reconstruction loss reuses them)
     k: Tensor  # (B, H, C+M+T, dh) keys of [cmem; mem; x] (a view; the reconstruction loss reuses the evicted ones)
     v: Tensor  # (B, H, C+M+T, dh) values
-    kv: Tensor | None  # (B, H, C+M+T, 2 dh) keys | values per head, as the inference cache keeps them; None with grads
+    cache: KVCache | None  # inference: keys | values per head of [cmem] and of [mem; x]; None with grads
 
 
 @dataclass(frozen=True)
@@ -259,15 +260,16 @@ class RelativeAttention(nn.Module):
     ) -> AttentionOutput:
         """x: (B, T, d) queries' inputs; mem: (B, M, d); cmem: (B, C, d); mask: (B, 1, T, C+M+T) additive, -inf
         where a query may not read a key (:func:`additive_mask`); kv_cache: (B, H, C+M, 2 dh) keys and values of
-        ``[cmem; mem]`` from earlier steps, or None to project them."""
+        ``[cmem]`` and ``[mem]`` from earlier steps, or None to project them."""
         B, T, d = x.shape
         M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
         n, K = H * dh, C + M + T
         q = F.linear(x, self.w_q).view(B, T, H, dh)
-        kv = None
+        cache = None
         if kv_cache is not None or not torch.is_grad_enabled():  # inference: the layout the cache keeps
-            kv = self.project_kv(torch.cat([cmem, mem, x], dim=1)) if kv_cache is None else torch.cat([kv_cache, self.project_kv(x)], 2)  # fmt: skip
-            k, v = kv.view(B * H, K, 2 * dh).split(dh, dim=-1)  # strided views, (B*H, K, dh) each
+            cache = self._extend_cache(x, mem, cmem, kv_cache)
+            kv = torch.cat([cache.cmem.kv, cache.mem.kv], dim=2) if C > 0 else cache.mem.kv  # (B, H, K, 2 dh)
+            k, v = kv.reshape(B * H, K, 2 * dh).split(dh, dim=-1)  # strided views, (B*H, K, dh) each
         else:
             k, v = self._project_time_major(x, torch.cat([cmem.transpose(0, 1), mem.transpose(0, 1)]))
 
@@ -282,7 +284,9 @@ class RelativeAttention(nn.Module):
             # Accumulate into the bias buffer; under autocast the matmul's dtype differs, so out of place.
             scores = torch.baddbmm(bias, *qk) if torch.is_autocast_enabled(x.device.type) else bias.baddbmm_(*qk)
             del bias  # the scores are only needed until the softmax: lower peak memory
-            weights = torch.softmax(scores.view(B, H, T, K), dim=-1)
+            scores = scores.view(B, H, T, K)
+            # Without autograd the softmax overwrites the scores: no second (B, H, T, K) buffer.
+            weights = torch.softmax(scores, dim=-1, out=None if torch.is_grad_enabled() else scores)
             del scores
             dropped = F.dropout(weights, self.attn_dropout, True) if self.training and self.attn_dropout > 0 else weights
             y = torch.bmm(dropped.view(B * H, T, K), v)  # (B*H, T, dh)
@@ -293,7 +297,21 @@ class RelativeAttention(nn.Module):
                 dropout_p=self.attn_dropout if self.training else 0.0, scale=1.0,
             )  # fmt: skip
         y = self.out(y.view(B, H, T, dh).transpose(1, 2).reshape(B, T, n))
-        return AttentionOutput(y=y, weights=weights, q=q.transpose(1, 2), k=k.view(B, H, K, dh), v=v.view(B, H, K, dh), kv=kv)
+        return AttentionOutput(
+            y=y, weights=weights, q=q.transpose(1, 2), k=k.view(B, H, K, dh), v=v.view(B, H, K, dh), cache=cache
+        )
+
+    def _extend_cache(self, x: Tensor, mem: Tensor, cmem: Tensor, kv_cache: KVCache | None) -> KVCache:
+        """Keys | values of ``[cmem]`` and of ``[mem; x]``: only x is projected when the memory's are cached, and
+        written after them in their buffer (:meth:`SlotCache.extend`)."""
+        T = x.shape[1]
+        if kv_cache is None:
+            return KVCache(
+                cmem=SlotCache.of(self.project_kv(cmem), room=0),
+                mem=SlotCache.of(self.project_kv(torch.cat([mem, x], dim=1)), room=spare_slots(T, mem.shape[1])),
+                version=self.kv_version,
+            )
+        return KVCache(cmem=kv_cache.cmem, mem=kv_cache.mem.extend(self.project_kv(x)), version=kv_cache.version)
 
     def _project_time_major(self, x: Tensor, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``[memory; x]`` as (B*H, K, dh) views of time-major (K, B, H dh) projections.

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from compressive_transformer.attention import additive_mask, make_positions
-from compressive_transformer.memory import LayerMemory, MemoryState, evicted_count, group_windows
+from compressive_transformer.memory import KVCache, LayerMemory, MemoryState, evicted_count, group_windows
 from compressive_transformer.models.lm import CompressiveTransformerLM
 
 
@@ -84,8 +84,8 @@ class Decoder:
             for block, layer in zip(model.blocks, memory.layers):
                 attn = block.attn
                 states = torch.cat([layer.cmem, layer.mem, ref.new_zeros(self.B, 1, ref.shape[-1])], dim=1)
-                cached = layer.kv is not None and layer.kv_version == attn.kv_version
-                kv = layer.kv if cached else attn.project_kv(states[:, : C + self.cap])
+                cached = layer.kv is not None and layer.kv.valid and layer.kv.version == attn.kv_version
+                kv = layer.kv.kv if cached else attn.project_kv(states[:, : C + self.cap])
                 self.states.append(states)
                 self.kv.append(torch.cat([kv, kv.new_zeros(self.B, self.H, 1, 2 * self.dh)], dim=2))
             allowed = torch.cat([first.cmem_mask, first.mem_mask, first.mem_mask.new_zeros(self.B, 1)], dim=1)
@@ -190,7 +190,8 @@ class Decoder:
             layers.append(
                 LayerMemory(
                     mem=s[:, C:], mem_mask=allowed[:, C:], cmem=s[:, :C], cmem_mask=allowed[:, :C],
-                    mem_len=self.mem_len, fill=self.fill, kv=kv[:, :, order], kv_version=block.attn.kv_version,
+                    mem_len=self.mem_len, fill=self.fill,
+                    kv=KVCache.of(kv[:, :, cmem_idx], kv[:, :, mem_idx], version=block.attn.kv_version),
                 )
             )  # fmt: skip
         return MemoryState(tuple(layers))

@@ -23,6 +23,110 @@ from torch import Tensor
 Compress = Callable[[Tensor, "Tensor | None"], Tensor]  # (windows (B,G,k,d), usage (B,G*c) | None) -> (B,G,d)
 
 
+class _Buffer:
+    """What all windows of one cache buffer share: how far it has been written, and an epoch that moves when its
+    newest window is moved back to the front (every older window is then void)."""
+
+    __slots__ = ("end", "epoch")
+
+    def __init__(self, end: int) -> None:
+        self.end, self.epoch = end, 0
+
+
+def spare_slots(n: int, width: int) -> int:
+    """Room to leave after a cache window of ``width`` slots extended by ``n`` per step: about four steps (moves are
+    then rare), but never more than the window itself (the buffer stays within twice what a copy would hold)."""
+    return min(max(2 * n, 64), width + n)
+
+
+@dataclass(frozen=True)
+class SlotCache:
+    """Keys | values per head of consecutive slots (inference): the window ``[start, stop)`` of a buffer along dim 2.
+
+    Successive states share one buffer instead of each holding a copy. :meth:`extend` writes the new slots just past
+    the window when nothing has been written there yet (this window ends at the buffer's frontier); when the buffer
+    is full it moves the window back to the front of the same buffer and voids every older window (:attr:`valid`
+    turns False: those states project their keys/values again); a state extended a second time gets a fresh buffer.
+    So the usual chain of states copies each slot about once, and no window a state can still use ever changes.
+    """
+
+    buf: Tensor  # (B, H, L, 2 dh); only slots before shared.end have been written
+    start: int
+    stop: int
+    shared: _Buffer
+    epoch: int = 0
+
+    @staticmethod
+    def of(kv: Tensor, *, room: int) -> "SlotCache":
+        """A cache holding ``kv`` (B, H, S, 2 dh), with space for ``room`` more slots before it has to move."""
+        B, H, S, e = kv.shape
+        buf = kv.new_empty(B, H, S + room, e)
+        buf[:, :, :S] = kv
+        return SlotCache(buf, 0, S, _Buffer(S))
+
+    @property
+    def valid(self) -> bool:
+        return self.epoch == self.shared.epoch
+
+    @property
+    def kv(self) -> Tensor:
+        """(B, H, stop - start, 2 dh), a view."""
+        return self.buf[:, :, self.start : self.stop]
+
+    def extend(self, new: Tensor) -> "SlotCache":
+        """This window followed by ``new`` (B, H, n, 2 dh)."""
+        n, width = new.shape[2], self.stop - self.start
+        if self.shared.end != self.stop or not self.valid:  # another state wrote past this one: a buffer of its own
+            return SlotCache.of(torch.cat([self.kv, new], dim=2), room=spare_slots(n, width))
+        start, stop = self.start, self.stop
+        if stop + n > self.buf.shape[2]:  # full: move this window to the front, voiding the older ones
+            if width + n > self.buf.shape[2]:
+                return SlotCache.of(torch.cat([self.kv, new], dim=2), room=spare_slots(n, width))
+            window = self.kv if start >= width else self.kv.clone()  # overlapping source and destination
+            self.buf[:, :, :width] = window
+            self.shared.epoch += 1
+            start, stop = 0, width
+        self.buf[:, :, stop : stop + n] = new  # past every usable window of this buffer: nobody reads it yet
+        self.shared.end = stop + n
+        return SlotCache(self.buf, start, stop + n, self.shared, self.shared.epoch)
+
+    def last(self, n: int) -> "SlotCache":
+        """The newest ``n`` slots: a narrower window of the same buffer."""
+        return replace(self, start=self.stop - n)
+
+    def map(self, fn: Callable[[Tensor], Tensor]) -> "SlotCache":
+        """``fn`` applied to the buffer (row selection, device moves). Sharing :class:`_Buffer` stays safe when
+        ``fn`` copies: a write or a move through either buffer only makes the other's windows more conservative."""
+        return replace(self, buf=fn(self.buf))
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """A layer's inference cache: keys | values of its compressed slots and of its memory slots (in slot order), made
+    with one version of the key/value weights."""
+
+    cmem: SlotCache  # (B, H, cmem_len, 2 dh)
+    mem: SlotCache  # (B, H, capacity, 2 dh)
+    version: int
+
+    @staticmethod
+    def of(cmem: Tensor, mem: Tensor, *, version: int) -> "KVCache":
+        return KVCache(SlotCache.of(cmem, room=0), SlotCache.of(mem, room=0), version)
+
+    @property
+    def valid(self) -> bool:
+        """False once a newer state has moved one of the buffers over this state's windows."""
+        return self.cmem.valid and self.mem.valid
+
+    @property
+    def kv(self) -> Tensor:
+        """(B, H, cmem_len + capacity, 2 dh): [cmem; mem], a copy."""
+        return torch.cat([self.cmem.kv, self.mem.kv], dim=2)
+
+    def map(self, fn: Callable[[Tensor], Tensor]) -> "KVCache":
+        return replace(self, cmem=self.cmem.map(fn), mem=self.mem.map(fn))
+
+
 @dataclass(frozen=True)
 class LayerMemory:
     """State of one layer. Only :func:`update_layer` creates a successor; nothing mutates it in place."""
@@ -36,8 +140,7 @@ class LayerMemory:
     usage: Tensor | None = None  # (B, mem_capacity) attention received while in memory (most_used)
     cmem_src: Tensor | None = None  # (B, cmem_len, k, d) windows behind each compressed slot (bptt)
     young: tuple[int, ...] = ()  # bptt: compressed slots pushed by each of the last segments, newest last
-    kv: Tensor | None = None  # (B, H, cmem_len + capacity, 2 dh) inference cache: keys/values of [cmem; mem]
-    kv_version: int = -1  # version of the key/value weights the cache was made with
+    kv: KVCache | None = None  # inference only: keys/values of [cmem] and [mem], so only new slots are projected
 
     @property
     def batch_size(self) -> int:
@@ -189,16 +292,15 @@ def update_layer(
     compress: Compress | None,
     attn_usage: Tensor | None = None,
     bptt_horizon: int = 0,
-    kv: Tensor | None = None,
+    kv: KVCache | None = None,
     project_kv: Callable[[Tensor], Tensor] | None = None,
-    kv_version: int = -1,
 ) -> tuple[LayerMemory, Eviction | None]:
     """Algorithm 1, lines 8-11: push the layer inputs ``x``, evict the oldest states, compress them in groups of c.
 
     x: (B, T, d) the layer's attention inputs for this segment; x_mask: (B, T) False for padding.
     attn_usage: (B, capacity) attention the memory slots received in this segment (most_used only).
-    kv: (B, H, cmem_len + capacity + T, 2 dh) keys/values of [cmem; mem; x] from this step (inference): the next
-    state then carries its own cache, extended by ``project_kv`` of the new compressed slots only.
+    kv: this step's keys/values of [cmem] and of [mem; x] (inference): the next state keeps the newest ``capacity``
+    of the latter and the former extended by ``project_kv`` of the new compressed slots only (no copy of either).
     """
     B, T, _ = x.shape
     c = compression_rate
@@ -219,7 +321,7 @@ def update_layer(
 
     cmem, cmem_mask, cmem_src, young = state.cmem, state.cmem_mask, state.cmem_src, state.young
     n_cm = state.cmem_len
-    kv_cmem = kv[:, :, :n_cm] if kv is not None else None
+    kv_cmem = kv.cmem if kv is not None else None
     eviction = None
     if compressing and n_evict > 0:
         groups = n_evict // c
@@ -239,7 +341,7 @@ def update_layer(
         if cmem_src is not None:
             cmem_src = torch.cat([cmem_src, windows], dim=1)[:, -n_cm:]
         if kv_cmem is not None:
-            kv_cmem = torch.cat([kv_cmem, project_kv(new_slots)], dim=2)[:, :, -n_cm:]
+            kv_cmem = kv_cmem.extend(project_kv(new_slots)).last(n_cm)
     if cmem_src is not None:  # only BPTT tracks how recent each compressed slot is
         young = (young + (groups if eviction is not None else 0,))[-max(bptt_horizon, 1) :]
 
@@ -249,9 +351,7 @@ def update_layer(
     mem = combined[:, keep_from:].masked_fill(~mem_mask.unsqueeze(-1), 0.0)
     if usage is not None:
         usage = usage * mem_mask
-    new_kv = None
-    if kv is not None:
-        new_kv = torch.cat([kv_cmem, kv[:, :, n_cm:][:, :, keep_from:]], dim=2)  # aligned with [cmem; mem]
+    new_kv = None if kv is None else KVCache(cmem=kv_cmem, mem=kv.mem.last(cap), version=kv.version)
     new_state = LayerMemory(
         mem=mem,
         mem_mask=mem_mask,
@@ -263,7 +363,6 @@ def update_layer(
         cmem_src=cmem_src,
         young=young,
         kv=new_kv,
-        kv_version=kv_version if kv is not None else -1,
     )
     return new_state, eviction
 
@@ -305,7 +404,7 @@ def _reset_layer(layer: LayerMemory, keep: Tensor) -> LayerMemory:
         cmem_mask=layer.cmem_mask & keep.unsqueeze(1),
         usage=zero_rows(layer.usage),
         cmem_src=zero_rows(layer.cmem_src),
-        kv=zero_rows(layer.kv),
+        kv=None if layer.kv is None else layer.kv.map(zero_rows),
     )
 
 
@@ -318,5 +417,5 @@ def _map_tensors(layer: LayerMemory, fn: Callable[[Tensor], Tensor]) -> LayerMem
         cmem_mask=fn(layer.cmem_mask),
         usage=None if layer.usage is None else fn(layer.usage),
         cmem_src=None if layer.cmem_src is None else fn(layer.cmem_src),
-        kv=None if layer.kv is None else fn(layer.kv),
+        kv=None if layer.kv is None else layer.kv.map(fn),
     )

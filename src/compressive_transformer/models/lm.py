@@ -164,8 +164,8 @@ class CompressiveTransformerLM(nn.Module):
             state = memory.layers[i]
             compress = self.compressors[i] if self.compressors is not None else None
             cmem = compressed_for_attention(state, compress)
-            version = block.attn.kv_version
-            cache = state.kv if caching and state.kv is not None and state.kv_version == version else None
+            kv = state.kv
+            cache = kv if caching and kv is not None and kv.valid and kv.version == block.attn.kv_version else None
             out = block(h, state.mem, cmem, positions, mask, need_weights=want_weights, kv_cache=cache)
             new_state, eviction = update_layer(
                 state,
@@ -176,9 +176,8 @@ class CompressiveTransformerLM(nn.Module):
                 compress=compress,
                 attn_usage=self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None,
                 bptt_horizon=cfg.bptt_horizon if cfg.compression_loss == "bptt" else 0,
-                kv=out.attn.kv if caching else None,
+                kv=out.attn.cache if caching else None,
                 project_kv=block.attn.project_kv,
-                kv_version=version,
             )
             new_layers.append(new_state)
             if want_aux:
