@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from compressive_transformer.attention import additive_mask, make_positions
-from compressive_transformer.memory import KVCache, LayerMemory, MemoryState, evicted_count, group_windows
+from compressive_transformer.memory import KVCache, LayerMemory, MemoryState, evicted_count
 from compressive_transformer.models.lm import CompressiveTransformerLM
 
 
@@ -151,30 +151,40 @@ class Decoder:
 
     def _push(self) -> None:
         """Algorithm 1's memory update for one pushed token, in place: evict the oldest states when a whole group of
-        c has overflowed n_m (one state at a time without compression) and compress them into the next ring slot."""
-        C, R = self.C, self.R
+        c has overflowed n_m (one state at a time without compression) and compress them into the next ring slot.
+        One token at a time, at most one group is ever due (the memory holds at most n_m + c - 1 states)."""
+        C, R, c = self.C, self.R, self.rate
         written, total = self.p, self.fill + 1
-        self.p = (self.p + 1) % R
-        compressing = C > 0
-        n_evict = evicted_count(total, self.mem_len, self.rate, compressing)
+        self.p = (written + 1) % R
+        n_evict = evicted_count(total, self.mem_len, c, C > 0)
         self.fill = total - n_evict
         if n_evict == 0:
             return
-        oldest = written - total + 1
-        evicted = C + (oldest + torch.arange(n_evict, device=self.mask.device)) % R
-        if compressing:
-            window = C + (oldest + torch.arange(n_evict + self.extra, device=self.mask.device)) % R
-            valid = (self.mask[:, 0, 0, evicted] == 0).view(self.B, -1, self.rate).all(dim=-1)  # (B, G)
-            G = valid.shape[1]
-            slots = (self.pc + torch.arange(G, device=valid.device)) % C
-            for i, block in enumerate(self.model.blocks):
-                windows = group_windows(self.states[i][:, window], self.rate, self.extra)  # (B, G, c + e, d)
-                new = self.model.compressors[i](windows, None).masked_fill(~valid.unsqueeze(-1), 0.0)  # (B, G, d)
-                self.states[i][:, slots] = new
-                self.kv[i][:, :, slots] = block.attn.project_kv(new)
-            self.mask[:, 0, 0, slots] = additive_mask(valid, self.mask.dtype)
-            self.pc = (self.pc + G) % C
+        oldest = (written - total + 1) % R
+        span = self._ring_slots(oldest, n_evict + (self.extra if C > 0 else 0))  # the evicted, then e newer
+        evicted = slice(span.start, span.start + n_evict) if isinstance(span, slice) else span[:n_evict]
+        if C > 0:
+            slot = self.pc
+            valid = (self.mask[:, 0, 0, evicted] == 0).all(dim=-1)  # (B,) the whole group was valid
+            all_valid = bool(valid.all())
+            for block, states, kv, compress in zip(self.model.blocks, self.states, self.kv, self.model.compressors):
+                new = compress(states[:, span].view(self.B, 1, -1, states.shape[-1]), None)[:, 0]  # (B, d)
+                if not all_valid:
+                    new = new.masked_fill(~valid.unsqueeze(-1), 0.0)
+                states[:, slot] = new
+                new_kv = F.linear(new, block.attn.qkv.weight[self.H * self.dh :])  # (B, 2n): keys, then values
+                kv[:, :, slot].view(self.B, self.H, 2, self.dh).copy_(
+                    new_kv.view(self.B, 2, self.H, self.dh).transpose(1, 2)
+                )
+            self.mask[:, 0, 0, slot] = additive_mask(valid, self.mask.dtype)
+            self.pc = (slot + 1) % C
         self.mask[:, 0, 0, evicted] = float("-inf")
+
+    def _ring_slots(self, first: int, n: int) -> slice | Tensor:
+        """Buffer positions of memory ring slots first, first + 1, ... (n of them): a slice unless the ring wraps."""
+        if first + n <= self.R:
+            return slice(self.C + first, self.C + first + n)
+        return self.C + (first + torch.arange(n, device=self.mask.device)) % self.R
 
     def memory(self) -> MemoryState:
         """The model's memory after the tokens fed so far (with its key/value cache), as ``model.forward`` returns it."""
