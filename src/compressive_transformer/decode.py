@@ -1,10 +1,11 @@
 """Token-by-token decoding with static ring buffers: the fast path of generation.
 
-``model(token, memory)`` is exact at T = 1 but generic: every token it builds masks and positions, concatenates the
-key/value cache and the memory, and makes a new immutable state (~340 operator calls for 4 layers). A
-:class:`Decoder` keeps each layer's memory states and their keys/values in preallocated rings that advance in place,
-so a token costs ~25 calls per layer and copies nothing but its own slot. It computes what the model computes (tests
-pin it against ``model.forward`` token by token, memory included) and gives back a :class:`MemoryState` on request.
+``model(token, memory)`` is exact at T = 1 but generic: every token it builds masks and positions, concatenates keys
+and values, and makes a new immutable state (~340 operator calls for 4 layers). A :class:`Decoder` keeps each layer's
+memory states and their keys/values in preallocated rings that advance in place, so a token costs ~150 calls and
+copies nothing but its own slot. It computes what the model computes (tests pin it against ``model.forward`` token by
+token, memory included) and gives back a :class:`MemoryState` on request. Its update mirrors
+:func:`~compressive_transformer.memory.update_layer` for one token (sharing its eviction rule), in place.
 
 Ring layout per layer, along the slot axis: ``[compressed ring (C) | memory ring (R = capacity + 1)]``, one
 buffer for the states and one for their keys/values, so one matmul reads every key. Slot order lives in the
