@@ -256,11 +256,11 @@ class RelativeAttention(nn.Module):
         mask: Tensor,
         *,
         need_weights: bool,
-        kv_cache: Tensor | None = None,
+        kv_cache: KVCache | None = None,
     ) -> AttentionOutput:
         """x: (B, T, d) queries' inputs; mem: (B, M, d); cmem: (B, C, d); mask: (B, 1, T, C+M+T) additive, -inf
-        where a query may not read a key (:func:`additive_mask`); kv_cache: (B, H, C+M, 2 dh) keys and values of
-        ``[cmem]`` and ``[mem]`` from earlier steps, or None to project them."""
+        where a query may not read a key (:func:`additive_mask`); kv_cache: keys and values of ``[cmem]`` and ``[mem]``
+        from earlier steps (a valid cache of the current weights), or None to project them."""
         B, T, d = x.shape
         M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
         n, K = H * dh, C + M + T

@@ -34,8 +34,8 @@ class _Buffer:
 
 
 def spare_slots(n: int, width: int) -> int:
-    """Room to leave after a cache window of ``width`` slots extended by ``n`` per step: about four steps (moves are
-    then rare), but never more than the window itself (the buffer stays within twice what a copy would hold)."""
+    """Room to leave after a cache window of ``width`` slots extended by ``n`` per step: two steps or more (a move
+    every few steps), never more than the window itself (the buffer stays within what two copies would hold)."""
     return min(max(2 * n, 64), width + n)
 
 
@@ -75,8 +75,10 @@ class SlotCache:
 
     def extend(self, new: Tensor) -> "SlotCache":
         """This window followed by ``new`` (B, H, n, 2 dh)."""
+        if not self.valid:
+            raise RuntimeError("this cache window was voided by a newer state; project the memory's keys/values again")
         n, width = new.shape[2], self.stop - self.start
-        if self.shared.end != self.stop or not self.valid:  # another state wrote past this one: a buffer of its own
+        if self.shared.end != self.stop:  # another state wrote past this one: a buffer of its own
             return SlotCache.of(torch.cat([self.kv, new], dim=2), room=spare_slots(n, width))
         start, stop = self.start, self.stop
         if stop + n > self.buf.shape[2]:  # full: move this window to the front, voiding the older ones

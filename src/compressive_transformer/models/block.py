@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from compressive_transformer.attention import AttentionOutput, Positions, RelativeAttention
 from compressive_transformer.config import ModelConfig
+from compressive_transformer.memory import KVCache
 from compressive_transformer.models.io import dropout
 
 
@@ -66,7 +67,7 @@ class Block(nn.Module):
         mask: Tensor,
         *,
         need_weights: bool,
-        kv_cache: Tensor | None = None,
+        kv_cache: KVCache | None = None,
     ) -> BlockOutput:
         """h: (B, T, d); mask: (B, 1, T, C+M+T) additive attention mask; kv_cache: see RelativeAttention."""
         attn_in = self.attn_input(h)
