@@ -235,8 +235,12 @@ class RelativeAttention(nn.Module):
         memory's key/value cache holds. Head-major rows let the attention read keys and values as strided views."""
         B, S, _ = states.shape
         H, dh = self.n_heads, self.d_head
-        kv = F.linear(states, self.qkv.weight[H * dh :]).view(B, S, 2, H, dh)
-        return kv.permute(0, 3, 1, 2, 4).reshape(B, H, S, 2 * dh)
+        return self.kv_heads(F.linear(states, self.qkv.weight[H * dh :])).reshape(B, H, S, 2 * dh)
+
+    def kv_heads(self, kv: Tensor) -> Tensor:
+        """(B, S, 2 H dh) projected keys then values -> (B, H, S, 2, dh) view: the cache's per-head layout."""
+        B, S, _ = kv.shape
+        return kv.view(B, S, 2, self.n_heads, self.d_head).permute(0, 3, 1, 2, 4)
 
     @property
     def kv_version(self) -> int:

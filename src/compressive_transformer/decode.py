@@ -85,8 +85,8 @@ class Decoder:
             for block, layer in zip(model.blocks, memory.layers):
                 attn = block.attn
                 states = torch.cat([layer.cmem, layer.mem, ref.new_zeros(self.B, 1, ref.shape[-1])], dim=1)
-                cached = layer.kv is not None and layer.kv.valid and layer.kv.version == attn.kv_version
-                kv = layer.kv.kv if cached else attn.project_kv(states[:, : C + self.cap])
+                cache = layer.usable_kv(attn.kv_version)
+                kv = cache.kv if cache is not None else attn.project_kv(states[:, : C + self.cap])
                 self.states.append(states)
                 self.kv.append(torch.cat([kv, kv.new_zeros(self.B, self.H, 1, 2 * self.dh)], dim=2))
             allowed = torch.cat([first.cmem_mask, first.mem_mask, first.mem_mask.new_zeros(self.B, 1)], dim=1)
@@ -135,7 +135,7 @@ class Decoder:
             attn = block.attn
             x = block.attn_input(h)
             qkv = F.linear(x, attn.qkv.weight)  # (B, 3n)
-            v.kv_slots[p].copy_(qkv[:, n:].view(B, 2, H, dh).transpose(1, 2))
+            v.kv_slots[p].copy_(attn.kv_heads(qkv[:, None, n:])[:, :, 0])
             v.state_slots[p].copy_(x)
             q = torch.add(v.biases, qkv[:, :n].view(B, H, 1, dh), alpha=attn.scale).view(B * H, 3, dh)
             scores = torch.bmm(q[:, :1], v.keys, out=v.scores)  # (B*H, 1, C + R)
@@ -173,10 +173,7 @@ class Decoder:
                 if not all_valid:
                     new = new.masked_fill(~valid.unsqueeze(-1), 0.0)
                 states[:, slot] = new
-                new_kv = F.linear(new, block.attn.qkv.weight[self.H * self.dh :])  # (B, 2n): keys, then values
-                kv[:, :, slot].view(self.B, self.H, 2, self.dh).copy_(
-                    new_kv.view(self.B, 2, self.H, self.dh).transpose(1, 2)
-                )
+                kv[:, :, slot] = block.attn.project_kv(new[:, None])[:, :, 0]
             self.mask[:, 0, 0, slot] = additive_mask(valid, self.mask.dtype)
             self.pc = (slot + 1) % C
         self.mask[:, 0, 0, evicted] = float("-inf")

@@ -79,12 +79,10 @@ class SlotCache:
         if not self.valid:
             raise RuntimeError("this cache window was voided by a newer state; project the memory's keys/values again")
         n, width = new.shape[2], self.stop - self.start
-        if self.shared.end != self.stop:  # another state wrote past this one: a buffer of its own
-            return SlotCache.of(torch.cat([self.kv, new], dim=2), room=spare_slots(n, width))
+        if self.shared.end != self.stop or width + n > self.buf.shape[2]:  # another state wrote past this one, or
+            return SlotCache.of(torch.cat([self.kv, new], dim=2), room=spare_slots(n, width))  # too small: its own
         start, stop = self.start, self.stop
         if stop + n > self.buf.shape[2]:  # full: move this window to the front, voiding the older ones
-            if width + n > self.buf.shape[2]:
-                return SlotCache.of(torch.cat([self.kv, new], dim=2), room=spare_slots(n, width))
             window = self.kv if start >= width else self.kv.clone()  # overlapping source and destination
             self.buf[:, :, :width] = window
             self.shared.epoch += 1
@@ -148,6 +146,12 @@ class LayerMemory:
     @property
     def batch_size(self) -> int:
         return self.mem.shape[0]
+
+    def usable_kv(self, version: int) -> "KVCache | None":
+        """The key/value cache if it can stand in for projecting the memory again: made with key/value weights of
+        ``version`` and not voided by a newer state."""
+        kv = self.kv
+        return kv if kv is not None and kv.valid and kv.version == version else None
 
     @property
     def cmem_len(self) -> int:
@@ -331,7 +335,7 @@ def update_layer(
         old = combined[:, start : start + n_evict]  # (B, G*c, d)
         old_mask = combined_mask[:, start : start + n_evict]
         span = combined[:, start : start + n_evict + extra_width]
-        windows = group_windows(span, c, extra_width)
+        windows = span.unfold(1, c + extra_width, c).transpose(2, 3)  # (B, G, c + e, d)
         old_usage = None
         if usage is not None:
             old_usage = usage_all[:, start : start + n_evict].masked_fill(~old_mask, float("-inf"))
@@ -375,11 +379,6 @@ def evicted_count(occupied: int, mem_len: int, compression_rate: int, compressin
     when compressing (the rest waits in the c - 1 pending slots)."""
     overflow = max(occupied - mem_len, 0)
     return (overflow // compression_rate) * compression_rate if compressing else overflow
-
-
-def group_windows(span: Tensor, compression_rate: int, extra_width: int) -> Tensor:
-    """(B, G*c + e, d) evicted states and their e newer neighbours -> (B, G, c + e, d) compression windows."""
-    return span.unfold(1, compression_rate + extra_width, compression_rate).transpose(2, 3)
 
 
 def compressed_for_attention(state: LayerMemory, compress: Compress | None) -> Tensor:

@@ -164,8 +164,7 @@ class CompressiveTransformerLM(nn.Module):
             state = memory.layers[i]
             compress = self.compressors[i] if self.compressors is not None else None
             cmem = compressed_for_attention(state, compress)
-            kv = state.kv
-            cache = kv if caching and kv is not None and kv.valid and kv.version == block.attn.kv_version else None
+            cache = state.usable_kv(block.attn.kv_version) if caching else None
             out = block(h, state.mem, cmem, positions, mask, need_weights=want_weights, kv_cache=cache)
             new_state, eviction = update_layer(
                 state,
