@@ -128,9 +128,12 @@ def run_generate(impl, w) -> dict:
     g = torch.Generator().manual_seed(1)
     per_prompt = []
     prompts = list(w.gen_prompts)
+    first_call_s = None
     for p in prompts:
         prompt = torch.randint(0, w.vocab, (w.gen_batch, p), generator=g)
-        impl.generate(prompt[:, : w.seg_len], min(8, w.gen_new))  # warm-up (allocator, caches)
+        start = time.perf_counter()
+        impl.generate(prompt[:, : w.seg_len], min(8, w.gen_new))  # warm-up (allocator, caches, compilation)
+        first_call_s = time.perf_counter() - start if first_call_s is None else first_call_s
         stamps = impl.generate(prompt, w.gen_new)
         dts = [b - a for a, b in zip(stamps, stamps[1:])]
         s = summary(dts)
@@ -144,7 +147,7 @@ def run_generate(impl, w) -> dict:
     # Per-token cost over the long run in quarters: constant cost gives four equal numbers.
     q = (len(stamps) - 1) // 4
     quarters = [1e3 * (stamps[(i + 1) * q] - stamps[i * q]) / q for i in range(4)] if q > 0 else []
-    return {"batch": w.gen_batch, "per_prompt": per_prompt,
+    return {"batch": w.gen_batch, "per_prompt": per_prompt, "first_call_s": first_call_s,
             "long": {"prompt": w.gen_long_prompt, "new": w.gen_long, "seconds": elapsed, "tokens_per_s": tps,
                      "ms_per_token_by_quarter": quarters}}  # fmt: skip
 

@@ -139,3 +139,43 @@ def test_generate_gives_the_same_tokens_with_and_without_the_decoder(monkeypatch
     )
     assert fast.tokens == slow.tokens
     torch.testing.assert_close(torch.stack(fast.logits), torch.stack(slow.logits), rtol=1e-10, atol=1e-10)
+
+
+def test_decoder_refuses_to_go_on_after_the_weights_change():
+    """Its positional tables, biases and cached keys/values come from the weights it was made with."""
+    model = tiny_model()
+    decoder = Decoder(model, model(torch.randint(0, 32, (1, 8))).memory)
+    decoder.step(torch.tensor([1]))
+    with torch.no_grad():
+        model.blocks[1].ff[0].bias.add_(0.1)
+    with pytest.raises(RuntimeError, match="weights changed while decoding"):
+        decoder.step(torch.tensor([2]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [dict(compression_extra_width=1), dict(cmem_len=0)], ids=["conv,extra_width=1", "txl"])
+def test_compiled_decoder_matches_the_eager_decoder(variant):
+    """One graph for every ring offset (no recompilation as the rings turn), the same logits and memory as eager
+    decoding through compression steps, padded rows and ring wraps."""
+    import torch._dynamo
+
+    model = tiny_model(**variant).float()
+    tokens = torch.randint(0, 32, (2, 70))
+    pad = torch.ones(2, 8, dtype=torch.bool)
+    pad[1, :3] = False
+    with torch.no_grad():
+        memory = model(tokens[:, :8], memory=model.init_memory(2), input_mask=pad).memory
+    decoders = [Decoder(model, memory), Decoder(model, memory, compile=True)]
+    torch._dynamo.utils.counters.clear()
+    with torch.no_grad():
+        for t in range(8, 70):
+            eager, compiled = (d.step(tokens[:, t]) for d in decoders)
+            torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert 1 <= graphs <= 2, graphs  # advance (+ compress_into), whatever the ring offset
+    mem_eager, mem_compiled = (d.memory() for d in decoders)
+    for x, y in zip(mem_eager.layers, mem_compiled.layers):
+        assert torch.equal(x.mem_mask, y.mem_mask) and torch.equal(x.cmem_mask, y.cmem_mask) and x.fill == y.fill
+        torch.testing.assert_close(y.mem, x.mem, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(y.cmem, x.cmem, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(y.kv.kv, x.kv.kv, rtol=1e-5, atol=1e-5)

@@ -33,6 +33,7 @@ class Impl:
         self.param_count = sum(p.numel() for p in self.model.parameters())
         self.config = {k: getattr(cfg, k) for k in ("mem_len", "cmem_len", "compression", "compression_loss", "norm", "attn_impl")}
         self.memory = None
+        self.compile_decoder = False  # ours_compiled: the decoder's step under torch.compile
 
     def reset(self) -> None:
         self.memory = None
@@ -72,7 +73,7 @@ class Impl:
             out = self.model(seg, memory=memory)
             memory, logits = out.memory, out.logits
         tok = logits[:, -1].argmax(-1)
-        decoder = Decoder(self.model, memory)  # what generate() uses: ring buffers advanced in place
+        decoder = Decoder(self.model, memory, compile=self.compile_decoder)  # what generate() uses: ring buffers advanced in place
         stamps = [time.perf_counter()]
         for _ in range(n_new - 1):  # then one token per step
             tok = decoder.step(tok).argmax(-1)

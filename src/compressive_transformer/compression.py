@@ -47,8 +47,12 @@ class ConvCompressor(Compressor):
         self.conv = nn.Conv1d(d_model, d_model, kernel_size=rate + extra_width, stride=rate, bias=False)
 
     def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
-        # A strided convolution over windows is one contraction per window: out[o] = sum_{k,i} w[o,i,k] x[k,i].
-        return torch.einsum("bgki,oik->bgo", windows, self.conv.weight)
+        # A strided convolution over windows is one matmul per window: out[o] = sum_{i,k} w[o,i,k] x[k,i]. Transposing
+        # the (small) windows to (i, k) order lets the weight be read in place as (o, i*k); contracting in the
+        # weight's order instead copies all of it on every call (~0.1 ms per layer for one decoded token).
+        B, G, k, d = windows.shape
+        weight = self.conv.weight
+        return F.linear(windows.transpose(2, 3).reshape(B, G, d * k), weight.view(weight.shape[0], d * k))
 
 
 class DilatedConvCompressor(Compressor):
@@ -90,8 +94,9 @@ class ConvDecoder(nn.Module):
 
     def forward(self, compressed: Tensor) -> Tensor:
         B, G, d = compressed.shape
-        out = torch.einsum("bgi,iok->bgko", compressed, self.deconv.weight)  # (B, G, c, d)
-        return out.reshape(B, G * self.rate, d)
+        weight = self.deconv.weight  # (d_in, d_out, c), read in place as (d_in, d_out * c)
+        out = (compressed @ weight.view(d, -1)).view(B, G, -1, self.rate)  # (B, G, d_out, c)
+        return out.transpose(2, 3).reshape(B, G * self.rate, -1)
 
 
 def build_compressor(cfg: ModelConfig) -> Compressor:

@@ -73,8 +73,11 @@ def generate(
     mem_len: int | None = None,
     cmem_len: int | None = None,
     keep_logits: bool = False,
+    compile: bool = False,
 ) -> Generation:
-    """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens, carrying memory throughout."""
+    """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens, carrying memory throughout. ``compile``: run the
+    ring-buffer decoder's step under ``torch.compile`` (worth it for long generations: the first token waits for the
+    compilation, ~15 s on a small CPU, then each token costs about half as much; ignored for models without one)."""
     if not prompt:
         raise ConfigError("prompt: is empty; give at least one character to start from")
     if max_new_tokens < 0:
@@ -93,7 +96,7 @@ def generate(
             out = model(ids[:, start : start + seg_len], memory=memory)
             memory = out.memory
         last = out.logits[:, -1]  # (1, V)
-        decoder = Decoder(model, memory) if unsupported(model) is None else None
+        decoder = Decoder(model, memory, compile=compile) if unsupported(model) is None else None
         result = Generation(prompt=list(prompt), tokens=[])
         for i in range(max_new_tokens):
             token = sample_next(last, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)

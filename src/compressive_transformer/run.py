@@ -282,6 +282,7 @@ def generate_run(
     top_k: int = 0,
     top_p: float = 1.0,
     seed: int | None = None,
+    compile: bool = False,
 ) -> str:
     """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest model."""
     cfg, tokenizer = open_run(run_dir)
@@ -289,7 +290,7 @@ def generate_run(
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ConfigError("--prompt: is empty after tokenization; give some text to continue")
-    out = generate(model, ids, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    out = generate(model, ids, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile)
     return tokenizer.decode(out.tokens)
 
 
