@@ -233,7 +233,10 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from compressive_transformer.allocator import keep_freed_memory
     from compressive_transformer.train import TrainingError
+
+    keep_freed_memory()  # a process-wide allocator setting: the command line's to make, not the library's
 
     try:
         COMMANDS[args.command](args)
