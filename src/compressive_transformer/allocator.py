@@ -21,11 +21,18 @@ TRIM_THRESHOLD = 1 << 30  # keep up to 1 GiB of free heap top instead of returni
 
 def keep_freed_memory() -> bool:
     """Apply the thresholds; returns whether they took effect (glibc Linux only, and not turned off)."""
-    if os.environ.get("CT_KEEP_FREED_MEMORY", "1") == "0" or not sys.platform.startswith("linux"):
+    if os.environ.get("CT_KEEP_FREED_MEMORY", "1") == "0":
+        return False
+    return set_thresholds(mmap=MMAP_THRESHOLD, trim=TRIM_THRESHOLD)
+
+
+def set_thresholds(*, mmap: int, trim: int) -> bool:
+    """Set glibc's mmap and trim thresholds (bytes); False where there is no glibc ``mallopt``."""
+    if not sys.platform.startswith("linux"):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt  # the process's C library
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return bool(mallopt(M_MMAP_THRESHOLD, mmap)) and bool(mallopt(M_TRIM_THRESHOLD, trim))
