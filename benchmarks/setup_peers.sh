@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates benchmarks/.venv-peers: a venv that reuses the system torch (--system-site-packages) and holds the peer
+# Creates benchmarks/.venv-peers: a venv that reuses the system torch (--system-site-packages; torch==2.13.0 if none) and holds the peer
 # implementations the benchmark compares against. Every peer is installed with --no-deps so pip can never pull
 # another torch; their small pure-Python dependencies are listed explicitly. Safe to re-run.
 set -euo pipefail
@@ -11,6 +11,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv --system-site-packages "$VENV"
 fi
 VPY="$VENV/bin/python"
+if ! "$VPY" -c 'import torch' 2>/dev/null; then  # no system torch: the CPU wheel first, so nothing pulls a CUDA build
+  "$VPY" -m pip install --disable-pip-version-check "torch==2.13.0" numpy pyyaml
+fi
 TORCH_BEFORE="$("$VPY" -c 'import torch; print(torch.__version__)')"
 echo "torch from the system site-packages: $TORCH_BEFORE"
 
