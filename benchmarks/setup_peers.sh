@@ -33,6 +33,10 @@ if [ "$LABML" = ok ]; then
   "$VPY" -c 'import labml_nn.transformers.compressive' || LABML=failed
 fi
 
+# 3. ours, editable, so every implementation runs under the same interpreter (torch is already there: nothing pulls another)
+"$VPY" -m pip install --disable-pip-version-check -e "$HERE/.."
+"$VPY" -c 'import compressive_transformer'
+
 TORCH_AFTER="$("$VPY" -c 'import torch; print(torch.__version__)')"
 if [ "$TORCH_BEFORE" != "$TORCH_AFTER" ]; then
   echo "ERROR: torch changed from $TORCH_BEFORE to $TORCH_AFTER inside $VENV" >&2
