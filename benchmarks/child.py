@@ -61,7 +61,9 @@ def batches(w, n: int, seed: int, batch: int, seg_len: int):
     return [(stream[:, i * seg_len : (i + 1) * seg_len], stream[:, i * seg_len + 1 : (i + 1) * seg_len + 1]) for i in range(n)]
 
 
-def run_steps(impl, w, phase: str, steps: int, warmup: int) -> dict:
+def warmed_up(impl, w, phase: str, steps: int, warmup: int):
+    """The step function, the batches of the ``steps`` timed steps, and the warm-up time: memories filled to steady
+    state with cheap no-grad evaluation steps (same memory update), then ``warmup`` steps of the timed kind."""
     step = impl.train_step if phase == "train" else impl.eval_step
     fill = w.fill_segments
     n_warm = fill + warmup
@@ -69,12 +71,15 @@ def run_steps(impl, w, phase: str, steps: int, warmup: int) -> dict:
     impl.reset()
     t0 = time.perf_counter()
     for i, b in enumerate(data[:n_warm]):
-        # Fill the memories to steady state with cheap no-grad evaluation steps (same memory update), then warm up
-        # with the timed kind of step.
         (impl.eval_step if i < fill else step)(b)
-    warm_s = time.perf_counter() - t0
+    return step, data[n_warm:], time.perf_counter() - t0
+
+
+def run_steps(impl, w, phase: str, steps: int, warmup: int) -> dict:
+    step, timed, warm_s = warmed_up(impl, w, phase, steps, warmup)
+    n_warm = w.fill_segments + warmup
     times, losses = [], []
-    for b in data[n_warm:]:
+    for b in timed:
         t0 = time.perf_counter()
         losses.append(step(b))
         times.append(time.perf_counter() - t0)
@@ -87,23 +92,39 @@ def run_steps(impl, w, phase: str, steps: int, warmup: int) -> dict:
     return out
 
 
+def run_profile(impl, w, phase: str, steps: int, warmup: int) -> dict:
+    """``steps`` steps of ``phase`` under ``torch.profiler``: each operator's self CPU time per step (what the step
+    spends where; benchmarks/profile_step.py groups the operators), the profiled wall time per step, and the wall
+    time of as many steps without the profiler just before."""
+    from torch.profiler import profile
+
+    step, timed, _ = warmed_up(impl, w, phase, steps, warmup)
+    t0 = time.perf_counter()
+    for b in timed:  # the same steps unprofiled first: what the profiler itself adds
+        step(b)
+    plain = time.perf_counter() - t0
+    with profile() as prof:
+        t0 = time.perf_counter()
+        for b in timed:
+            step(b)
+        wall = time.perf_counter() - t0
+    ops = {e.key: e.self_cpu_time_total / 1e3 / steps for e in prof.key_averages()}
+    calls = {e.key: e.count / steps for e in prof.key_averages()}
+    return {"profiled_phase": phase, "steps": steps, "wall_ms_per_step": 1e3 * wall / steps,
+            "unprofiled_ms_per_step": 1e3 * plain / steps,
+            "self_ms_per_step": dict(sorted(ops.items(), key=lambda kv: -kv[1])), "calls_per_step": calls}
+
+
 def serve_steps(impl, w, phase: str, warmup: int) -> dict:
     """Interleaved mode: the parent says when to run each timed step (so that every implementation's k-th step runs
     in the same stretch of time and outside load hits all alike). Protocol on stdin/stdout, one line each:
     ``fill`` -> ``@@ ok``; ``step`` -> ``@@ <seconds>``; ``quit`` -> return."""
-    step = impl.train_step if phase == "train" else impl.eval_step
-    fill = w.fill_segments
-    n_warm = fill + warmup
-    gen = batches(w, n_warm + 1, seed=0, batch=w.batch, seg_len=w.seg_len)
-    data = [impl.prepare(x, y) for x, y in gen]
-    extra = data[n_warm:]  # timed steps reuse this one batch (the memory still moves on every step)
-    impl.reset()
+    n_warm = w.fill_segments + warmup
     times, losses = [], []
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "fill":
-            for i, b in enumerate(data[:n_warm]):
-                (impl.eval_step if i < fill else step)(b)
+            step, extra, _ = warmed_up(impl, w, phase, 1, warmup)  # timed steps reuse one batch (memory still moves)
             print("@@ ok", flush=True)
         elif cmd == "step":
             t0 = time.perf_counter()
@@ -155,7 +176,7 @@ def run_generate(impl, w) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--impl", required=True)
-    ap.add_argument("--phase", required=True, choices=["train", "eval", "generate", "matmul", "build", "all"])
+    ap.add_argument("--phase", required=True, choices=["train", "eval", "generate", "matmul", "build", "all", "profile_train", "profile_eval"])
     ap.add_argument("--workload", required=True, help="name, or a JSON object of Workload fields")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
@@ -199,6 +220,8 @@ def main() -> None:
             result.update(serve_steps(impl, w, a.phase, warmup))
         elif a.phase in ("train", "eval"):
             result.update(run_steps(impl, w, a.phase, steps, warmup))
+        elif a.phase.startswith("profile_"):
+            result.update(run_profile(impl, w, a.phase.removeprefix("profile_"), steps, warmup))
         elif a.phase == "generate":
             result.update(run_generate(impl, w))
         elif a.phase == "all":  # smoke mode: every phase in this one process (peak RSS is cumulative)
