@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compressive_transformer.compression import MostUsedCompressor, PoolCompressor
-from compressive_transformer.memory import MemoryState, SlotCache, empty_layer, update_layer
+from compressive_transformer.memory import KEY_ALIGN, MemoryState, SlotCache, empty_layer, update_layer
 
 
 def positions(start: int, T: int, B: int = 1, d: int = 3) -> torch.Tensor:
@@ -125,11 +125,23 @@ def test_usage_accumulates_while_in_memory():
     ones = torch.ones(1, 4, dtype=torch.bool)
     kw = dict(compression_rate=2, extra_width=0, compress=MostUsedCompressor(2, 0))
     state, _ = update_layer(state, positions(0, 4), ones, **kw)
-    # capacity 5 = 4 + c - 1, right-aligned: slot 0 is empty, slots 1..4 hold positions 0..3
-    attention = torch.tensor([[0.0, 0.9, 0.1, 0.4, 0.6]], dtype=torch.float64)
+    # capacity 6 = 4 + c - 1, rounded up so that cmem + mem = 8 keys; right-aligned: slots 2..5 hold positions 0..3
+    assert state.capacity == 6 and state.mem_mask[0].tolist() == [False, False, True, True, True, True]
+    attention = torch.tensor([[0.0, 0.0, 0.9, 0.1, 0.4, 0.6]], dtype=torch.float64)
     state, ev = update_layer(state, positions(4, 4), ones, attn_usage=attention, **kw)
     # positions 0..3 were evicted: their usage [0.9, 0.1, 0.4, 0.6] keeps positions 0 and 3 (the top 2 of 4)
     assert ev.compressed[0, :, 0].tolist() == [0.0, 3.0]
+
+
+@given(st.integers(0, 40), st.integers(0, 24), st.integers(1, 6))
+def test_memory_keys_are_aligned_and_pending_room_is_at_least_c_minus_1(mem_len, cmem_len, c):
+    state = empty_layer(1, 2, mem_len=mem_len, cmem_len=cmem_len, compression_rate=c, window=c, track_usage=False,
+                        keep_windows=False)  # fmt: skip
+    if cmem_len == 0 or c == 1:  # Transformer-XL, or nothing ever waits for a group: exactly n_m slots
+        assert state.capacity == mem_len
+    else:
+        assert state.capacity - mem_len >= c - 1 and (cmem_len + state.capacity) % KEY_ALIGN == 0
+        assert state.capacity - mem_len < c - 1 + KEY_ALIGN
 
 
 def test_memory_round_trips_through_tensors():

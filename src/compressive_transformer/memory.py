@@ -2,8 +2,9 @@
 
 Layout (per layer, fixed shapes so rows can be reset independently and ``torch.compile`` sees static sizes):
 
-- ``mem``  (B, n_m + c - 1, d): the layer's attention inputs, oldest slot first, right-aligned. The c - 1 extra slots
-  hold evicted states that wait for a whole group of c before they are compressed (nothing is ever dropped).
+- ``mem``  (B, capacity, d): the layer's attention inputs, oldest slot first, right-aligned. Capacity is n_m plus, when
+  compressing, c - 1 slots for evicted states that wait for a whole group of c before they are compressed (nothing is
+  ever dropped), rounded up to align the keys (:data:`KEY_ALIGN`).
 - ``cmem`` (B, n_cm, d): compressed slots, oldest first, right-aligned.
 - ``*_mask`` (B, slots) bool: which slots hold a state of the row's current document.
 
@@ -136,7 +137,7 @@ class LayerMemory:
     mem_mask: Tensor  # (B, mem_capacity) bool
     cmem: Tensor  # (B, cmem_len, d)
     cmem_mask: Tensor  # (B, cmem_len) bool
-    mem_len: int  # n_m: slots kept after eviction (capacity adds c - 1 pending slots when compressing)
+    mem_len: int  # n_m: slots kept after eviction (capacity adds c - 1 pending slots when compressing, rounded up)
     fill: int  # occupied memory slots, the same for every row
     usage: Tensor | None = None  # (B, mem_capacity) attention received while in memory (most_used)
     cmem_src: Tensor | None = None  # (B, cmem_len, k, d) windows behind each compressed slot (bptt)
@@ -250,6 +251,11 @@ class MemoryState:
         return MemoryState(tuple(layers))
 
 
+# Score rows of odd length (cmem_len + n_m + c - 1 + n_s = 387 keys in the reference model) made the CPU matmul that
+# accumulates q k^T into them twice as slow as rows of 384 or 392; the extra pending slots are never valid.
+KEY_ALIGN = 8
+
+
 def empty_layer(
     batch_size: int,
     d_model: int,
@@ -263,8 +269,12 @@ def empty_layer(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
 ) -> LayerMemory:
-    """A layer memory with no valid slot. Pending-eviction room (c - 1 slots) exists only when compressing."""
-    capacity = mem_len + (compression_rate - 1 if cmem_len > 0 else 0)
+    """A layer memory with no valid slot. Pending-eviction room (c - 1 slots) exists only when compressing; it is
+    rounded up so that the memory keys (cmem_len + capacity) are a multiple of :data:`KEY_ALIGN`."""
+    pending = compression_rate - 1 if cmem_len > 0 else 0
+    if pending:
+        pending += -(cmem_len + mem_len + pending) % KEY_ALIGN
+    capacity = mem_len + pending
     kw = dict(device=device, dtype=dtype)
     return LayerMemory(
         mem=torch.zeros(batch_size, capacity, d_model, **kw),
