@@ -111,17 +111,16 @@ def test_same_length_gives_every_query_the_same_window():
 
 
 def test_clamp_len_caps_the_distance():
-    dist = torch.arange(10, -2, -1).float()  # one spare column at distance -1
+    dist = torch.arange(10, -6, -1).float()  # one spare column at distance -1, then on to 16 columns (TABLE_ALIGN)
     pos = make_positions(seg_len=3, mem_capacity=8, cmem_len=0, cmem_offset=0, d_model=8, clamp_len=4,
                          device="cpu", dtype=torch.float32)  # fmt: skip
     torch.testing.assert_close(pos.mem, sinusoid(dist.clamp(max=4), 8))
 
 
-def naive_positional_bias(qv, r, qc, rc, mask):
+def naive_positional_bias(qv, r, qc, rc, mask, C):
     """bias[b, h, i, j] one entry at a time: the distance of key j from query i picks the column of its table."""
     B, T, H, _ = qv.shape
     K = mask.shape[-1]
-    C = K - (r.shape[-1] - 1)
     out = torch.empty(B, H, T, K, dtype=qv.dtype)
     for i in range(T):
         for j in range(K):
@@ -133,18 +132,19 @@ def naive_positional_bias(qv, r, qc, rc, mask):
     return out
 
 
+@pytest.mark.parametrize("pad", [0, 5])  # tables wider than the keys need (make_positions aligns them)
 @pytest.mark.parametrize("B,T,C,M", [(2, 4, 3, 5), (1, 1, 2, 3), (2, 3, 0, 4), (1, 5, 4, 0)])
-def test_positional_bias_is_the_formula_with_an_exact_gradient(B, T, C, M):
+def test_positional_bias_is_the_formula_with_an_exact_gradient(B, T, C, M, pad):
     torch.manual_seed(0)
     H, dh = 2, 3
     kw = dict(dtype=torch.float64, requires_grad=True)
     qv, qc = torch.randn(B, T, H, dh, **kw), torch.randn(B, T, H, dh, **kw)
-    r, rc = torch.randn(H, dh, M + T + 1, **kw), torch.randn(H, dh, C + T - 1, **kw)
+    r, rc = torch.randn(H, dh, M + T + 1 + pad, **kw), torch.randn(H, dh, C + T - 1 + pad, **kw)
     qc, rc = (qc, rc) if C > 0 else (None, None)
     allowed = attention_mask(torch.ones(B, T, dtype=torch.bool), torch.rand(B, M) > 0.3, torch.rand(B, C) > 0.3)
     mask = additive_mask(allowed, torch.float64)
-    got = positional_bias(qv, r, qc, rc, mask).view(B, H, T, C + M + T)
-    want = naive_positional_bias(qv, r, qc, rc, mask)
+    got = positional_bias(qv, r, qc, rc, mask, C).view(B, H, T, C + M + T)
+    want = naive_positional_bias(qv, r, qc, rc, mask, C)
     torch.testing.assert_close(got[allowed.expand_as(got)], want[allowed.expand_as(want)], rtol=1e-12, atol=1e-12)
     assert torch.isneginf(got[~allowed.expand_as(got)]).all()
     # The gradient through a softmax (every real use) equals autograd's through the naive gather.
@@ -155,4 +155,4 @@ def test_positional_bias_is_the_formula_with_an_exact_gradient(B, T, C, M):
     for a, b in zip(g_got, g_want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     zero = torch.zeros_like(mask)  # with nothing masked the function is its own gradcheck
-    torch.autograd.gradcheck(lambda *t: positional_bias(t[0], t[1], *(t[2:] if C > 0 else (None, None)), zero), inputs)
+    torch.autograd.gradcheck(lambda *t: positional_bias(t[0], t[1], *(t[2:] if C > 0 else (None, None)), zero, C), inputs)
