@@ -4,8 +4,10 @@ Each implementation runs in its own child (``child.py --phase profile_train``), 
 runs ``--steps`` steps under ``torch.profiler``; every operator's self CPU time is summed per step and grouped into
 matmuls, softmax and loss, layer norm, copies and layout, the optimizer, the remaining elementwise work, view and
 allocation bookkeeping, and what no operator accounts for (Python, the autograd engine between operators). The
-profiler itself slows a step (the table gives the same steps unprofiled), and an operator that allocates a large
-output is charged the page faults of touching it, so compare kinds of work, not single operators. The
+profiler itself slows a step (the table gives the same steps unprofiled), an operator that allocates a large
+output is charged the page faults of touching it, and some elementwise operators are charged several times their
+unprofiled cost (the positional bias's add: ~2.5 ms per call profiled, ~0.5 ms timed alone in the same step), so
+compare kinds of work and matmul times, not single small operators. The
 table says what a faster step has to remove: for a step ``r`` times faster than a peer's, everything that is not a
 matmul must fit into ``peer step / r - our matmul time``.
 
