@@ -53,7 +53,8 @@ def loadavg() -> list[float]:
         return []
 
 
-def child(python: str, impl: str, phase: str, workload: str, a, build_kw: dict | None = None, timeout: int = 1800) -> dict:
+def child(python: str, impl: str, phase: str, workload: str, a, build_kw: dict | None = None, timeout: int = 1800,
+          extra: tuple[str, ...] = ()) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads), PYTHONDONTWRITEBYTECODE="1")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
@@ -65,6 +66,7 @@ def child(python: str, impl: str, phase: str, workload: str, a, build_kw: dict |
             cmd += ["--warmup", str(a.warmup)]
         if build_kw:
             cmd += ["--build-kw", json.dumps(build_kw)]
+        cmd += list(extra)
         t0 = time.perf_counter()
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(HERE.parent))

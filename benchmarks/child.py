@@ -1,7 +1,9 @@
 """One measurement in its own process: one implementation, one phase (train | eval | generate), or the matmul rate.
 
-Run by bench.py / scaling.py; writes one JSON object to --out. Peak resident memory is this process's high-water
-mark (VmHWM), so every phase gets a fresh process and its own peak.
+Run by bench.py / scaling.py / gpu.py; writes one JSON object to --out. Peak resident memory is this process's
+high-water mark (VmHWM), so every phase gets a fresh process and its own peak; on a GPU (``--device cuda``) the peak
+of the CUDA allocator is reported beside it. Every step returns its loss as a Python float, which waits for the
+device, so wall-clock step times are the device's too.
 """
 
 from __future__ import annotations
@@ -36,47 +38,68 @@ def summary(times: list[float]) -> dict:
     return {"median_s": statistics.median(s), "p25_s": q(0.25), "p75_s": q(0.75), "min_s": s[0], "n": len(s)}
 
 
-def matmul_rate(n: int, repeats: int) -> dict:
+def matmul_rate(n: int, repeats: int, device: str = "cpu", dtype: str = "float32") -> dict:
+    """The rate of an n x n x n ``torch.mm`` in ``dtype`` on ``device`` (fp32 on a GPU without TF32): what MFU is
+    measured against."""
     import torch
 
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    c = torch.empty(n, n)
+    from benchmarks.impls import stamp
+
+    kw = dict(device=device, dtype=getattr(torch, dtype))
+    a, b = torch.randn(n, n, **kw), torch.randn(n, n, **kw)
+    c = torch.empty(n, n, **kw)
     for _ in range(3):
         torch.mm(a, b, out=c)
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = stamp()
         torch.mm(a, b, out=c)
-        times.append(time.perf_counter() - t0)
+        times.append(stamp() - t0)
     s = summary(times)
     flops = 2.0 * n**3
-    return {**s, "size": n, "gflops_median": flops / s["median_s"] / 1e9, "gflops_best": flops / s["min_s"] / 1e9}
+    return {**s, "size": n, "dtype": dtype, "gflops_median": flops / s["median_s"] / 1e9, "gflops_best": flops / s["min_s"] / 1e9}
 
 
-def batches(w, n: int, seed: int, batch: int, seg_len: int):
+def batches(w, n: int, seed: int, batch: int, seg_len: int, device: str = "cpu"):
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    stream = torch.randint(0, w.vocab, (batch, n * seg_len + 1), generator=g)
+    stream = torch.randint(0, w.vocab, (batch, n * seg_len + 1), generator=g).to(device)
     return [(stream[:, i * seg_len : (i + 1) * seg_len], stream[:, i * seg_len + 1 : (i + 1) * seg_len + 1]) for i in range(n)]
 
 
-def warmed_up(impl, w, phase: str, steps: int, warmup: int):
+def under_autocast(fn, device: str, amp: str):
+    """``fn`` run under ``torch.autocast`` to ``amp`` (bf16 | fp16) on ``device``, or ``fn`` itself for "none"."""
+    import torch
+
+    if amp == "none":
+        return fn
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
+
+    def run(*args):
+        with torch.autocast(torch.device(device).type, dtype=dtype):
+            return fn(*args)
+
+    return run
+
+
+def warmed_up(impl, w, phase: str, steps: int, warmup: int, device: str = "cpu", amp: str = "none"):
     """The step function, the batches of the ``steps`` timed steps, and the warm-up time: memories filled to steady
     state with cheap no-grad evaluation steps (same memory update), then ``warmup`` steps of the timed kind."""
-    step = impl.train_step if phase == "train" else impl.eval_step
+    step = under_autocast(impl.train_step if phase == "train" else impl.eval_step, device, amp)
+    eval_step = under_autocast(impl.eval_step, device, amp)
     fill = w.fill_segments
     n_warm = fill + warmup
-    data = [impl.prepare(x, y) for x, y in batches(w, n_warm + steps, seed=0, batch=w.batch, seg_len=w.seg_len)]
+    data = [impl.prepare(x, y) for x, y in batches(w, n_warm + steps, seed=0, batch=w.batch, seg_len=w.seg_len, device=device)]
     impl.reset()
     t0 = time.perf_counter()
     for i, b in enumerate(data[:n_warm]):
-        (impl.eval_step if i < fill else step)(b)
+        (eval_step if i < fill else step)(b)
     return step, data[n_warm:], time.perf_counter() - t0
 
 
-def run_steps(impl, w, phase: str, steps: int, warmup: int) -> dict:
-    step, timed, warm_s = warmed_up(impl, w, phase, steps, warmup)
+def run_steps(impl, w, phase: str, steps: int, warmup: int, device: str = "cpu", amp: str = "none") -> dict:
+    step, timed, warm_s = warmed_up(impl, w, phase, steps, warmup, device, amp)
     n_warm = w.fill_segments + warmup
     times, losses = [], []
     for b in timed:
@@ -143,7 +166,7 @@ def serve_steps(impl, w, phase: str, warmup: int) -> dict:
     return out
 
 
-def run_generate(impl, w) -> dict:
+def run_generate(impl, w, device: str = "cpu") -> dict:
     import torch
 
     g = torch.Generator().manual_seed(1)
@@ -151,7 +174,7 @@ def run_generate(impl, w) -> dict:
     prompts = list(w.gen_prompts)
     first_call_s = None
     for p in prompts:
-        prompt = torch.randint(0, w.vocab, (w.gen_batch, p), generator=g)
+        prompt = torch.randint(0, w.vocab, (w.gen_batch, p), generator=g).to(device)
         start = time.perf_counter()
         impl.generate(prompt[:, : w.seg_len], min(8, w.gen_new))  # warm-up (allocator, caches, compilation)
         first_call_s = time.perf_counter() - start if first_call_s is None else first_call_s
@@ -161,7 +184,7 @@ def run_generate(impl, w) -> dict:
         per_prompt.append({"prompt": p, "new": w.gen_new, "ms_per_token_median": 1e3 * s["median_s"],
                            "ms_per_token_mean": 1e3 * (stamps[-1] - stamps[0]) / (len(stamps) - 1),
                            "ms_per_token_p25": 1e3 * s["p25_s"], "ms_per_token_p75": 1e3 * s["p75_s"]})  # fmt: skip
-    prompt = torch.randint(0, w.vocab, (w.gen_batch, w.gen_long_prompt), generator=g)
+    prompt = torch.randint(0, w.vocab, (w.gen_batch, w.gen_long_prompt), generator=g).to(device)
     stamps = impl.generate(prompt, w.gen_long)
     elapsed = stamps[-1] - stamps[0]  # tokens 2..N (the first comes with reading the prompt)
     tps = w.gen_batch * (len(stamps) - 1) / elapsed
@@ -184,6 +207,9 @@ def main() -> None:
     ap.add_argument("--build-kw", default="{}", help="JSON keyword arguments for the adapter's build()")
     ap.add_argument("--matmul-n", type=int, default=0, help="0: the workload's matmul_n")
     ap.add_argument("--serve", action="store_true", help="interleaved mode: timed steps on request (see serve_steps)")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N: where the model, data and memories live")
+    ap.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast of training and evaluation steps")
+    ap.add_argument("--matmul-dtype", default="float32", help="dtype of the --phase matmul product")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -203,14 +229,19 @@ def main() -> None:
     steps = w.steps if a.steps is None else a.steps
     warmup = w.warmup if a.warmup is None else a.warmup
     result: dict = {"impl": a.impl, "phase": a.phase, "threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "python": sys.executable}  # fmt: skip
+                    "python": sys.executable, "device": a.device, "amp": a.amp}  # fmt: skip
+    cuda = a.device.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # fp32 means fp32
+        result["gpu"] = torch.cuda.get_device_name(a.device)
     rss_start = rss_mb("VmRSS")
     if a.phase == "matmul":
-        result.update(matmul_rate(a.matmul_n or w.matmul_n, max(steps, 10)))
+        result.update(matmul_rate(a.matmul_n or w.matmul_n, max(steps, 10), a.device, a.matmul_dtype))
     else:
         mod = importlib.import_module(f"benchmarks.impls.{a.impl}")
         t0 = time.perf_counter()
         impl = mod.build(w, **json.loads(a.build_kw))
+        impl.model.to(a.device)  # in place: the optimizer built with the model keeps the same parameters
         result.update(label=getattr(mod, "LABEL", a.impl), module_file=mod.__file__, param_count=impl.param_count,
                       config=getattr(impl, "config", {}), build_s=time.perf_counter() - t0,
                       rss_after_import_mb=rss_start, rss_after_build_mb=rss_mb("VmRSS"))  # fmt: skip
@@ -219,18 +250,26 @@ def main() -> None:
         if a.phase in ("train", "eval") and a.serve:
             result.update(serve_steps(impl, w, a.phase, warmup))
         elif a.phase in ("train", "eval"):
-            result.update(run_steps(impl, w, a.phase, steps, warmup))
+            result.update(run_steps(impl, w, a.phase, steps, warmup, a.device, a.amp))
         elif a.phase.startswith("profile_"):
             result.update(run_profile(impl, w, a.phase.removeprefix("profile_"), steps, warmup))
         elif a.phase == "generate":
-            result.update(run_generate(impl, w))
-        elif a.phase == "all":  # smoke mode: every phase in this one process (peak RSS is cumulative)
+            result.update(run_generate(impl, w, a.device))
+        elif a.phase == "all":  # every phase in this one process (peak RSS is cumulative; the GPU's peak is not)
             for phase in ("train", "eval", "generate"):
                 if (phase == "train" and not w.train) or (phase == "generate" and not w.gen_prompts):
                     continue
-                r = run_steps(impl, w, phase, steps, warmup) if phase != "generate" else run_generate(impl, w)
+                if cuda:
+                    impl.reset()
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats(a.device)
+                r = run_steps(impl, w, phase, steps, warmup, a.device, a.amp) if phase != "generate" else run_generate(impl, w, a.device)
                 result[phase] = {**r, "peak_rss_mb": rss_mb("VmHWM"), "cumulative_rss": True}
+                if cuda:
+                    result[phase]["peak_cuda_mb"] = torch.cuda.max_memory_allocated(a.device) / 2**20
     result["peak_rss_mb"] = rss_mb("VmHWM")
+    if cuda:
+        result["peak_cuda_mb"] = torch.cuda.max_memory_allocated(a.device) / 2**20
     Path(a.out).write_text(json.dumps(result, indent=1))
 
 

@@ -66,6 +66,11 @@ WORKLOADS: dict[str, Workload] = {
     "reference": Workload("reference"),
     # Long-memory evaluation: same model, memories as long as the paper's evaluation (n_m 512, n_cm 1024).
     "long_memory": Workload("long_memory", mem_len=512, cmem_len=1024, train=False, steps=10, gen_prompts=()),
+    # A GPU-sized model (benchmarks/gpu.py): the reference is far too small to keep a GPU busy.
+    "gpu": Workload(
+        "gpu", d_model=512, n_layers=8, n_heads=8, d_ff=2048, seg_len=512, mem_len=512, cmem_len=512, batch=16,
+        steps=10, warmup=3, gen_prompts=(512, 4096), gen_new=32, gen_long=500, gen_long_prompt=512, matmul_n=8192,
+    ),
     # Seconds-long smoke test of the whole harness.
     "tiny": Workload(
         "tiny", vocab=64, d_model=32, n_layers=2, n_heads=2, d_ff=128, seg_len=16, mem_len=16, cmem_len=8, rate=2,

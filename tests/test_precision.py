@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from conftest import tiny_config
 
@@ -41,3 +43,18 @@ def test_bf16_autocast_backward_reaches_every_weight():
         memory = out.memory
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_inference_under_autocast_then_without_it_uses_tables_of_each_precision():
+    """The projected positional tables reused at inference are keyed by the autocast dtype too: a bf16 table from an
+    autocast evaluation is never fed to an fp32 one (a dtype error), nor the reverse (silently lower precision)."""
+    torch.manual_seed(0)
+    model = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4)).eval()
+    tokens = torch.randint(0, 32, (2, 48))
+    fresh = copy.deepcopy(model)
+    with torch.no_grad():
+        low, _, _ = run(model, tokens, autocast=True)  # bf16 tables made and kept
+        fp32, _, _ = run(model, tokens, autocast=False)
+        ref, _, _ = run(fresh, tokens, autocast=False)
+        low_again, _, _ = run(model, tokens, autocast=True)
+    assert torch.equal(fp32, ref) and torch.equal(low_again, low)

@@ -5,8 +5,23 @@
 - ``train_step(batch)``: forward + backward (task loss + auxiliary compression loss) + optimizer step, memory carried
 - ``eval_step(batch)``: forward under no_grad in eval mode, task loss computed, memory carried
 - ``generate(prompt, n_new)``: reads the (B, P) prompt, then produces ``n_new`` tokens; returns the
-  ``time.perf_counter()`` stamps at which each new token became available (list of n_new floats)
+  :func:`stamp` times at which each new token became available (list of n_new floats)
 - ``reset()``: empty memories (start of a new stream)
 
-Adapters never import each other, so each runs in its own process with only its own package loaded.
+Adapters of different packages never import each other, so each runs in its own process with only its own package
+loaded. The harness moves ``Impl.model`` to the device and the batches and prompts with it.
 """
+
+from __future__ import annotations
+
+import time
+
+
+def stamp() -> float:
+    """``time.perf_counter()`` once the GPU's queued work (if any) is done: on a GPU, kernels run asynchronously, so
+    a stamp taken without waiting would time their launch, not their work."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()

@@ -10,11 +10,12 @@ never used here) and ``labml_nn.helpers.metrics.SimpleStateModule``, which that 
 from __future__ import annotations
 
 import sys
-import time
 import types
 
 import torch
 import torch.nn.functional as F
+
+from . import stamp
 
 NAME = "labml"
 LABEL = "labml-nn 0.5.1"
@@ -130,12 +131,12 @@ class Impl:
             output, new_mem = self.model(seg, mem)
             mem, _ = self.merge(mem, new_mem)
         tok = output[-1].argmax(-1)  # [B]
-        stamps = [time.perf_counter()]
+        stamps = [stamp()]
         for _ in range(n_new - 1):
             output, new_mem = self.model(tok[None, :], mem)
             tok = output[-1].argmax(-1)
             mem, _ = self.merge(mem, new_mem)
-            stamps.append(time.perf_counter())
+            stamps.append(stamp())
         return stamps
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import time
 
 import torch
 
 from compressive_transformer import CompressiveTransformerLM, ModelConfig
 from compressive_transformer.decode import Decoder
+from compressive_transformer.train import compile_model
+
+from . import stamp
 
 NAME = "ours"
 LABEL = "ours (compressive)"
@@ -26,12 +28,16 @@ def model_config(w, *, compressive: bool = True, mem_len: int | None = None, cme
 
 
 class Impl:
-    def __init__(self, w, cfg: ModelConfig) -> None:
+    def __init__(self, w, cfg: ModelConfig, *, compile: bool = False) -> None:
         self.w = w
         self.model = CompressiveTransformerLM(cfg)
+        # compile: the training step through train.compile's torch.compile, as `train.compile = true` runs it
+        # (the trainer's validation is eager, and so is eval_step here)
+        self.forward = compile_model(self.model) if compile else self.model
         self.opt = w.optimizer(self.model.parameters())
         self.param_count = sum(p.numel() for p in self.model.parameters())
         self.config = {k: getattr(cfg, k) for k in ("mem_len", "cmem_len", "compression", "compression_loss", "norm", "attn_impl")}
+        self.config["compiled_steps"] = compile
         self.memory = None
         self.compile_decoder = False  # ours_compiled: the decoder's step under torch.compile
 
@@ -46,13 +52,13 @@ class Impl:
         self.model.train()
         if self.memory is None:
             self.memory = self.model.init_memory(x.shape[0])
-        out = self.model(x, memory=self.memory, targets=y)
+        out = self.forward(x, memory=self.memory, targets=y)
         loss = out.loss + out.aux_loss
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
         self.memory = out.memory
-        return float(out.loss)
+        return float(out.loss.detach())
 
     @torch.no_grad()
     def eval_step(self, batch) -> float:
@@ -74,14 +80,14 @@ class Impl:
             memory, logits = out.memory, out.logits
         tok = logits[:, -1].argmax(-1)
         decoder = Decoder(self.model, memory, compile=self.compile_decoder)  # what generate() uses: ring buffers advanced in place
-        stamps = [time.perf_counter()]
+        stamps = [stamp()]
         for _ in range(n_new - 1):  # then one token per step
             tok = decoder.step(tok).argmax(-1)
-            stamps.append(time.perf_counter())
+            stamps.append(stamp())
         return stamps
 
 
 def build(w, **kw) -> Impl:
     mem_len = kw.pop("mem_len", None)
     cmem_len = kw.pop("cmem_len", None)
-    return Impl(w, model_config(w, compressive=True, mem_len=mem_len, cmem_len=cmem_len))
+    return Impl(w, model_config(w, compressive=True, mem_len=mem_len, cmem_len=cmem_len), **kw)

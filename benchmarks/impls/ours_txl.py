@@ -9,4 +9,5 @@ LABEL = "ours, Transformer-XL (n_cm=0, n_m+n_cm memory)"
 
 
 def build(w, **kw) -> ours.Impl:
-    return ours.Impl(w, ours.model_config(w, compressive=False, mem_len=kw.get("mem_len"), cmem_len=kw.get("cmem_len")))
+    cfg = ours.model_config(w, compressive=False, mem_len=kw.pop("mem_len", None), cmem_len=kw.pop("cmem_len", None))
+    return ours.Impl(w, cfg, **kw)

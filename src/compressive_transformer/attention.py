@@ -214,8 +214,9 @@ class RelativeAttention(nn.Module):
         H, dh = self.n_heads, self.d_head
         if self.training or torch.is_grad_enabled():
             return proj(table).view(-1, H, dh).permute(1, 2, 0)
-        w = proj.weight
-        full_key = (id(proj), w._version, w.data_ptr(), w.dtype, w.device, table.dtype) + key
+        w, device = proj.weight, proj.weight.device.type
+        amp = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None  # the product's dtype
+        full_key = (id(proj), w._version, w.data_ptr(), w.dtype, w.device, table.dtype, amp) + key
         if full_key not in self._projected:
             if len(self._projected) >= 16:
                 self._projected.clear()

@@ -1,0 +1,152 @@
+"""The CUDA paths, checked against the CPU and fp32 wherever a GPU is present (skipped elsewhere, so CI on CPU skips
+them; run them on a GPU machine with ``pytest tests/test_cuda.py``): the fused-attention path that ``attn_impl =
+"auto"`` picks on CUDA, bf16 / fp16 autocast (fp16 with its gradient scaler), compiled training and decoding with
+Triton kernels, and the trainer end to end with a checkpoint that resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_config, tiny_model
+
+from compressive_transformer import CompressiveTransformerLM
+from compressive_transformer.checkpoint import list_checkpoints
+from compressive_transformer.decode import Decoder
+from compressive_transformer.metrics import read_metrics
+from compressive_transformer.presets import TINY_TOML
+from compressive_transformer.run import config_from_text, train_run
+from compressive_transformer.train import compile_model
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+CUDA = torch.device("cuda")
+VARIANTS = {
+    "conv,attention": dict(),
+    "dilated,autoencoder": dict(compression="dilated_conv", compression_loss="autoencoder", compression_extra_width=1),
+    "mean_pool,pre-norm": dict(compression="mean_pool", compression_loss="none", norm="pre", gating=True),
+    "txl": dict(cmem_len=0),
+}
+AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@pytest.fixture(autouse=True)
+def full_fp32_matmuls():
+    """TF32 off: the comparisons with the CPU are of fp32 arithmetic, not of TF32's 10-bit mantissa."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def stream(model, tokens: torch.Tensor, *, amp: torch.dtype | None = None, backward: bool = False):
+    """Segments of 8 through ``model`` with memory carried (empty, filling, then compressing); per-segment outputs,
+    the parameters' gradients summed over segments, and the final memory."""
+    memory, outs = model.init_memory(tokens.shape[0]), []
+    for t in range(0, tokens.shape[1], 8):
+        with torch.autocast(tokens.device.type, dtype=amp, enabled=amp is not None):
+            out = model(tokens[:, t : t + 8], memory=memory, targets=tokens[:, t : t + 8])
+        if backward:
+            (out.loss + out.aux_loss).backward()
+        memory = out.memory
+        outs.append(out)
+    return outs, memory
+
+
+@pytest.mark.parametrize("attn_impl", ["auto", "sdpa", "math"])
+@pytest.mark.parametrize("variant", VARIANTS.values(), ids=VARIANTS.keys())
+def test_cuda_step_matches_the_cpu_forward_backward_and_memory(variant, attn_impl):
+    """On CUDA "auto" is the fused scaled_dot_product_attention path; on the CPU the explicit one. Same logits,
+    compression losses, memories and gradients of every weight."""
+    torch.manual_seed(0)
+    cpu = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4, **variant)).train()
+    gpu = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4, attn_impl=attn_impl, **variant)).train()
+    gpu.load_state_dict(cpu.state_dict())
+    gpu.to(CUDA)
+    tokens = torch.randint(0, 32, (2, 40))
+    (ref, ref_mem), (got, got_mem) = stream(cpu, tokens, backward=True), stream(gpu, tokens.to(CUDA), backward=True)
+    for a, b in zip(ref, got):
+        torch.testing.assert_close(b.logits.cpu(), a.logits, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(b.aux_loss.cpu(), a.aux_loss, rtol=1e-4, atol=1e-5)
+    for a, b in zip(ref_mem.layers, got_mem.layers):
+        torch.testing.assert_close(b.mem.cpu(), a.mem, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(b.cmem.cpu(), a.cmem, rtol=1e-4, atol=1e-4)
+        assert torch.equal(b.mem_mask.cpu(), a.mem_mask) and torch.equal(b.cmem_mask.cpu(), a.cmem_mask)
+    for (name, p), q in zip(cpu.named_parameters(), gpu.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("amp", AMP)
+def test_cuda_autocast_tracks_fp32_with_memory_and_loss_in_fp32(amp):
+    torch.manual_seed(0)
+    model = CompressiveTransformerLM(tiny_config(d_model=64, n_heads=4)).to(CUDA).train()
+    tokens = torch.randint(0, 32, (4, 48), device=CUDA)
+    ref, _ = stream(model, tokens)
+    low, memory = stream(model, tokens, amp=AMP[amp], backward=True)
+    assert low[-1].logits.dtype == AMP[amp] and low[-1].loss.dtype == torch.float32
+    assert all(layer.mem.dtype == torch.float32 and layer.cmem.dtype == torch.float32 for layer in memory.layers)
+    torch.testing.assert_close(torch.stack([o.loss for o in low]), torch.stack([o.loss for o in ref]), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(torch.stack([o.aux_loss for o in low]), torch.stack([o.aux_loss for o in ref]), rtol=5e-2, atol=5e-3)
+    assert all(p.dtype == torch.float32 and p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("amp", ["none", "bf16", "fp16"])
+def test_trainer_on_cuda_trains_checkpoints_and_resumes(tmp_path: Path, amp: str):
+    """The trainer on the GPU, killed after step 4 (last checkpoint at 3) and resumed: the resumed run continues the
+    uninterrupted one (within the non-associativity of the GPU's reductions), fp16 through its gradient scaler."""
+    quiet = ["train.progress=false", "train.val_batches=2", 'train.device="cuda"', f'train.amp="{amp}"']
+    cfg = config_from_text(TINY_TOML, [*quiet, "train.steps=6", "train.log_every=1", "train.checkpoint_every=3", "model.dropout=0.1"])
+    whole = train_run(cfg, tmp_path / "whole", log=lambda s: None)
+    part = train_run(cfg, tmp_path / "killed", max_steps=4, log=lambda s: None)
+    assert list_checkpoints(tmp_path / "killed")[-1].name == "step-00000003"
+    resumed = train_run(None, tmp_path / "killed", resume=True, log=lambda s: None)
+    assert resumed.step == 6 and all(torch.isfinite(torch.tensor(whole.losses)))
+    torch.testing.assert_close(torch.tensor(resumed.losses), torch.tensor(whole.losses[3:]), rtol=1e-4, atol=1e-4)
+    assert whole.losses[:4] == part.losses or torch.allclose(torch.tensor(whole.losses[:4]), torch.tensor(part.losses), rtol=1e-4)
+    assert whole.losses[-1] < whole.losses[0]
+    assert any("grad_norm" in r for r in read_metrics(tmp_path / "killed"))
+
+
+@pytest.mark.slow
+def test_compiled_training_on_cuda_matches_eager():
+    torch.manual_seed(0)
+    model = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4)).to(CUDA)
+    compiled = compile_model(model)
+    memories = [model.init_memory(2), model.init_memory(2)]
+    for _ in range(3):  # empty memory, full memory, full compressed memory
+        tokens = torch.randint(0, 32, (2, 8), device=CUDA)
+        outs = []
+        for i, fn in enumerate((model, compiled)):
+            model.zero_grad(set_to_none=True)
+            out = fn(tokens, memory=memories[i], targets=tokens)
+            (out.loss + out.aux_loss).backward()
+            memories[i] = out.memory
+            outs.append((out.logits.detach(), out.aux_loss.detach(), [p.grad.clone() for p in model.parameters()]))
+        torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(outs[1][1], outs[0][1], rtol=1e-4, atol=1e-5)
+        for g_compiled, g_eager in zip(outs[1][2], outs[0][2]):
+            torch.testing.assert_close(g_compiled, g_eager, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_cuda_decoder_equals_the_model_token_by_token(compile: bool):
+    """The ring-buffer decoder on the GPU (fp64 eager, fp32 under torch.compile's Triton kernels) gives the model's
+    logits and memory, through compression steps and ring wraps."""
+    model = tiny_model(compression_extra_width=1).to(CUDA)
+    if compile:
+        model = model.float()
+    tokens = torch.randint(0, 32, (2, 50), device=CUDA)
+    with torch.no_grad():
+        memory = model(tokens[:, :11], memory=model.init_memory(2)).memory
+        decoder = Decoder(model, memory, compile=compile)
+        for t in range(11, 50):
+            got = decoder.step(tokens[:, t])
+            out = model(tokens[:, t : t + 1], memory=memory)
+            memory = out.memory
+            tol = 1e-4 if compile else 1e-10
+            torch.testing.assert_close(got, out.logits[:, 0], rtol=tol, atol=tol)
+    for a, b in zip(decoder.memory().layers, memory.layers):
+        torch.testing.assert_close(a.mem, b.mem, rtol=tol, atol=tol)
+        torch.testing.assert_close(a.cmem, b.cmem, rtol=tol, atol=tol)
