@@ -2,6 +2,7 @@
 
     python benchmarks/gpu.py --workload gpu                      # the GPU-sized workload (d 512, 8 layers, n_s 512)
     python benchmarks/gpu.py --workload reference --amp none     # the CPU reference workload on the GPU
+    python benchmarks/gpu.py --workload tiny --device cpu --impl ours,ours_txl --out /tmp/g   # smoke run, no GPU
 
 For every implementation and precision one child (``child.py --phase all --device cuda --amp ...``) measures
 training and evaluation tokens/s (median step after the memories are full and a warm-up), the CUDA allocator's
@@ -117,12 +118,13 @@ def main() -> None:
 
     import torch
 
-    if not torch.device(a.device).type == "cuda" or not torch.cuda.is_available():
-        raise SystemExit(f"--device {a.device}: no CUDA device here; run benchmarks/bench.py for the CPU")
+    cuda = torch.device(a.device).type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit(f"--device {a.device}: no CUDA device here; use --device cpu for a smoke run of this harness")
     dev = ("--device", a.device)
     py0 = python_for("ours", a)
     res = {"workload": w.to_dict(), "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "machine": machine_info(), "gpu": torch.cuda.get_device_name(a.device), "torch": torch.__version__,
+           "machine": machine_info(), "gpu": torch.cuda.get_device_name(a.device) if cuda else "cpu", "torch": torch.__version__,
            "steps": w.steps if a.steps is None else a.steps, "matmul_gflops": {}, "runs": {},
            "flops": {"train_per_token": workloads.train_flops_per_token(w), "forward_per_token": workloads.forward_flops_per_token(w)}}  # fmt: skip
     for amp in amps:

@@ -1,0 +1,56 @@
+"""benchmarks/gpu.py: ratios are against the fastest shipped peer and our Transformer-XL, MFU against the rate of
+the step's own precision, and the harness runs end to end (on the CPU here, as ``--device cpu`` allows)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+gpu = pytest.importorskip("benchmarks.gpu")
+
+
+def run(train: float, evaluate: float) -> dict:
+    return {"train": {"tokens_per_s": train}, "eval": {"tokens_per_s": evaluate}}
+
+
+def test_ratios_are_against_the_fastest_shipped_peer_and_our_transformer_xl():
+    res = {"runs": {"bf16": {
+        "ours": run(300.0, 900.0), "ours_txl": run(400.0, 1000.0),
+        "lucidrains": run(200.0, 300.0), "labml": run(100.0, 600.0),
+        "lucidrains_fixed": run(1000.0, 1000.0),  # not a shipped peer: never the reference
+        "ours+compile": {"error": "boom"},
+    }}}  # fmt: skip
+    assert gpu.ratios(res) == [
+        "- bf16, train: ours = 1.50x lucidrains, 0.75x ours_txl",
+        "- bf16, eval: ours = 1.50x labml, 0.90x ours_txl",
+    ]
+
+
+def test_mfu_is_model_flops_over_the_measured_rate_and_absent_without_either():
+    assert gpu.mfu(1000.0, 2e6, 4.0) == pytest.approx(0.5)  # 2 GFLOP/s of 4
+    assert gpu.mfu(None, 2e6, 4.0) is None and gpu.mfu(1000.0, 2e6, None) is None
+
+
+def test_harness_runs_each_precision_in_its_own_child_and_reports_errors_in_their_row(tmp_path):
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--workload", "tiny", "--device", "cpu", "--amp", "none,bf16",
+           "--impl", "ours,labml", "--steps", "2", "--threads", "1", "--python", sys.executable, "--out", str(tmp_path)]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads((tmp_path / "tiny.json").read_text())
+    assert set(res["runs"]) == {"none", "bf16"} and set(res["matmul_gflops"]) == {"float32", "bfloat16"}
+    for amp in ("none", "bf16"):
+        ours = res["runs"][amp]["ours"]
+        assert ours["amp"] == amp and ours["device"] == "cpu"
+        assert ours["train"]["tokens_per_s"] > 0 and ours["eval"]["tokens_per_s"] > 0
+        assert len(ours["generate"]["per_prompt"]) == 2
+    md = (tmp_path / "tiny.md").read_text()
+    assert md.count("| ours | ") == 2
+    labml = res["runs"]["none"]["labml"]
+    if "error" in labml:  # the peers' venv is not this one: the row says so instead of failing the run
+        assert "| labml | none | ERROR: " in md
