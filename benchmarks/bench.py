@@ -409,12 +409,7 @@ def main() -> None:
     res["flops"] = {"matmul_params": workloads.matmul_params(w), "train_per_token": workloads.train_flops_per_token(w),
                     "forward_per_token": workloads.forward_flops_per_token(w)}  # fmt: skip
     derive(res, w)
-    md = markdown(res, w)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{w.name}.json").write_text(json.dumps(res, indent=1))
-    (out / f"{w.name}.md").write_text(md + "\n")
-    print(md)
+    workloads.write_report(Path(a.out), w.name, res, markdown(res, w).splitlines())
 
 
 if __name__ == "__main__":

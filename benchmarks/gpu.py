@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 import time
 from pathlib import Path
@@ -140,12 +139,7 @@ def main() -> None:
             res["runs"][amp][key] = r
             summary = r.get("error") or f"train {fmt(get(r, 'train', 'tokens_per_s'))} tok/s, eval {fmt(get(r, 'eval', 'tokens_per_s'))} tok/s"
             print(f"[gpu] {amp:4s} {key:17s} {time.perf_counter() - t0:6.1f}s  {summary}", flush=True)
-    md = markdown(res, w)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{w.name}.json").write_text(json.dumps(res, indent=1))
-    (out / f"{w.name}.md").write_text(md + "\n")
-    print(md)
+    workloads.write_report(Path(a.out), w.name, res, markdown(res, w).splitlines())
 
 
 if __name__ == "__main__":

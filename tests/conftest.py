@@ -32,3 +32,24 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real corpora not found at {SHARED_DATA} (they exist only in the development workplace)")
     return SHARED_DATA
+
+
+def eager_and_compiled_steps(model: CompressiveTransformerLM, device: torch.device | str = "cpu", steps: int = 3):
+    """Training steps of ``model`` and of ``compile_model(model)`` (what ``train.compile = true`` runs) side by side,
+    each carrying its own memory from empty through full and compressed: per step, (eager, compiled) tuples of
+    (logits, aux loss, the gradients of every parameter that has one)."""
+    from compressive_transformer.train import compile_model
+
+    compiled = compile_model(model)
+    memories = [model.init_memory(2), model.init_memory(2)]
+    for _ in range(steps):
+        tokens = torch.randint(0, model.cfg.vocab_size, (2, 8), device=device)
+        outs = []
+        for i, fn in enumerate((model, compiled)):
+            model.zero_grad(set_to_none=True)
+            out = fn(tokens, memory=memories[i], targets=tokens)
+            (out.loss + out.aux_loss).backward()
+            memories[i] = out.memory
+            grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+            outs.append((out.logits.detach(), out.aux_loss.detach(), grads))
+        yield outs[0], outs[1]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
+from conftest import eager_and_compiled_steps, tiny_config, tiny_model
 
 from compressive_transformer import CompressiveTransformerLM
 from compressive_transformer.checkpoint import list_checkpoints
@@ -17,7 +17,6 @@ from compressive_transformer.decode import Decoder
 from compressive_transformer.metrics import read_metrics
 from compressive_transformer.presets import TINY_TOML
 from compressive_transformer.run import config_from_text, train_run
-from compressive_transformer.train import compile_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")
@@ -113,20 +112,11 @@ def test_trainer_on_cuda_trains_checkpoints_and_resumes(tmp_path: Path, amp: str
 def test_compiled_training_on_cuda_matches_eager():
     torch.manual_seed(0)
     model = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4)).to(CUDA)
-    compiled = compile_model(model)
-    memories = [model.init_memory(2), model.init_memory(2)]
-    for _ in range(3):  # empty memory, full memory, full compressed memory
-        tokens = torch.randint(0, 32, (2, 8), device=CUDA)
-        outs = []
-        for i, fn in enumerate((model, compiled)):
-            model.zero_grad(set_to_none=True)
-            out = fn(tokens, memory=memories[i], targets=tokens)
-            (out.loss + out.aux_loss).backward()
-            memories[i] = out.memory
-            outs.append((out.logits.detach(), out.aux_loss.detach(), [p.grad.clone() for p in model.parameters()]))
-        torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(outs[1][1], outs[0][1], rtol=1e-4, atol=1e-5)
-        for g_compiled, g_eager in zip(outs[1][2], outs[0][2]):
+    for eager, compiled in eager_and_compiled_steps(model, CUDA):  # empty memory, full memory, full compressed memory
+        torch.testing.assert_close(compiled[0], eager[0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(compiled[1], eager[1], rtol=1e-4, atol=1e-5)
+        assert len(compiled[2]) == len(eager[2])
+        for g_compiled, g_eager in zip(compiled[2], eager[2]):
             torch.testing.assert_close(g_compiled, g_eager, rtol=1e-3, atol=1e-5)
 
 
