@@ -259,8 +259,8 @@ def main() -> None:
             for phase in ("train", "eval", "generate"):
                 if (phase == "train" and not w.train) or (phase == "generate" and not w.gen_prompts):
                     continue
-                impl.reset()  # each phase starts from empty memories, as in its own process
-                if cuda:
+                if cuda:  # the last phase's memories released before the allocator's peak is reset
+                    impl.reset()
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats(a.device)
                 r = run_steps(impl, w, phase, steps, warmup, a.device, a.amp) if phase != "generate" else run_generate(impl, w, a.device)

@@ -12,7 +12,6 @@ freezes the key/value projections for good after the first compression.
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn
