@@ -22,6 +22,6 @@ def stamp() -> float:
     a stamp taken without waiting would time their launch, not their work."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_initialized():  # no CUDA context, no queued work
         torch.cuda.synchronize()
     return time.perf_counter()
