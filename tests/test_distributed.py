@@ -3,6 +3,7 @@ checkpoint resumes on a different number of processes."""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import socket
@@ -27,6 +28,7 @@ def losses(run_dir: Path) -> list[float]:
 
 
 def _worker(rank: int, world: int, port: int, run_dir: str, overrides: list[str]) -> None:
+    faulthandler.enable()  # a native abort in a worker prints its Python stack
     os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     from compressive_transformer.distributed import DistInfo, shutdown
