@@ -8,7 +8,6 @@ do not depend on the number of ranks.
 
 from __future__ import annotations
 
-import gc
 import os
 from dataclasses import dataclass
 
@@ -95,6 +94,5 @@ def shutdown(info: DistInfo) -> None:
     A rank that left alone while its peer still held the connections was seen, once in many CI runs, to abort in
     gloo's C++ teardown (SIGABRT, "terminate called without an active exception")."""
     if info.active and dist.is_initialized():
-        gc.collect()  # wrappers (DDP's reducer) holding the group and its finished work go first, interpreter alive
         dist.barrier()
         dist.destroy_process_group()
