@@ -65,6 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(p, "override a key of every variant, e.g. --set train.steps=100 (repeatable)")
     p.add_argument("--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split)")
 
+    p = sub.add_parser(
+        "study",
+        help="train variants x seeds with one budget, measure them on whole books, report intervals",
+        description="Train every [variants.NAME] of a study spec (see benchmarks/lm_study/study.toml) once per seed "
+        "of [study] seeds with the same budget, measure each run on whole documents (bits per character, word "
+        "perplexity, loss by how far back a word last occurred and by word frequency, attention by memory region) "
+        "at its training memory and at every evaluations.NAME memory, and write OUT/results.md, OUT/results.json and "
+        "plots with intervals over seeds and paired differences to the baseline. Resumable: rerun the same command "
+        "after any interruption; finished runs are reused.",
+    )
+    p.add_argument("spec", type=Path, metavar="SPEC", help="study spec TOML with [study], [base] and [variants.NAME] tables")
+    p.add_argument("--out", type=Path, help="output directory; default: the spec's directory")
+    _add_overrides(p, "override a key of every variant, e.g. --set train.steps=100 (repeatable)")
+    p.add_argument("--parallel", type=int, help="runs trained at once (default: study.parallel)")
+    p.add_argument("--threads", type=int, help="CPU threads in all, split between parallel runs (default: study.threads, else every core)")
+
     p = sub.add_parser("task", help="long-range synthetic tasks", description="Controlled long-range tasks (passkey, associative recall, selective copy), streamed segment by segment with memory.")
     task_sub = p.add_subparsers(dest="task_command", required=True, metavar="ACTION", help="what to run")
     t = task_sub.add_parser(
@@ -171,6 +187,15 @@ def cmd_compare(args: argparse.Namespace) -> None:
     print(f"wrote {out / 'results.md'} and {out / 'results.json'}")
 
 
+def cmd_study(args: argparse.Namespace) -> None:
+    from compressive_transformer.experiments.study import run_study
+
+    out = args.out or args.spec.parent
+    command = "compressive-transformer " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else ""
+    summary = run_study(args.spec, out, overrides=args.overrides, parallel=args.parallel, threads=args.threads, command=command)
+    print(f"{summary['runs_done']} of {summary['runs_total']} runs measured; wrote {out / 'results.md'} and {out / 'results.json'}")
+
+
 def cmd_task(args: argparse.Namespace) -> None:
     from compressive_transformer.experiments import run_long_range, run_task
 
@@ -223,6 +248,7 @@ COMMANDS = {
     "generate": cmd_generate,
     "range": cmd_range,
     "compare": cmd_compare,
+    "study": cmd_study,
     "task": cmd_task,
     "analyze": cmd_report,
     "report": cmd_report,

@@ -227,6 +227,7 @@ class TrainConfig:
     grad_clip: float = 0.1  # 0: no clipping
     accumulate: tuple[tuple[int, ...], ...] = ((0, 1),)
     shuffle: bool = True  # shuffle document order of the training stream
+    piece_len: int = 0  # > 0: cut training documents into pieces of at most this many tokens (a multiple of seg_len)
     log_every: int = 10
     val_every: int = 0  # 0: validate only at the end
     val_batches: int = 50  # 0: the whole validation split
@@ -264,6 +265,7 @@ class TrainConfig:
             p + "accumulate",
             "first updates must start at 0 and increase, e.g. [[0, 1], [8000, 4]]",
         )
+        _require(self.piece_len >= 0, p + "piece_len", "must be >= 0 (0 keeps whole documents)")
         _require(self.log_every > 0, p + "log_every", "must be > 0")
         _require(self.val_every >= 0, p + "val_every", "must be >= 0 (0 means only at the end)")
         _require(self.val_batches >= 0, p + "val_batches", "must be >= 0 (0 means the whole split)")
@@ -321,6 +323,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         m, e = self.model, self.eval
+        _require(
+            self.train.piece_len % m.seg_len == 0,
+            "train.piece_len",
+            f"{self.train.piece_len} is not a multiple of model.seg_len = {m.seg_len}; pieces must end on a segment boundary",
+        )
         if m.uses_compression and e.mem_len is not None:
             _require(
                 m.compression_extra_width <= e.mem_len,

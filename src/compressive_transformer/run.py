@@ -37,11 +37,13 @@ from compressive_transformer.train import Trainer, TrainSummary, resolve_device,
 
 CONFIG_FILE = "config.toml"
 TOKENIZER_DIR = "tokenizer"
-# keys that change what is logged or kept, or where the (verified) data lives, never the trajectory: a resumed
-# run may change them. A moved corpus is checked by the data iterator, which refuses a different one.
+# keys that change what is logged or kept, where the (verified) data lives, or how many CPU threads work on it,
+# never the trajectory: a resumed run may change them. A moved corpus is checked by the data iterator, which refuses
+# a different one. (Another thread count can change the order of float sums, so bit-for-bit resume holds for equal
+# thread counts.)
 RESUME_FREE_KEYS = (
     "train.progress", "train.log_every", "train.val_every", "train.val_batches", "train.checkpoint_every",
-    "train.keep_checkpoints", "data.path", "data.cache_dir",
+    "train.keep_checkpoints", "train.num_threads", "data.path", "data.cache_dir",
 )  # fmt: skip
 EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
 

@@ -149,7 +149,13 @@ class Trainer:
         self.amp_dtype = AMP_DTYPES[t.amp]
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.amp == "fp16")
         self.batcher = StreamBatcher(
-            train_corpus, batch_size=t.batch_size, seg_len=cfg.model.seg_len, shuffle=t.shuffle, seed=t.seed, repeat=True
+            train_corpus,
+            batch_size=t.batch_size,
+            seg_len=cfg.model.seg_len,
+            shuffle=t.shuffle,
+            seed=t.seed,
+            repeat=True,
+            piece_len=t.piece_len,
         )
         self.batches = iter(self.batcher)
         self.memory = self.model.init_memory(self.rows.stop - self.rows.start, device=self.device)
@@ -334,7 +340,7 @@ class Trainer:
                 if t.val_every and self.step % t.val_every == 0 and self.step < t.steps:
                     result = self._log_validation()
                     if result is not None:
-                        bar.write(f"step {self.step}: {result.summary()}")
+                        (bar.write if not bar.disable else self.log)(f"step {self.step}: {result.summary()}")
                 if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or self.step == t.steps:
                     self.save()
             if self.step == t.steps:

@@ -106,15 +106,25 @@ def token_words(tokenizer: Any, documents: Sequence[str | bytes]) -> TokenWords:
 
 
 @torch.no_grad()
-def token_nll(model: torch.nn.Module, tw: TokenWords, *, batch_size: int = 4, seg_len: int | None = None, max_segments: int = 0) -> np.ndarray:
-    """(N,) NLL of predicting each token from everything before it in its document (memory carried); NaN where it
-    was not predicted (a document's first token, or beyond ``max_segments``)."""
+def token_nll(
+    model: torch.nn.Module,
+    tw: TokenWords,
+    *,
+    batch_size: int = 4,
+    seg_len: int | None = None,
+    mem_len: int | None = None,
+    cmem_len: int | None = None,
+    max_segments: int = 0,
+) -> np.ndarray:
+    """(N,) NLL of predicting each token from everything before it in its document (memory carried, of the
+    model's lengths unless given); NaN where it was not predicted (a document's first token, or beyond
+    ``max_segments``)."""
     seg_len = seg_len or model.cfg.seg_len
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     nll = np.full(len(tw.ids), np.nan)
-    memory = model.init_memory(batch_size, device=device)
+    memory = model.init_memory(batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device)
 
     source = SimpleNamespace(tokens=tw.ids, doc_offsets=tw.doc_offsets)
     try:

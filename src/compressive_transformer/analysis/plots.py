@@ -161,3 +161,94 @@ def plot_training_curves(curves: Mapping[str, Mapping[str, Sequence[float]]], pa
     ax.legend(fontsize=7)
     ax.set_title(title or f"training curves ({key})")
     return _save(fig, path)
+
+
+def _smooth(ys: Sequence[float], k: int) -> list[float]:
+    """Trailing moving average over ``k`` points (the first points average what exists)."""
+    out, acc = [], 0.0
+    for i, y in enumerate(ys):
+        acc += y
+        if i >= k:
+            acc -= ys[i - k]
+        out.append(acc / min(i + 1, k))
+    return out
+
+
+def plot_study_curves(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]], path: str | Path) -> Path:
+    """Per variant (a colour) and seed (a thin line): training loss (smoothed, left) and validation loss (right)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (variant, seeds) in enumerate(curves.items()):
+        for j, (seed, c) in enumerate(seeds.items()):
+            label = variant if j == 0 else None
+            if c.get("loss"):
+                axes[0].plot(c["step"], _smooth(c["loss"], 8), color=f"C{i}", linewidth=0.9, alpha=0.8, label=label)
+            if c.get("val_loss"):
+                axes[1].plot(c["val_step"], c["val_loss"], color=f"C{i}", marker=".", linewidth=0.9, alpha=0.8, label=label)
+    for ax, what in zip(axes, ("training loss (moving average of 8 logs)", "validation loss (first validation batches)")):
+        ax.set_xlabel("update")
+        ax.set_ylabel("nats per token")
+        ax.set_title(what, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    lows = [min(c["val_loss"]) for seeds in curves.values() for c in seeds.values() if c.get("val_loss")]
+    highs = [c["val_loss"][len(c["val_loss"]) // 3] for seeds in curves.values() for c in seeds.values() if c.get("val_loss")]
+    if lows and highs:  # zoom on the part of training where the variants separate
+        axes[1].set_ylim(min(lows) - 0.05, max(highs) + 0.05)
+    fig.suptitle("training curves, one line per seed")
+    return _save(fig, path)
+
+
+def plot_study_bars(summary: Mapping[str, Any], path: str | Path) -> Path:
+    """Bits per character per split and evaluation memory, one bar per variant with its interval over seeds."""
+    keys = list(summary["metrics"])
+    variants = list(summary["variants"])
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(keys) + 2), 4))
+    width = 0.8 / max(len(variants), 1)
+    lo = []
+    for i, v in enumerate(variants):
+        means, errs = [], []
+        for k in keys:
+            iv = summary["metrics"][k][v]["bits_per_char"]["interval"]
+            means.append(iv["mean"] if iv["n"] else float("nan"))
+            errs.append(iv["half_width"] if iv.get("half_width") is not None else 0.0)
+        lo += [m - e for m, e in zip(means, errs) if m == m]
+        ax.bar([j + i * width for j in range(len(keys))], means, width=width, yerr=errs, capsize=3, color=f"C{i}", label=v)
+    ax.set_xticks([j + width * (len(variants) - 1) / 2 for j in range(len(keys))])
+    ax.set_xticklabels([k.replace("/", "\n") for k in keys], fontsize=8)
+    if lo:
+        ax.set_ylim(min(lo) - 0.03, None)
+    ax.set_ylabel("bits per character")
+    pct = round(100 * summary["level"])
+    ax.set_title(f"bits per character (mean over seeds, {pct}% interval); evaluation memory / split", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_study_lookback(summary: Mapping[str, Any], key: str, path: str | Path) -> Path:
+    """Paired difference to the baseline in bits per token, per lookback bucket, with intervals; the token share of
+    each bucket under its label."""
+    base = summary["baseline"]
+    per = summary["lookback"][key]
+    buckets = summary["lookback_buckets"]
+    others = [v for v in per if v != base]
+    total = sum(per[base][b].get("tokens", 0) for b in buckets) or 1
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / max(len(others), 1)
+    for i, v in enumerate(others):
+        means, errs = [], []
+        for b in buckets:
+            iv = per[v][b].get("vs_baseline", {}).get("interval", {})
+            means.append(iv.get("mean") if iv.get("n") else float("nan"))
+            errs.append(iv.get("half_width") or 0.0)
+        ax.bar([j + i * width for j in range(len(buckets))], means, width=width, yerr=errs, capsize=3, color=f"C{i + 1}", label=f"{v} - {base}")
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks([j + width * (len(others) - 1) / 2 for j in range(len(buckets))])
+    ax.set_xticklabels([f"{b}\n{100 * per[base][b].get('tokens', 0) / total:.0f}% of tokens" for b in buckets], fontsize=8)
+    ax.set_xlabel("tokens since the word's previous occurrence, counted back from the segment start")
+    ax.set_ylabel(f"bits per token, minus {base}'s")
+    ev, split = key.split("/")
+    ax.set_title(f"where the memory helps ({split}, evaluation memory '{ev}'): below 0 is better than {base}", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)

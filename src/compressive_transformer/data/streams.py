@@ -67,6 +67,11 @@ class StreamBatcher:
     ``source`` is a :class:`~compressive_transformer.data.cache.Corpus` (anything with ``tokens`` and
     ``doc_offsets``) or a 1-D token array with ``doc_offsets`` given (omitted: one document). ``repeat=True`` loops
     over epochs for training (reshuffled each epoch when ``shuffle``); ``repeat=False`` is one pass for evaluation.
+
+    ``piece_len > 0`` cuts every document of a multi-document corpus into consecutive pieces of at most that many
+    tokens, dealt (and shuffled) like documents, each starting with a memory reset; the last token of a piece still
+    predicts the first of the next. A corpus of a few long books then fills every stream instead of leaving the
+    rows that drew short books as padding until the longest book ends.
     """
 
     def __init__(
@@ -80,11 +85,14 @@ class StreamBatcher:
         seed: int = 0,
         repeat: bool = False,
         pad_id: int = 0,
+        piece_len: int = 0,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size: must be >= 1, got {batch_size}")
         if seg_len < 1:
             raise ConfigError(f"seg_len: must be >= 1, got {seg_len}")
+        if piece_len < 0:
+            raise ConfigError(f"piece_len: must be >= 0 (0 keeps whole documents), got {piece_len}")
         tokens = source.tokens if hasattr(source, "tokens") else source
         if doc_offsets is None:
             doc_offsets = source.doc_offsets if hasattr(source, "doc_offsets") else np.array([0, len(tokens)])
@@ -98,6 +106,7 @@ class StreamBatcher:
             raise ConfigError("data: the corpus has no tokens; nothing to iterate over")
         self.batch_size, self.seg_len = batch_size, seg_len
         self.shuffle, self.seed, self.repeat, self.pad_id = shuffle, seed, repeat, pad_id
+        self.piece_len = piece_len
         self.epoch, self.step, self.tokens_seen = 0, 0, 0
         self._layout_cache: tuple[int, _Layout] | None = None
 
@@ -121,16 +130,10 @@ class StreamBatcher:
                     pieces[b].append((start, start + size, n))
                 start += size
         else:
-            order = np.arange(self.num_docs)
-            if self.shuffle:
-                order = np.random.default_rng([self.seed, epoch]).permutation(self.num_docs)
             heap = [(0, b) for b in range(B)]  # (segments so far, stream): deal to the least loaded stream
-            for d in order:
-                lo, hi = int(self.doc_offsets[d]), int(self.doc_offsets[d + 1])
-                if hi == lo:
-                    continue
+            for lo, hi, limit in self._pieces(epoch):
                 load, b = heapq.heappop(heap)
-                pieces[b].append((lo, hi, hi))
+                pieces[b].append((lo, hi, limit))
                 heapq.heappush(heap, (load + -(-(hi - lo) // T), b))
         starts, ends, limits, seg0 = [], [], [], []
         for row in pieces:
@@ -143,6 +146,17 @@ class StreamBatcher:
         layout = _Layout(starts, ends, limits, seg0)
         self._layout_cache = (epoch, layout)
         return layout
+
+    def _pieces(self, epoch: int) -> list[tuple[int, int, int]]:
+        """(first token, end, end of its document) of every non-empty piece, in the order they are dealt."""
+        bounds = [(int(self.doc_offsets[d]), int(self.doc_offsets[d + 1])) for d in range(self.num_docs)]
+        rng = np.random.default_rng([self.seed, epoch])
+        if not self.piece_len:
+            order = rng.permutation(self.num_docs) if self.shuffle else range(self.num_docs)
+            return [(bounds[d][0], bounds[d][1], bounds[d][1]) for d in order if bounds[d][1] > bounds[d][0]]
+        L = self.piece_len
+        cut = [(s, min(s + L, hi), hi) for lo, hi in bounds for s in range(lo, hi, L)]
+        return [cut[i] for i in rng.permutation(len(cut))] if self.shuffle else cut
 
     @property
     def segments_per_epoch(self) -> int:
@@ -219,6 +233,7 @@ class StreamBatcher:
             "seed": self.seed,
             "num_docs": self.num_docs,
             "num_tokens": int(self.doc_offsets[-1]),
+            "piece_len": self.piece_len,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -233,7 +248,7 @@ class StreamBatcher:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where ``state`` was saved; a state from another corpus or shape is a one-line error."""
         for key, value in self._identity().items():
-            if state.get(key) != value:
+            if state.get(key, 0 if key == "piece_len" else None) != value:  # states saved before pieces existed
                 raise ConfigError(
                     f"data position: saved with {key}={state.get(key)!r} but this run has {key}={value!r}; "
                     "resume with the same data and batch settings, or start a fresh run"

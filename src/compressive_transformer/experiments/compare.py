@@ -14,8 +14,9 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from compressive_transformer.config import ConfigError, ModelConfig, RunConfig, apply_overrides, load_toml
+from compressive_transformer.config import ModelConfig
 from compressive_transformer.context import context_length_from_config
+from compressive_transformer.experiments.spec import load_spec
 from compressive_transformer.metrics import read_metrics
 from compressive_transformer.models import build_model
 from compressive_transformer.run import evaluate_run, read_run_config, train_run
@@ -32,32 +33,6 @@ def model_name(cfg: ModelConfig) -> str:
 def window_length(cfg: ModelConfig) -> int:
     """n_w as the Transformer-QL paper counts it: n_s + n_m (+ n_cm for the Compressive Transformer)."""
     return cfg.seg_len + cfg.mem_len + cfg.cmem_len
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
-def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, RunConfig]:
-    """Variant name -> resolved RunConfig; ``overrides`` (section.key=value) apply to every variant."""
-    raw = load_toml(path)
-    unknown = sorted(set(raw) - {"base", "variants"})
-    if unknown:
-        raise ConfigError(f"{path}: unknown table [{unknown[0]}]; a comparison spec has [base] and [variants.NAME]")
-    variants = raw.get("variants")
-    if not isinstance(variants, dict) or not variants:
-        raise ConfigError(f"{path}: no [variants.NAME] tables; add at least one variant to compare")
-    base = apply_overrides(raw.get("base", {}), overrides)
-    configs = {}
-    for name, extra in variants.items():
-        try:
-            configs[name] = RunConfig.from_raw(_merge(base, extra))
-        except ConfigError as e:
-            raise ConfigError(f"variants.{name}: {e}") from None
-    return configs
 
 
 def _tokens_per_s(run_dir: Path) -> float | None:

@@ -1,0 +1,495 @@
+"""A study: every variant of a spec trained with each of several seeds on one budget, then measured on whole books.
+
+The spec is a comparison spec (``[base]``, ``[variants.NAME]``, see :mod:`.spec`) plus a ``[study]`` table
+(:class:`StudySettings`) and, per variant, optional ``evaluations.NAME`` tables of memory lengths to evaluate with
+besides the training ones (``train``), e.g. a compressed memory 4x longer than in training. Every variant must name
+the same evaluations, so their columns compare.
+
+Run ``(variant, seed)`` trains in ``OUT/runs/VARIANT/seed-S`` with ``train.seed = S``: the same seed gives every
+variant the same data order, which is what makes the per-seed paired differences meaningful. Once trained, each
+run is measured (:func:`measure_run`): for every evaluation and split, the per-token loss over whole documents with
+memory carried from each document's start, as bits per character / byte / token and word perplexity, split by how
+far back each word last occurred and by its frequency in the train split; and its attention by memory region. The
+measurements land in ``OUT/results/VARIANT/seed-S.json`` (small, meant to be committed); the run directories
+(checkpoints) and the token cache are scratch (``OUT/.gitignore`` says so).
+
+A study is resumable at any moment: a result file whose config and measurement settings match is reused; a run
+directory with a checkpoint is resumed; one killed before its first checkpoint is started again. The aggregate
+(:mod:`.study_report`: ``results.json``, ``results.md``, plots) is rewritten from the result files after every
+finished run, so a study cut short still reports the runs it finished.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import dataclasses
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import numpy as np
+
+from compressive_transformer.config import ConfigError, RunConfig, from_dict, load_toml, to_dict
+from compressive_transformer.experiments.spec import load_variants
+
+Log = Callable[[str], None]
+
+RESULT_VERSION = 1
+SCRATCH = ("runs/", "cache/", "logs/")
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """The ``[study]`` table."""
+
+    title: str = ""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    baseline: str = ""  # the variant every other one is compared with; "" means the first
+    splits: tuple[str, ...] = ("validation", "test")
+    level: float = 0.95  # confidence level of the intervals over seeds
+    lookback_edges: tuple[int, ...] = ()  # loss-by-lookback buckets; () derives them from the variants' memories
+    attention_split: str = "test"
+    attention_segments: int = 200  # segments with full memories averaged into the attention profile (0: none)
+    parallel: int = 1  # runs trained at once; the threads are split between them
+    threads: int = 0  # CPU threads for the whole study; 0 means every core
+
+    def __post_init__(self) -> None:
+        p = "study."
+        _require(len(self.seeds) > 0 and len(set(self.seeds)) == len(self.seeds), p + "seeds", "must be a non-empty list of distinct integers")
+        _require(all(s >= 0 for s in self.seeds), p + "seeds", "must be >= 0")
+        _require(len(self.splits) > 0 and all(s in ("train", "validation", "test") for s in self.splits), p + "splits", "use train, validation and/or test")
+        _require(0.0 < self.level < 1.0, p + "level", "must be in (0, 1), e.g. 0.95")
+        _require(all(e >= 1 for e in self.lookback_edges) and list(self.lookback_edges) == sorted(set(self.lookback_edges)), p + "lookback_edges", "must be increasing integers >= 1")
+        _require(self.attention_split in ("train", "validation", "test"), p + "attention_split", "use train, validation or test")
+        _require(self.attention_segments >= 0, p + "attention_segments", "must be >= 0 (0 skips the attention profile)")
+        _require(self.parallel >= 1, p + "parallel", "must be >= 1")
+        _require(self.threads >= 0, p + "threads", "must be >= 0 (0 means every core)")
+
+
+@dataclass(frozen=True)
+class EvalLengths:
+    """One ``evaluations.NAME`` table of a variant: lengths to evaluate with (unset: the training ones)."""
+
+    mem_len: int | None = None
+    cmem_len: int | None = None
+    seg_len: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("mem_len", "cmem_len"):
+            v = getattr(self, key)
+            _require(v is None or v >= 0, key, "must be >= 0")
+        _require(self.seg_len is None or self.seg_len > 0, "seg_len", "must be > 0")
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {message}")
+
+
+@dataclass(frozen=True)
+class Study:
+    path: Path
+    settings: StudySettings
+    configs: dict[str, RunConfig]  # variant -> run config (seed not yet applied)
+    evaluations: dict[str, dict[str, EvalLengths]]  # variant -> evaluation name -> lengths ("train" included)
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def baseline(self) -> str:
+        return self.settings.baseline or next(iter(self.configs))
+
+    @property
+    def evaluation_names(self) -> list[str]:
+        return list(next(iter(self.evaluations.values())))
+
+    def lengths(self, variant: str, evaluation: str) -> tuple[int, int, int]:
+        """(seg_len, mem_len, cmem_len) of ``variant`` under ``evaluation``."""
+        m, e = self.configs[variant].model, self.evaluations[variant][evaluation]
+        return (e.seg_len or m.seg_len, m.mem_len if e.mem_len is None else e.mem_len, m.cmem_len if e.cmem_len is None else e.cmem_len)
+
+    def lookback_edges(self) -> list[int]:
+        """The study's lookback edges: given, or every variant's raw memory and total reach at training lengths."""
+        from compressive_transformer.analysis.recurrence import Reach, default_edges
+
+        if self.settings.lookback_edges:
+            return list(self.settings.lookback_edges)
+        reaches = [Reach(c.model.mem_len, c.model.cmem_len, c.model.compression_rate) for c in self.configs.values()]
+        return default_edges(reaches) or [self.configs[self.baseline].model.seg_len]
+
+
+def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Study:
+    """Parse and check a study spec; ``overrides`` (section.key=value) apply to every variant's run config."""
+    path = Path(path)
+    raw = load_toml(path)
+    configs, extras = load_variants(raw, path, overrides, tables=("study", "base", "variants"), extras=("evaluations",))
+    settings = from_dict(StudySettings, raw.get("study", {}), "study")
+    if settings.baseline and settings.baseline not in configs:
+        raise ConfigError(f"study.baseline: no variant named {settings.baseline!r}; use one of {', '.join(configs)}")
+    evaluations: dict[str, dict[str, EvalLengths]] = {}
+    for name, extra in extras.items():
+        tables = extra.get("evaluations", {})
+        if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+            raise ConfigError(f"variants.{name}.evaluations: write one table per evaluation, e.g. [variants.{name}.evaluations.long]")
+        if "train" in tables:
+            raise ConfigError(f"variants.{name}.evaluations.train: 'train' is the training lengths; name the evaluation otherwise")
+        evaluations[name] = {"train": EvalLengths()} | {
+            ev: from_dict(EvalLengths, t, f"variants.{name}.evaluations.{ev}") for ev, t in tables.items()
+        }
+    first = next(iter(evaluations))
+    for name, evs in evaluations.items():
+        missing = set(evaluations[first]) ^ set(evs)
+        if missing:
+            ev = sorted(missing)[0]
+            has, lacks = (first, name) if ev in evaluations[first] else (name, first)
+            raise ConfigError(f"variants.{lacks}: has no evaluations.{ev} (variant {has} has); every variant needs the same evaluations")
+    for name, cfg in configs.items():
+        for ev, lengths in evaluations[name].items():
+            _, mem, cmem = (lengths.seg_len, lengths.mem_len, lengths.cmem_len)
+            if cmem and not cfg.model.uses_compression:
+                raise ConfigError(f"variants.{name}.evaluations.{ev}.cmem_len: {name} has no compressed memory (model.cmem_len = 0)")
+            if cfg.model.is_ql and (mem is not None or cmem is not None):
+                raise ConfigError(f"variants.{name}.evaluations.{ev}: Transformer-QL's memories are fixed by its scales; remove the lengths")
+    return Study(path, settings, configs, evaluations, tuple(overrides))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# one run
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: a job is one unit of work
+class Job:
+    """Everything one worker needs to train and measure run (variant, seed); picklable."""
+
+    variant: str
+    seed: int
+    config: RunConfig
+    run_dir: Path
+    result_path: Path
+    log_path: Path
+    evaluations: dict[str, tuple[int, int, int]]  # name -> (seg_len, mem_len, cmem_len)
+    splits: tuple[str, ...]
+    lookback_edges: tuple[int, ...]
+    attention_split: str
+    attention_segments: int
+    threads: int
+    progress: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant} seed {self.seed}"
+
+    def identity(self) -> dict[str, Any]:
+        """What a result file must match to be reused: the run's config (bar keys that never change the
+        trajectory) and the measurement settings."""
+        from compressive_transformer.run import RESUME_FREE_KEYS, flat
+
+        config = {k: v for k, v in flat(self.config).items() if not k.startswith(RESUME_FREE_KEYS)}
+        return {
+            "version": RESULT_VERSION,
+            "config": json.loads(json.dumps(config)),
+            "measure": {
+                "evaluations": {k: list(v) for k, v in self.evaluations.items()},
+                "splits": list(self.splits),
+                "lookback_edges": list(self.lookback_edges),
+                "attention_split": self.attention_split,
+                "attention_segments": self.attention_segments,
+            },
+        }
+
+
+def study_jobs(study: Study, out: Path, *, threads: int, progress: bool) -> list[Job]:
+    jobs = []
+    edges = tuple(study.lookback_edges())
+    for variant, base in study.configs.items():
+        for seed in study.settings.seeds:
+            cache = base.data.cache_dir or str((out / "cache").resolve())
+            cfg = dataclasses.replace(
+                base,
+                train=dataclasses.replace(base.train, seed=seed, num_threads=threads, progress=progress),
+                data=dataclasses.replace(base.data, cache_dir=cache),
+            )
+            jobs.append(
+                Job(
+                    variant=variant,
+                    seed=seed,
+                    config=cfg,
+                    run_dir=out / "runs" / variant / f"seed-{seed}",
+                    result_path=out / "results" / variant / f"seed-{seed}.json",
+                    log_path=out / "logs" / f"{variant}-seed-{seed}.log",
+                    evaluations={ev: study.lengths(variant, ev) for ev in study.evaluation_names},
+                    splits=tuple(study.settings.splits),
+                    lookback_edges=edges,
+                    attention_split=study.settings.attention_split,
+                    attention_segments=study.settings.attention_segments,
+                    threads=threads,
+                    progress=progress,
+                )
+            )
+    return jobs
+
+
+def read_result(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def result_state(job: Job) -> str:
+    """``done`` (a matching result exists), ``todo``, ``remeasure`` (a result of the same run measured with other
+    settings) or ``retrain`` (a result of a run with another config)."""
+    result = read_result(job.result_path)
+    if result is None:
+        return "todo"
+    have, want = result.get("identity") or {}, job.identity()
+    if have == want:
+        return "done"
+    return "remeasure" if have.get("config") == want["config"] and have.get("version") == want["version"] else "retrain"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Atomically: a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Train (or resume) the run and measure it; writes and returns its result. Runs in a worker process."""
+    import torch
+
+    from compressive_transformer.checkpoint import latest_checkpoint
+    from compressive_transformer.run import train_run
+
+    torch.set_num_threads(job.threads)
+    job.log_path.parent.mkdir(parents=True, exist_ok=True)
+    with job.log_path.open("a", encoding="utf-8") as f:
+
+        def log(line: str) -> None:
+            f.write(line.rstrip("\n") + "\n")
+            f.flush()
+
+        log(f"== {job.name} ({time.strftime('%Y-%m-%d %H:%M:%S')})")
+        started = (job.run_dir / "config.toml").is_file()
+        if started and latest_checkpoint(job.run_dir) is None:  # killed before its first checkpoint: nothing to keep
+            log(f"{job.run_dir} has no checkpoint; starting it again")
+            shutil.rmtree(job.run_dir)
+            started = False
+        t0 = time.perf_counter()
+        summary = train_run(job.config, job.run_dir, resume=started, log=log)
+        train_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        result = measure_run(job, log=log)
+        result["seconds"] = {"train_this_call": train_s, "measure": time.perf_counter() - t0}
+        result["final_train_loss"] = summary.last_loss
+        _write_json(job.result_path, result)
+        log(f"wrote {job.result_path}")
+    return result
+
+
+def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
+    """Per evaluation and split: bits per character / byte / token, word perplexity, loss by lookback and by word
+    frequency, over whole documents with memory carried from each one's start; attention by memory region."""
+    from compressive_transformer.analysis.frequency import bucket_perplexity, token_nll, token_words, word_counts, word_nll
+    from compressive_transformer.analysis.recurrence import loss_by_lookback
+    from compressive_transformer.analysis.regions import attention_by_region
+    from compressive_transformer.data import read_documents
+    from compressive_transformer.machine import machine_info
+    from compressive_transformer.metrics import read_metrics
+    from compressive_transformer.checkpoint import latest_checkpoint
+    from compressive_transformer.run import load_model, open_run
+
+    cfg, tokenizer = open_run(job.run_dir)
+    model = load_model(job.run_dir, cfg)
+    counts = word_counts(read_documents(cfg.data, "train"))
+    batch = cfg.eval.batch_size
+    evaluations: dict[str, dict[str, Any]] = {ev: {} for ev in job.evaluations}
+    texts = {}
+    for split in dict.fromkeys(job.splits + ((job.attention_split,) if job.attention_segments else ())):
+        docs = read_documents(cfg.data, split)
+        texts[split] = (token_words(tokenizer, docs), _text_size(docs))
+    for ev, (seg_len, mem_len, cmem_len) in job.evaluations.items():
+        for split in job.splits:
+            tw, size = texts[split]
+            t0 = time.perf_counter()
+            rows = min(batch, len(tw.doc_offsets) - 1)
+            nll = token_nll(model, tw, batch_size=rows, seg_len=seg_len, mem_len=mem_len, cmem_len=cmem_len)
+            predicted = ~np.isnan(nll)
+            total = float(nll[predicted].sum())
+            n_tok = int(predicted.sum())
+            record = {
+                "seg_len": seg_len,
+                "mem_len": mem_len,
+                "cmem_len": cmem_len,
+                "documents": len(tw.doc_offsets) - 1,
+                "tokens": int(len(tw.ids)),
+                "predicted_tokens": n_tok,
+                "nll_nats": total,
+                "loss": total / n_tok,
+                "bits_per_token": total / n_tok / math.log(2),
+                "bits_per_char": total / size["chars"] / math.log(2),
+                "bits_per_byte": total / size["bytes"] / math.log(2),
+                "word_ppl": math.exp(min(total / size["words"], 700.0)),
+                **size,
+                "lookback": loss_by_lookback(tw, nll, seg_len=seg_len, edges=job.lookback_edges),
+                "frequency": bucket_perplexity(tw.words, word_nll(tw, nll), counts),
+                "seconds": time.perf_counter() - t0,
+            }
+            evaluations[ev][split] = record
+            log(f"{ev} {split}: {record['bits_per_char']:.4f} bits/char, word ppl {record['word_ppl']:.2f} ({record['seconds']:.0f} s)")
+    attention = None
+    if job.attention_segments:
+        tw, _ = texts[job.attention_split]
+        source = SimpleNamespace(tokens=tw.ids, doc_offsets=tw.doc_offsets)
+        rows = min(batch, len(tw.doc_offsets) - 1)
+        attention = attention_by_region(model, source, batch_size=rows, max_segments=job.attention_segments)
+        attention["split"] = job.attention_split
+    records = read_metrics(job.run_dir)
+    params = {
+        "total": sum(p.numel() for p in model.parameters()),
+        "compressor": sum(p.numel() for p in model.parameters_of("compressor")),
+    }
+    return {
+        "identity": job.identity(),
+        "variant": job.variant,
+        "seed": job.seed,
+        "checkpoint": str(latest_checkpoint(job.run_dir)),
+        "parameters": params,
+        "train_tokens": max((int(r["tokens"]) for r in records if "tokens" in r), default=0),
+        "tokens_per_s": _median([r["tokens_per_s"] for r in records if "tokens_per_s" in r]),
+        "curve": _curve(records),
+        "evaluations": evaluations,
+        "attention": attention,
+        "machine": machine_info(),
+    }
+
+
+def _text_size(docs: list[str | bytes]) -> dict[str, int]:
+    """Characters, UTF-8 bytes and whitespace words of the documents (the denominators of the reported units)."""
+    chars = bytes_ = words = 0
+    for d in docs:
+        text = d if isinstance(d, str) else d.decode("utf-8", errors="replace")
+        chars += len(text)
+        bytes_ += len(d) if isinstance(d, bytes) else len(d.encode("utf-8"))
+        words += len(text.split())
+    return {"chars": chars, "bytes": bytes_, "words": words}
+
+
+def _median(xs: list[float]) -> float | None:
+    return float(np.median(xs)) if xs else None
+
+
+def _curve(records: list[dict[str, Any]]) -> dict[str, list[float]]:
+    train = [r for r in records if "loss" in r and "step" in r]
+    val = [r for r in records if "val_loss" in r]
+    return {
+        "step": [int(r["step"]) for r in train],
+        "loss": [float(r["loss"]) for r in train],
+        "val_step": [int(r["step"]) for r in val],
+        "val_loss": [float(r["val_loss"]) for r in val],
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the whole study
+
+
+def _progress_of(job: Job) -> int:
+    """Steps the run has logged so far (read from its metrics file, so it works across processes)."""
+    from compressive_transformer.metrics import read_metrics
+
+    try:
+        steps = [int(r["step"]) for r in read_metrics(job.run_dir) if "step" in r]
+    except (OSError, ValueError):
+        return 0
+    return max(steps, default=0)
+
+
+def run_study(
+    spec: str | Path,
+    out: str | Path,
+    *,
+    overrides: list[str] | tuple[str, ...] = (),
+    parallel: int | None = None,
+    threads: int | None = None,
+    command: str = "",
+    log: Log = print,
+) -> dict[str, Any]:
+    """Train and measure every (variant, seed) of ``spec`` not yet done in ``out``; aggregate; return the summary."""
+    from tqdm.auto import tqdm
+
+    from compressive_transformer.data import read_documents
+    from compressive_transformer.experiments.study_report import write_report
+
+    study = load_study(spec, overrides)
+    out = Path(out)
+    s = study.settings
+    parallel = parallel or s.parallel
+    total_threads = threads or s.threads or os.cpu_count() or 1
+    lanes = max(1, min(parallel, total_threads))
+    per_job = max(1, total_threads // lanes)
+    jobs = study_jobs(study, out, threads=per_job, progress=lanes == 1)
+    states = {j: result_state(j) for j in jobs}
+    for j in jobs:  # a result is never replaced by one of a different run; re-measuring the same run is fine
+        if states[j] == "retrain" or (states[j] == "remeasure" and not (j.run_dir / "config.toml").is_file()):
+            why = "another run config" if states[j] == "retrain" else "other measurement settings, and its run directory is gone"
+            raise ConfigError(f"{j.result_path}: was made with {why}; restore the spec it was made with, or study into another --out")
+    for cfg in {id(c.data): c for c in study.configs.values()}.values():
+        read_documents(cfg.data, "train")  # a missing corpus stops here, once, before any run starts
+    out.mkdir(parents=True, exist_ok=True)
+    ignore = out / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# scratch of the study: checkpoints, token cache and logs (results/ and the reports are kept)\n" + "\n".join(SCRATCH) + "\n")
+    todo = [j for j in jobs if states[j] != "done"]
+    log(
+        f"study {study.path}: {len(study.configs)} variants x {len(s.seeds)} seeds; {len(jobs) - len(todo)} done, "
+        f"{len(todo)} to run, {lanes} at a time with {per_job} thread(s) each"
+    )
+
+    def report() -> dict[str, Any]:
+        return write_report(study, out, command=command)
+
+    errors: list[tuple[Job, BaseException]] = []
+    if lanes == 1:
+        for i, job in enumerate(todo):
+            log(f"[{i + 1}/{len(todo)}] {job.name} -> {job.run_dir} (log {job.log_path})")
+            run_job(job)
+            report()
+    else:
+        steps_total = sum(j.config.train.steps for j in todo)
+        bar = tqdm(total=steps_total, desc="study", unit="step", dynamic_ncols=True)
+        ctx = multiprocessing.get_context("spawn")
+        with futures.ProcessPoolExecutor(max_workers=lanes, mp_context=ctx) as pool:
+            pending = {pool.submit(run_job, j): j for j in todo}
+            done_steps = 0
+            while pending:
+                finished, _ = futures.wait(pending, timeout=10, return_when=futures.FIRST_COMPLETED)
+                for fut in finished:
+                    job = pending.pop(fut)
+                    done_steps += job.config.train.steps
+                    try:
+                        fut.result()
+                        bar.write(f"finished {job.name}")
+                        report()
+                    except Exception as e:  # noqa: BLE001  (reported with the others at the end)
+                        errors.append((job, e))
+                        bar.write(f"failed {job.name}: {e} (log {job.log_path})")
+                bar.n = min(steps_total, done_steps + sum(_progress_of(j) for j in pending.values()))
+                bar.refresh()
+        bar.close()
+    summary = report()
+    if errors:
+        job, e = errors[0]
+        raise ConfigError(f"{len(errors)} of {len(todo)} runs failed; first: {job.name}: {e} (see {job.log_path}); rerun the study to retry them")
+    return summary
+
+
+__all__ = ["EvalLengths", "Job", "Study", "StudySettings", "load_study", "measure_run", "run_job", "run_study", "study_jobs"]

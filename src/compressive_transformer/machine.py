@@ -1,0 +1,46 @@
+"""What a measurement ran on: CPU model and the instruction sets that change its speed, cores, threads, versions.
+Recorded beside every benchmark and study number, since only ratios measured on one machine compare."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# flags that change matmul speed by large factors: AVX-512 doubles fp32 width, BF16/AMX run bf16 at 2-16x fp32
+SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
+def cpu_model_and_flags() -> tuple[str, list[str]]:
+    model, flags = "", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and not model:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags.update(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return model or platform.processor(), [f for f in SPEED_FLAGS if f in flags]
+
+
+def machine_info() -> dict[str, Any]:
+    model, flags = cpu_model_and_flags()
+    info: dict[str, Any] = {
+        "cpu": model,
+        "cpu_flags": flags,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+__all__ = ["SPEED_FLAGS", "cpu_model_and_flags", "machine_info"]
