@@ -113,8 +113,14 @@ def loss_by_lookback(tw: TokenWords, nll: np.ndarray, *, seg_len: int, edges: Se
             "nll": float(sums[i]),
             "bits_per_token": float(sums[i]) / n / math.log(2) if n else None,
         }
-    unkeyed = int(((~(token_bucket >= 0)) & has & ~np.isnan(nll)).sum())
-    return {"seg_len": seg_len, "edges": list(edges), "buckets": buckets, "tokens_without_key": unkeyed}
+    predicted = ~np.isnan(nll)
+    return {
+        "seg_len": seg_len,
+        "edges": list(edges),
+        "buckets": buckets,
+        "tokens_without_key": int(((token_bucket < 0) & has & predicted).sum()),  # punctuation-only words
+        "tokens_outside_words": int((~has & predicted).sum()),  # whitespace after a document's last word
+    }
 
 
 @dataclass(frozen=True)

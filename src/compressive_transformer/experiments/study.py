@@ -212,7 +212,7 @@ def study_jobs(study: Study, out: Path, *, threads: int, progress: bool) -> list
             cache = base.data.cache_dir or str((out / "cache").resolve())
             cfg = dataclasses.replace(
                 base,
-                train=dataclasses.replace(base.train, seed=seed, num_threads=threads, progress=progress),
+                train=dataclasses.replace(base.train, seed=seed, num_threads=threads, progress=progress and base.train.progress),
                 data=dataclasses.replace(base.data, cache_dir=cache),
             )
             jobs.append(
