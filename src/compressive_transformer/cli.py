@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = data_sub.add_parser("download", help="download a benchmark corpus and verify its checksum", description="Download a benchmark corpus into DIR.")
     d.add_argument("name", choices=("enwik8", "wikitext-103", "pg19"), help="corpus to download")
     d.add_argument("dir", type=Path, metavar="DIR", help="directory to download into")
+    d.add_argument("--manifest", type=Path, help="pg19: pinned manifest.json (from a previous download) every file must match")
 
     p = sub.add_parser("demo", help="train, evaluate and sample a small model on the pydoc topics in a few minutes", description="Train a small Compressive Transformer on Python's own help topics (bytes), evaluate it and sample from it.")
     p.add_argument("--steps", type=int, help="training steps (default: the demo config's 400)")
@@ -227,7 +228,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 def cmd_data(args: argparse.Namespace) -> None:
     from compressive_transformer.data import download
 
-    path = download(args.name, args.dir)
+    path = download(args.name, args.dir, manifest=args.manifest)
     print(f"{args.name}: {path}")
 
 
