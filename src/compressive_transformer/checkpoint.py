@@ -280,24 +280,52 @@ def load_weights(path: str | Path, model: torch.nn.Module, *, verify: bool = Tru
         raise CheckpointError(f"checkpoint {path}: {file.name} holds non-finite weights; it cannot be used")
 
 
+def load_newest_weights(
+    run_dir: str | Path, model: torch.nn.Module, checkpoint: str | Path | None = None, log: Callable[[str], None] | None = None
+) -> Path:
+    """Load ``checkpoint`` (when given: no fallback, it was asked for) or else the newest checkpoint of the run whose
+    weights verify and are finite, reporting each newer one that does not through ``log``. Returns the path used."""
+    if checkpoint is not None:
+        load_weights(checkpoint, model)
+        return Path(checkpoint)
+    ckpts = list_checkpoints(run_dir)
+    if not ckpts:
+        raise CheckpointError(f"{run_dir}: has no checkpoint yet; train it first (or resume it with --resume)")
+    failures: list[CheckpointError] = []
+    for path in reversed(ckpts):
+        try:
+            load_weights(path, model)
+        except CheckpointError as e:
+            failures.append(e)
+            continue
+        report_fallback(failures, log)
+        return path
+    raise CheckpointError(f"{failures[0]}; no older checkpoint of {run_dir} loads either")
+
+
+def report_fallback(failures: list[CheckpointError], log: Callable[[str], None] | None) -> None:
+    """One line per newer checkpoint that was passed over (said only once an older one was found to work)."""
+    if log is not None:
+        for e in failures:
+            log(f"warning: {e}; falling back to an older checkpoint")
+
+
 def newest_good_checkpoint(
     run_dir: str | Path, required: tuple[str, ...] = WEIGHTS_FILES, log: Callable[[str], None] | None = None
 ) -> Path | None:
     """The newest checkpoint of a run that verifies, reporting (through ``log``) each newer one that does not.
     None when the run has no checkpoint; a :class:`CheckpointError` when it has some but none verifies."""
-    ckpts = list_checkpoints(run_dir)
-    first_error: str | None = None
-    for path in reversed(ckpts):
+    failures: list[CheckpointError] = []
+    for path in reversed(list_checkpoints(run_dir)):
         try:
             verify_checkpoint(path, required)
         except CheckpointError as e:
-            first_error = first_error or str(e)
-            if log is not None:
-                log(f"warning: {e}; falling back to an older checkpoint")
+            failures.append(e)
             continue
+        report_fallback(failures, log)
         return path
-    if first_error is not None:
-        raise CheckpointError(f"{first_error}, and no older checkpoint of {run_dir} verifies; move {checkpoint_dir(run_dir)} aside to start again from step 0")
+    if failures:
+        raise CheckpointError(f"{failures[0]}; no older checkpoint of {run_dir} verifies; move {checkpoint_dir(run_dir)} aside to start again from step 0")
     return None
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from compressive_transformer.budget import check_fits
-from compressive_transformer.checkpoint import RESUME_FILES, CheckpointError, load_weights, newest_good_checkpoint
+from compressive_transformer.checkpoint import RESUME_FILES, CheckpointError, load_newest_weights, newest_good_checkpoint
 from compressive_transformer.config import (
     ConfigError,
     RunConfig,
@@ -141,26 +141,24 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     return cfg, load_tokenizer(run_dir / TOKENIZER_DIR)
 
 
-def good_checkpoint(run_dir: str | Path, checkpoint: str | Path | None = None, log: Log = _stderr) -> Path:
-    """``checkpoint`` when given, else the run's newest checkpoint that verifies (reporting newer damaged ones)."""
-    path = Path(checkpoint) if checkpoint is not None else newest_good_checkpoint(run_dir, log=log)
-    if path is None:
-        raise CheckpointError(f"{run_dir}: has no checkpoint yet; train it first (or resume it with --resume)")
-    return path
-
-
 def load_model(
     run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None, log: Log = _stderr
 ) -> CompressiveTransformerLM | TransformerQL:
     """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint that verifies; newer ones
     that do not are reported through ``log``)."""
-    path = good_checkpoint(run_dir, checkpoint, log)
+    return load_model_from(run_dir, cfg, checkpoint, log)[0]
+
+
+def load_model_from(
+    run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None, log: Log = _stderr
+) -> tuple[CompressiveTransformerLM | TransformerQL, Path]:
+    """:func:`load_model` and the checkpoint it loaded."""
     set_threads(cfg.train.num_threads)
     device = resolve_device(cfg.train.device)
     model = build_model(cfg.model).to(device)
-    load_weights(path, model)
+    path = load_newest_weights(run_dir, model, checkpoint, log)
     model.eval()
-    return model
+    return model, path
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -346,8 +344,7 @@ def evaluate_run(
     target = Path(out) if out is not None else run_dir / f"eval_{split}.json"
     _require_writable(target)
     e = cfg.eval
-    path = good_checkpoint(run_dir, checkpoint, log)
-    model = load_model(run_dir, cfg, path)
+    model, path = load_model_from(run_dir, cfg, checkpoint, log)
     check_fits(
         cfg.model, batch_size=e.batch_size, seg_len=e.seg_len or cfg.model.seg_len, device=next(model.parameters()).device,
         mem_len=cfg.model.mem_len if e.mem_len is None else e.mem_len, cmem_len=cfg.model.cmem_len if e.cmem_len is None else e.cmem_len,

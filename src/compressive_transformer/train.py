@@ -28,6 +28,7 @@ from compressive_transformer.checkpoint import (
     NonFiniteWeights,
     list_checkpoints,
     load_checkpoint,
+    report_fallback,
     save_checkpoint,
 )
 from compressive_transformer.config import ConfigError, RunConfig
@@ -245,18 +246,18 @@ class Trainer:
     def _load_newest_good(self) -> Checkpoint | None:
         """Load the newest checkpoint that verifies and loads, falling back past damaged ones (each reported in one
         line). None when the run has no checkpoint; a :class:`CheckpointError` when none of them loads."""
-        ckpts = list_checkpoints(self.run_dir)
-        first: CheckpointError | None = None
-        for path in reversed(ckpts):
+        failures: list[CheckpointError] = []
+        for path in reversed(list_checkpoints(self.run_dir)):
             try:
-                return load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+                ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
             except CheckpointError as e:
-                first = first or e
-                if self.dist.is_main:
-                    self.log(f"warning: {e}; falling back to an older checkpoint")
-        if first is not None:
+                failures.append(e)
+                continue
+            report_fallback(failures, self.log if self.dist.is_main else None)
+            return ckpt
+        if failures:
             raise CheckpointError(
-                f"{first}; no older checkpoint of {self.run_dir} loads either; move its checkpoints/ aside to start again from step 0"
+                f"{failures[0]}; no older checkpoint of {self.run_dir} loads either; move its checkpoints/ aside to start again from step 0"
             )
         return None
 

@@ -105,6 +105,10 @@ def check_memory(cfg: ModelConfig, memory: MemoryState, *, batch_size: int, n_la
         if compressive:
             if layer.cmem_len > 0 and not cfg.uses_compression:
                 raise ValueError("memory: has a compressed memory but this model has none (cmem_len = 0); use model.init_memory")
+            if layer.rate and layer.cmem_len > 0 and layer.rate != cfg.compression_rate:
+                raise ValueError(
+                    f"memory: layer {i} was compressed at rate {layer.rate}, this model's compression_rate is {cfg.compression_rate}; use model.init_memory"
+                )
             want = expected_capacity(layer.mem_len, layer.cmem_len, cfg.compression_rate)
             if layer.capacity != want:
                 raise ValueError(
