@@ -9,8 +9,13 @@ import hashlib
 import importlib
 import json
 import os
+import random
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -123,6 +128,33 @@ def test_ctrl_c_mid_run_resumes_from_the_last_checkpoint_exactly(reference: Path
     assert cli.main(["train", "--run-dir", str(run_dir), "--resume"]) == 0
     assert same_weights(list_checkpoints(run_dir)[-1], list_checkpoints(reference)[-1])
     assert [r["step"] for r in read_metrics(run_dir) if "loss" in r] == [r["step"] for r in read_metrics(reference) if "loss" in r]
+
+
+KILL_RUN = ["--set", "train.progress=false", "--set", "train.val_batches=1", "--set", "train.steps=30", "--set", "train.checkpoint_every=10",
+            "--set", "train.log_every=2"]  # fmt: skip
+
+
+@pytest.mark.parametrize("when", ["before-first-checkpoint", "random"])
+def test_kill_9_at_any_point_then_resume_is_exact(when: str, tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    assert cli.main(["train", "--run-dir", str(reference), *KILL_RUN]) == 0
+    run_dir = tmp_path / "killed"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    cmd = [sys.executable, "-m", "compressive_transformer.cli", "train", "--run-dir", str(run_dir), *KILL_RUN]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "config.toml").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if when == "random":
+            time.sleep(random.Random(os.getpid()).uniform(0.0, 1.0))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert (run_dir / "config.toml").is_file()
+    assert cli.main(["train", "--run-dir", str(run_dir), "--resume"]) == 0
+    assert same_weights(list_checkpoints(run_dir)[-1], list_checkpoints(reference)[-1])
+    assert [r["loss"] for r in read_metrics(run_dir) if "loss" in r] == [r["loss"] for r in read_metrics(reference) if "loss" in r]
 
 
 # ---------------------------------------------------------------------------------------------------------------

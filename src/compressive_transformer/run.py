@@ -37,7 +37,7 @@ from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.generate import check_sampling, clean_prompt, generate
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
-from compressive_transformer.runlock import RunLock
+from compressive_transformer.runlock import LOCK_FILE, RunLock
 from compressive_transformer.toml_writer import config_text
 from compressive_transformer.train import Trainer, TrainSummary, resolve_device, set_threads
 
@@ -122,7 +122,9 @@ def fresh_run_dir(prefix: str, root: str | Path = "runs") -> Path:
 
 
 def _require_empty(run_dir: Path) -> None:
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    """A new run needs a missing or empty directory (a lock file left by a run killed while it was being set up
+    does not count)."""
+    if run_dir.exists() and (not run_dir.is_dir() or any(p.name != LOCK_FILE for p in run_dir.iterdir())):
         raise ConfigError(
             f"{run_dir}: already holds a run or other files; pass --resume to continue it, or choose another --run-dir"
         )
@@ -229,7 +231,7 @@ def _train_locked(
             run_dir.mkdir(parents=True, exist_ok=True)
             lock.acquire()
             tokenizer.save(run_dir / TOKENIZER_DIR)
-            (run_dir / CONFIG_FILE).write_text(config_text(cfg), encoding="utf-8")
+            _write_atomic(run_dir / CONFIG_FILE, config_text(cfg))  # last: its presence marks a run that --resume accepts
             barrier(info)  # the other processes may read the run now
         trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
     except BaseException:
@@ -292,9 +294,7 @@ def _record_resume_changes(run_dir: Path, saved: RunConfig, new: RunConfig, log:
     for key in changed:
         if key in RESUME_REMEDY_KEYS:
             log(f"resuming with {key} = {new_flat[key]!r} (was {old_flat.get(key)!r})")
-    tmp = run_dir / f".{CONFIG_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(config_text(new), encoding="utf-8")
-    os.replace(tmp, run_dir / CONFIG_FILE)
+    _write_atomic(run_dir / CONFIG_FILE, config_text(new))
 
 
 def _require_writable(path: Path) -> None:
