@@ -228,7 +228,8 @@ def cmd_report(args: argparse.Namespace) -> None:
 def cmd_data(args: argparse.Namespace) -> None:
     from compressive_transformer.data import download
 
-    path = download(args.name, args.dir, manifest=args.manifest)
+    pinned = {"manifest": args.manifest} if args.manifest is not None else {}
+    path = download(args.name, args.dir, **pinned)
     print(f"{args.name}: {path}")
 
 

@@ -9,6 +9,7 @@ of :data:`RESUME_REMEDY_KEYS`, the remedy for a diverged run). Training holds th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -19,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from compressive_transformer.budget import check_fits
 from compressive_transformer.checkpoint import RESUME_FILES, CheckpointError, load_newest_weights, newest_good_checkpoint
@@ -221,6 +222,10 @@ def _train_locked(
         tokenizer = build_tokenizer(cfg.data, train_docs)
         cfg = resolve(cfg, tokenizer.vocab_size)
     created = not run_dir.exists()
+    if not resume and info.is_main:  # hold the run before writing into it; a racing second `train` stops here
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+        _require_empty(run_dir)
     try:
         caches = cache_dir(cfg, run_dir)
         train_corpus = load_corpus(cfg.data, "train", tokenizer, caches)
@@ -228,8 +233,6 @@ def _train_locked(
             raise ConfigError(f"data.path: the train split of {cfg.data.path or cfg.data.format} has no text to learn from; point data.path at a non-empty corpus")
         val_corpus = _optional_corpus(cfg, "validation", tokenizer, caches, log)
         if not resume and info.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            lock.acquire()
             tokenizer.save(run_dir / TOKENIZER_DIR)
             _write_atomic(run_dir / CONFIG_FILE, config_text(cfg))  # last: its presence marks a run that --resume accepts
             barrier(info)  # the other processes may read the run now
@@ -309,6 +312,21 @@ def _require_writable(path: Path) -> None:
         raise ConfigError(f"{path}: cannot be written ({e.strerror or e}); pass --out FILE to write the result elsewhere") from None
 
 
+@contextlib.contextmanager
+def _writable_cache(preferred: Path) -> Iterator[Path]:
+    """``preferred`` when the token cache can be written there (or is already there); else a temporary directory,
+    removed afterwards (a read-only run is still evaluated, its split encoded afresh)."""
+    try:
+        preferred.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=preferred, prefix=".probe-"):
+            pass
+    except OSError:
+        with tempfile.TemporaryDirectory(prefix="ct-eval-cache-", ignore_cleanup_errors=True) as tmp:
+            yield Path(tmp)
+        return
+    yield preferred
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -350,7 +368,8 @@ def evaluate_run(
         mem_len=cfg.model.mem_len if e.mem_len is None else e.mem_len, cmem_len=cfg.model.cmem_len if e.cmem_len is None else e.cmem_len,
         key="eval.seg_len",
     )  # fmt: skip
-    corpus = load_corpus(cfg.data, split, tokenizer, cache_dir(cfg, run_dir))
+    with _writable_cache(cache_dir(cfg, run_dir)) as caches:
+        corpus = load_corpus(cfg.data, split, tokenizer, caches)
     result = evaluate(
         model,
         corpus,
