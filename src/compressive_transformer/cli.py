@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train`")
     p.add_argument("--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split of the run)")
     _add_overrides(p, "override an eval key, e.g. --set eval.mem_len=1024 (repeatable)")
-    p.add_argument("--checkpoint", type=Path, help="checkpoint directory to evaluate (default: the newest)")
+    p.add_argument("--checkpoint", type=Path, help="checkpoint directory to evaluate (default: the newest that verifies)")
+    p.add_argument("--out", type=Path, help="where to write the result JSON (default RUN_DIR/eval_<split>.json)")
 
     p = sub.add_parser("generate", help="sample a continuation of a prompt", description="Sample text from a trained run, carrying memory across the prompt and the continuation.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train`")
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = data_sub.add_parser("download", help="download a benchmark corpus and verify its checksum", description="Download a benchmark corpus into DIR.")
     d.add_argument("name", choices=("enwik8", "wikitext-103", "pg19"), help="corpus to download")
     d.add_argument("dir", type=Path, metavar="DIR", help="directory to download into")
+    d.add_argument("--manifest", type=Path, help="pg19: pinned manifest.json (from a previous download) every file must match")
 
     p = sub.add_parser("demo", help="train, evaluate and sample a small model on the pydoc topics in a few minutes", description="Train a small Compressive Transformer on Python's own help topics (bytes), evaluate it and sample from it.")
     p.add_argument("--steps", type=int, help="training steps (default: the demo config's 400)")
@@ -155,19 +157,20 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from compressive_transformer.run import evaluate_run
 
-    result = evaluate_run(args.run_dir, split=args.split, overrides=args.overrides, checkpoint=args.checkpoint)
+    result = evaluate_run(args.run_dir, split=args.split, overrides=args.overrides, checkpoint=args.checkpoint, out=args.out)
     print(result.summary())
-    print(f"wrote {args.run_dir / f'eval_{result.split}.json'}")
+    print(f"wrote {args.out or args.run_dir / f'eval_{result.split}.json'}")
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
+    from compressive_transformer.generate import clean_prompt
     from compressive_transformer.run import generate_run
 
     text = generate_run(
         args.run_dir, args.prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
         compile=args.compile,
     )
-    print(args.prompt + text)
+    print(clean_prompt(args.prompt) + text)
 
 
 def cmd_range(args: argparse.Namespace) -> None:
@@ -225,7 +228,8 @@ def cmd_report(args: argparse.Namespace) -> None:
 def cmd_data(args: argparse.Namespace) -> None:
     from compressive_transformer.data import download
 
-    path = download(args.name, args.dir)
+    pinned = {"manifest": args.manifest} if args.manifest is not None else {}
+    path = download(args.name, args.dir, **pinned)
     print(f"{args.name}: {path}")
 
 

@@ -7,6 +7,9 @@ Every section is a frozen dataclass that validates itself in ``__post_init__``; 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import numbers
 import sys
 import types
 import typing
@@ -37,6 +40,42 @@ CMEM_POSITIONS = ("separate", "shared")
 def _require(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise ConfigError(f"{key}: {message}")
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` has the annotated type (an int passes for a float; bools never pass for numbers)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if origin is tuple:
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis] or [Any]
+        return isinstance(value, (tuple, list)) and all(_type_ok(v, args[0]) for v in value)
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if annotation is str:
+        return isinstance(value, str)
+    return True
+
+
+def _check_types(obj: Any, section: str) -> None:
+    """Every field of a config dataclass has its annotated type: ``ModelConfig(d_model="32")`` fails here, in one
+    line naming the key, rather than somewhere inside torch."""
+    for name, annotation in _hints(type(obj)).items():
+        value = getattr(obj, name)
+        if not _type_ok(value, annotation):
+            kind = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+            raise ConfigError(f"{section}.{name}: expected {kind}{' (finite)' if annotation is float else ''}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -80,6 +119,7 @@ class ModelConfig:
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
+        _check_types(self, "model")
         p = "model."
         _require(self.vocab_size >= 0, p + "vocab_size", "must be >= 0")
         _require(self.input_dim >= 0, p + "input_dim", "must be >= 0 (0 means token inputs)")
@@ -225,6 +265,7 @@ class TrainConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     grad_clip: float = 0.1  # 0: no clipping
+    divergence_factor: float = 4.0  # stop when the loss exceeds this times ln(vocab), the uniform guess; 0: never
     accumulate: tuple[tuple[int, ...], ...] = ((0, 1),)
     shuffle: bool = True  # shuffle document order of the training stream
     piece_len: int = 0  # > 0: cut training documents into pieces of at most this many tokens (a multiple of seg_len)
@@ -240,6 +281,7 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        _check_types(self, "train")
         p = "train."
         _require(self.steps > 0, p + "steps", "must be > 0")
         _require(self.batch_size > 0, p + "batch_size", "must be > 0")
@@ -253,6 +295,7 @@ class TrainConfig:
         _require(self.eps > 0, p + "eps", "must be > 0")
         _require(self.weight_decay >= 0, p + "weight_decay", "must be >= 0")
         _require(self.grad_clip >= 0, p + "grad_clip", "must be >= 0 (0 means no clipping)")
+        _require(self.divergence_factor == 0 or self.divergence_factor >= 1, p + "divergence_factor", "must be 0 (off) or >= 1")
         acc = self.accumulate
         _require(
             len(acc) > 0 and all(len(a) == 2 and a[1] >= 1 for a in acc),
@@ -296,6 +339,7 @@ class EvalConfig:
     max_batches: int = 0  # 0: the whole split
 
     def __post_init__(self) -> None:
+        _check_types(self, "eval")
         p = "eval."
         _require(self.split in ("train", "validation", "test"), p + "split", "use train, validation or test")
         _require(self.batch_size > 0, p + "batch_size", "must be > 0")
@@ -373,6 +417,7 @@ class DataConfig:
     train_file: str = ""  # wikitext: file that acts as the train split (e.g. "wiki.valid.tokens")
 
     def __post_init__(self) -> None:
+        _check_types(self, "data")
         p = "data."
         _require(self.format in DATA_FORMATS, p + "format", f"unknown {self.format!r}; use one of {', '.join(DATA_FORMATS)}")
         _require(self.tokenizer in TOKENIZERS, p + "tokenizer", f"unknown {self.tokenizer!r}; use one of {', '.join(TOKENIZERS)}")

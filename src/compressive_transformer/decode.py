@@ -234,7 +234,7 @@ class Decoder:
             layers.append(
                 LayerMemory(
                     mem=s[:, C:], mem_mask=allowed[:, C:], cmem=s[:, :C], cmem_mask=allowed[:, :C],
-                    mem_len=self.mem_len, fill=self.fill,
+                    mem_len=self.mem_len, fill=self.fill, rate=self.model.cfg.compression_rate if C > 0 else 0,
                     kv=KVCache.of(kv[:, :, cmem_idx], kv[:, :, mem_idx], version=block.attn.kv_version),
                 )
             )  # fmt: skip

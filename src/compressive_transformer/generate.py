@@ -4,6 +4,8 @@ ring-buffer :class:`~compressive_transformer.decode.Decoder` where the model has
 
 from __future__ import annotations
 
+import math
+import numbers
 import secrets
 from dataclasses import dataclass, field
 
@@ -11,6 +13,36 @@ import torch
 
 from compressive_transformer.config import ConfigError
 from compressive_transformer.decode import Decoder, unsupported
+
+
+def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
+    """Refuse sampling settings that cannot work or contradict each other, in one line naming the option: a
+    temperature that is not a finite number >= 0, top_k < 0, top_p outside (0, 1], max_tokens < 0, and top_k /
+    top_p together with temperature 0 (greedy decoding ignores them, which would hide the mistake)."""
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ConfigError(f"{name}: must be a finite number, got {value!r}")
+    for name, value in (("top_k", top_k), ("max_tokens", max_tokens)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ConfigError(f"{name}: must be an integer, got {value!r}")
+    if temperature < 0:
+        raise ConfigError(f"temperature: must be >= 0 (0 is greedy), got {temperature}")
+    if top_k < 0:
+        raise ConfigError(f"top_k: must be >= 0 (0 keeps all tokens), got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ConfigError(f"top_p: must be in (0, 1] (1 keeps all tokens), got {top_p}")
+    if max_tokens < 0:
+        raise ConfigError(f"max_tokens: must be >= 0, got {max_tokens}")
+    if temperature == 0 and (top_k > 0 or top_p < 1.0):
+        raise ConfigError("temperature: 0 is greedy decoding, which ignores top_k and top_p; drop them or set temperature > 0")
+
+
+def clean_prompt(prompt: str | bytes) -> str:
+    """A prompt as valid text: bytes that are not UTF-8 (a command line passes them as surrogate escapes) become
+    U+FFFD, so tokenizers and printing never fail on them."""
+    if isinstance(prompt, bytes):
+        return prompt.decode("utf-8", errors="replace")
+    return prompt.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
 
 
 def filter_logits(logits: torch.Tensor, *, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -43,8 +75,8 @@ def sample_next(
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Next token ids (B,) from last-position logits (B, V); ``temperature=0`` is greedy (argmax)."""
-    if temperature < 0:
-        raise ConfigError(f"temperature: must be >= 0, got {temperature}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ConfigError(f"temperature: must be a finite number >= 0, got {temperature}")
     logits = logits.float()
     if temperature == 0:
         return logits.argmax(-1)
@@ -80,8 +112,7 @@ def generate(
     compilation, ~15 s on a small CPU, then each token costs about half as much; ignored for models without one)."""
     if not prompt:
         raise ConfigError("prompt: is empty; give at least one character to start from")
-    if max_new_tokens < 0:
-        raise ConfigError(f"max_tokens: must be >= 0, got {max_new_tokens}")
+    check_sampling(max_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
     cfg = model.cfg
     seg_len = seg_len or cfg.seg_len
     device = next(model.parameters()).device

@@ -143,6 +143,7 @@ class LayerMemory:
     cmem_src: Tensor | None = None  # (B, cmem_len, k, d) windows behind each compressed slot (bptt)
     young: tuple[int, ...] = ()  # bptt: compressed slots pushed by each of the last segments, newest last
     kv: KVCache | None = None  # inference only: keys/values of [cmem] and [mem], so only new slots are projected
+    rate: int = 0  # compression rate of the model that made it (0: not recorded); a model refuses another rate
 
     @property
     def batch_size(self) -> int:
@@ -224,6 +225,7 @@ class MemoryState:
             out[p + "mem_len"] = torch.tensor(layer.mem_len)
             out[p + "fill"] = torch.tensor(layer.fill)
             out[p + "young"] = torch.tensor(list(layer.young), dtype=torch.long)
+            out[p + "rate"] = torch.tensor(layer.rate)
         return out
 
     @staticmethod
@@ -243,6 +245,7 @@ class MemoryState:
                     usage=tensors.get(p + "usage"),
                     cmem_src=tensors.get(p + "cmem_src"),
                     young=tuple(int(x) for x in tensors[p + "young"].tolist()),
+                    rate=int(tensors[p + "rate"]) if p + "rate" in tensors else 0,
                 )
             )
             i += 1
@@ -285,6 +288,7 @@ def empty_layer(
         fill=0,
         usage=torch.zeros(batch_size, capacity, **kw) if track_usage else None,
         cmem_src=torch.zeros(batch_size, cmem_len, window, d_model, **kw) if keep_windows else None,
+        rate=compression_rate if cmem_len > 0 else 0,
     )
 
 
@@ -380,6 +384,7 @@ def update_layer(
         cmem_src=cmem_src,
         young=young,
         kv=new_kv,
+        rate=state.rate,
     )
     return new_state, eviction
 

@@ -1,23 +1,29 @@
 """Run directories: what the CLI subcommands do, as plain functions (no argparse).
 
-A run directory holds ``config.toml`` (the resolved config), ``tokenizer/``, ``checkpoints/``, ``metrics.jsonl`` and
-``eval_<split>.json``. A new run never writes into a directory that already holds something; a resumed run must
-have been written by the same config (keys that only change logging may differ).
+A run directory holds ``config.toml`` (the resolved config), ``tokenizer/``, ``checkpoints/``, ``metrics.jsonl``,
+``eval_<split>.json`` and ``.lock``. A new run never writes into a directory that already holds something; a resumed
+run must have been written by the same config (keys that only change logging may differ, and the optimisation keys
+of :data:`RESUME_REMEDY_KEYS`, the remedy for a diverged run). Training holds the run's lock throughout, so a second
+``train``/``--resume`` of the same run stops in one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import shutil
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from compressive_transformer.checkpoint import CheckpointError, latest_checkpoint, load_weights
+from compressive_transformer.budget import check_fits
+from compressive_transformer.checkpoint import RESUME_FILES, CheckpointError, load_newest_weights, newest_good_checkpoint
 from compressive_transformer.config import (
     ConfigError,
     RunConfig,
@@ -29,9 +35,10 @@ from compressive_transformer.config import (
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
 from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate
-from compressive_transformer.generate import generate
+from compressive_transformer.generate import check_sampling, clean_prompt, generate
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
+from compressive_transformer.runlock import LOCK_FILE, RunLock
 from compressive_transformer.toml_writer import config_text
 from compressive_transformer.train import Trainer, TrainSummary, resolve_device, set_threads
 
@@ -43,11 +50,18 @@ TOKENIZER_DIR = "tokenizer"
 # thread counts.)
 RESUME_FREE_KEYS = (
     "train.progress", "train.log_every", "train.val_every", "train.val_batches", "train.checkpoint_every",
-    "train.keep_checkpoints", "train.num_threads", "data.path", "data.cache_dir",
+    "train.keep_checkpoints", "train.num_threads", "train.divergence_factor", "data.path", "data.cache_dir",
 )  # fmt: skip
+# keys that do change the trajectory but nothing a checkpoint holds (the schedule, clipping), so a resumed run may
+# change them: the remedy for a run that diverged. The run's config.toml records the new values.
+RESUME_REMEDY_KEYS = ("train.lr", "train.lr_start", "train.lr_final", "train.warmup_steps", "train.decay_steps", "train.grad_clip")
 EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
 
 Log = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -109,7 +123,9 @@ def fresh_run_dir(prefix: str, root: str | Path = "runs") -> Path:
 
 
 def _require_empty(run_dir: Path) -> None:
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    """A new run needs a missing or empty directory (a lock file left by a run killed while it was being set up
+    does not count)."""
+    if run_dir.exists() and (not run_dir.is_dir() or any(p.name != LOCK_FILE for p in run_dir.iterdir())):
         raise ConfigError(
             f"{run_dir}: already holds a run or other files; pass --resume to continue it, or choose another --run-dir"
         )
@@ -128,17 +144,24 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     return cfg, load_tokenizer(run_dir / TOKENIZER_DIR)
 
 
-def load_model(run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None) -> CompressiveTransformerLM | TransformerQL:
-    """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint)."""
-    path = Path(checkpoint) if checkpoint is not None else latest_checkpoint(run_dir)
-    if path is None:
-        raise CheckpointError(f"{run_dir}: has no checkpoint yet; train it first (or resume it with --resume)")
+def load_model(
+    run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None, log: Log = _stderr
+) -> CompressiveTransformerLM | TransformerQL:
+    """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint that verifies; newer ones
+    that do not are reported through ``log``)."""
+    return load_model_from(run_dir, cfg, checkpoint, log)[0]
+
+
+def load_model_from(
+    run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None, log: Log = _stderr
+) -> tuple[CompressiveTransformerLM | TransformerQL, Path]:
+    """:func:`load_model` and the checkpoint it loaded."""
     set_threads(cfg.train.num_threads)
     device = resolve_device(cfg.train.device)
     model = build_model(cfg.model).to(device)
-    load_weights(path, model)
+    path = load_newest_weights(run_dir, model, checkpoint, log)
     model.eval()
-    return model
+    return model, path
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -161,7 +184,28 @@ def train_run(
     """
     run_dir = Path(run_dir)
     info = _join_processes(cfg, run_dir)
+    lock = RunLock(run_dir)
+    try:
+        return _train_locked(cfg, run_dir, info, lock, resume=resume, overrides=overrides, max_steps=max_steps, log=log)
+    finally:
+        lock.release()
+
+
+def _train_locked(
+    cfg: RunConfig | None,
+    run_dir: Path,
+    info: DistInfo,
+    lock: RunLock,
+    *,
+    resume: bool,
+    overrides: list[str] | tuple[str, ...],
+    max_steps: int | None,
+    log: Log,
+) -> TrainSummary:
     if resume:
+        saved = read_run_config(run_dir)  # one line when run_dir is not a run
+        if info.is_main:
+            lock.acquire()
         cfg, tokenizer = _resume_config(cfg, run_dir, overrides)
     elif not info.is_main:  # the main process prepared the run (tokenizer, config, caches); read what it wrote
         barrier(info)
@@ -170,10 +214,18 @@ def train_run(
         if cfg is None:
             raise ConfigError("train: no config given")
         _require_empty(run_dir)
+        check_fits(
+            cfg.model, batch_size=max(cfg.train.batch_size // info.world_size, 1), seg_len=cfg.model.seg_len,
+            mem_len=cfg.model.mem_len, cmem_len=cfg.model.cmem_len, device=resolve_device(cfg.train.device),
+        )  # fmt: skip
         train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
         tokenizer = build_tokenizer(cfg.data, train_docs)
         cfg = resolve(cfg, tokenizer.vocab_size)
     created = not run_dir.exists()
+    if not resume and info.is_main:  # hold the run before writing into it; a racing second `train` stops here
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+        _require_empty(run_dir)
     try:
         caches = cache_dir(cfg, run_dir)
         train_corpus = load_corpus(cfg.data, "train", tokenizer, caches)
@@ -181,9 +233,8 @@ def train_run(
             raise ConfigError(f"data.path: the train split of {cfg.data.path or cfg.data.format} has no text to learn from; point data.path at a non-empty corpus")
         val_corpus = _optional_corpus(cfg, "validation", tokenizer, caches, log)
         if not resume and info.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
             tokenizer.save(run_dir / TOKENIZER_DIR)
-            (run_dir / CONFIG_FILE).write_text(config_text(cfg), encoding="utf-8")
+            _write_atomic(run_dir / CONFIG_FILE, config_text(cfg))  # last: its presence marks a run that --resume accepts
             barrier(info)  # the other processes may read the run now
         trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
     except BaseException:
@@ -197,6 +248,7 @@ def train_run(
     if resume:
         step = trainer.resume()
         if info.is_main:
+            _record_resume_changes(run_dir, saved, cfg, log)
             log(f"resuming {run_dir} at step {step} of {cfg.train.steps}")
     n_params = sum(p.numel() for p in trainer.model.parameters())
     if info.is_main:
@@ -219,17 +271,66 @@ def _resume_config(cfg: RunConfig | None, run_dir: Path, overrides: list[str] | 
     saved = read_run_config(run_dir)
     tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
     wanted = resolve(cfg if cfg is not None else read_run_config(run_dir, overrides), tokenizer.vocab_size)
-    ignore = RESUME_FREE_KEYS + ("eval.",)
+    ignore = RESUME_FREE_KEYS + RESUME_REMEDY_KEYS + ("eval.",)
     diff = config_difference(saved, wanted, ignore=ignore)
     if diff:
-        raise ConfigError(f"--resume: the config differs from the run's ({diff}); resume with the run's own config")
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is None:
-        raise CheckpointError(f"{run_dir}: no checkpoint to resume from; start the run again without --resume")
+        raise ConfigError(
+            f"--resume: the config differs from the run's ({diff}); resume with the run's own config "
+            f"(only {', '.join(RESUME_REMEDY_KEYS)} and keys that change logging may change)"
+        )
+    ckpt = newest_good_checkpoint(run_dir, RESUME_FILES)  # the trainer reports the damaged ones it passes over
+    if ckpt is None:  # killed before its first checkpoint: the trainer starts again at step 0
+        return wanted, tokenizer
     diff = config_difference(read_run_config(ckpt), saved, ignore=ignore)
     if diff:
         raise CheckpointError(f"checkpoint {ckpt} was written by another config ({diff}); it cannot be resumed here")
     return wanted, tokenizer
+
+
+def _record_resume_changes(run_dir: Path, saved: RunConfig, new: RunConfig, log: Log) -> None:
+    """Write the resumed config into the run (atomically), so the next plain ``--resume`` keeps the new values;
+    report the keys that change the trajectory."""
+    old_flat, new_flat = flat(resolve(saved, new.model.vocab_size)), flat(new)
+    changed = [k for k in new_flat if not k.startswith("eval.") and old_flat.get(k) != new_flat[k]]
+    if not changed:
+        return
+    for key in changed:
+        if key in RESUME_REMEDY_KEYS:
+            log(f"resuming with {key} = {new_flat[key]!r} (was {old_flat.get(key)!r})")
+    _write_atomic(run_dir / CONFIG_FILE, config_text(new))
+
+
+def _require_writable(path: Path) -> None:
+    """Stop before any work when ``path`` cannot be written (a read-only run directory), not after it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"):
+            pass
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(13, "Permission denied", str(path))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be written ({e.strerror or e}); pass --out FILE to write the result elsewhere") from None
+
+
+@contextlib.contextmanager
+def _writable_cache(preferred: Path) -> Iterator[Path]:
+    """``preferred`` when the token cache can be written there (or is already there); else a temporary directory,
+    removed afterwards (a read-only run is still evaluated, its split encoded afresh)."""
+    try:
+        preferred.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=preferred, prefix=".probe-"):
+            pass
+    except OSError:
+        with tempfile.TemporaryDirectory(prefix="ct-eval-cache-", ignore_cleanup_errors=True) as tmp:
+            yield Path(tmp)
+        return
+    yield preferred
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _optional_corpus(cfg: RunConfig, split: str, tokenizer: Any, caches: Path, log: Log) -> Any:
@@ -247,17 +348,28 @@ def evaluate_run(
     overrides: list[str] | tuple[str, ...] = (),
     checkpoint: str | Path | None = None,
     progress: bool = True,
+    out: str | Path | None = None,
+    log: Log = _stderr,
 ) -> EvalResult:
-    """Stream a whole split through the run's newest model; write ``eval_<split>.json`` into the run."""
+    """Stream a whole split through the run's newest good model; write ``eval_<split>.json`` into the run (or to
+    ``out``). Where that cannot be written it stops before computing anything."""
     bad = [o for o in overrides if not o.strip().startswith(EVAL_KEYS)]
     if bad:
         raise ConfigError(f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run")
     run_dir = Path(run_dir)
     cfg, tokenizer = open_run(run_dir, overrides)
     split = split or cfg.eval.split
-    model = load_model(run_dir, cfg, checkpoint)
-    corpus = load_corpus(cfg.data, split, tokenizer, cache_dir(cfg, run_dir))
+    target = Path(out) if out is not None else run_dir / f"eval_{split}.json"
+    _require_writable(target)
     e = cfg.eval
+    model, path = load_model_from(run_dir, cfg, checkpoint, log)
+    check_fits(
+        cfg.model, batch_size=e.batch_size, seg_len=e.seg_len or cfg.model.seg_len, device=next(model.parameters()).device,
+        mem_len=cfg.model.mem_len if e.mem_len is None else e.mem_len, cmem_len=cfg.model.cmem_len if e.cmem_len is None else e.cmem_len,
+        key="eval.seg_len",
+    )  # fmt: skip
+    with _writable_cache(cache_dir(cfg, run_dir)) as caches:
+        corpus = load_corpus(cfg.data, split, tokenizer, caches)
     result = evaluate(
         model,
         corpus,
@@ -269,9 +381,9 @@ def evaluate_run(
         max_batches=e.max_batches,
         progress=progress,
     )
-    record = result.to_dict() | {"checkpoint": str(checkpoint or latest_checkpoint(run_dir))}
+    record = result.to_dict() | {"checkpoint": str(path)}
     record = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in record.items()}
-    (run_dir / f"eval_{split}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    _write_atomic(target, json.dumps(record, indent=2) + "\n")
     return result
 
 
@@ -285,10 +397,14 @@ def generate_run(
     top_p: float = 1.0,
     seed: int | None = None,
     compile: bool = False,
+    log: Log = _stderr,
 ) -> str:
-    """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest model."""
+    """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest good model.
+    Sampling settings are checked before anything loads; bytes of ``prompt`` that are not UTF-8 become U+FFFD."""
+    check_sampling(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    prompt = clean_prompt(prompt)
     cfg, tokenizer = open_run(run_dir)
-    model = load_model(run_dir, cfg)
+    model = load_model(run_dir, cfg, log=log)
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ConfigError("--prompt: is empty after tokenization; give some text to continue")

@@ -22,7 +22,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from compressive_transformer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from compressive_transformer.checkpoint import (
+    CheckpointError,
+    Checkpoint,
+    NonFiniteWeights,
+    list_checkpoints,
+    load_checkpoint,
+    report_fallback,
+    save_checkpoint,
+)
 from compressive_transformer.config import ConfigError, RunConfig
 from compressive_transformer.data import StreamBatcher
 from compressive_transformer.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
@@ -38,6 +46,14 @@ AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 class TrainingError(RuntimeError):
     """Training cannot go on (the loss diverged); the message says what to change."""
+
+
+def loss_bound(cfg: RunConfig) -> float:
+    """The task loss above which training counts as diverged: ``train.divergence_factor`` times the loss of a
+    uniform guess, ln(vocab). A fresh model starts near ln(vocab); a loss several times that has left the region any
+    learning run passes through (inf when the factor is 0 or the model has no vocabulary)."""
+    factor, vocab = cfg.train.divergence_factor, cfg.model.vocab_size
+    return factor * math.log(vocab) if factor > 0 and vocab > 1 else math.inf
 
 
 def seed_everything(seed: int) -> None:
@@ -162,6 +178,7 @@ class Trainer:
         self.step = 0
         self.tokens_seen = 0
         self.last_checkpoint: Path | None = None
+        self.max_loss = loss_bound(cfg)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
 
     # ----------------------------------------------------------------------------------------------------------
@@ -175,7 +192,14 @@ class Trainer:
         memory = tensors | gather_rows(rows, self.dist)
         if not self.dist.is_main:
             return self.last_checkpoint
-        self.last_checkpoint = save_checkpoint(
+        try:
+            self.last_checkpoint = self._save(memory)
+        except NonFiniteWeights as e:
+            raise self._diverged("a weight", "non-finite") from e
+        return self.last_checkpoint
+
+    def _save(self, memory: dict[str, torch.Tensor]) -> Path:
+        return save_checkpoint(
             self.run_dir,
             self.step,
             model=self.model,
@@ -186,34 +210,65 @@ class Trainer:
             extra={"tokens_seen": self.tokens_seen, "scaler": self.scaler.state_dict()},
             keep=self.cfg.train.keep_checkpoints,
         )
-        return self.last_checkpoint
 
     def resume(self, path: str | Path | None = None) -> int:
-        """Continue from checkpoint ``path`` (default: the run's newest). Returns the step it resumes at."""
-        path = Path(path) if path is not None else latest_checkpoint(self.run_dir)
-        if path is None:
-            raise ConfigError(f"{self.run_dir}: no checkpoint to resume from; start the run without --resume")
-        ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+        """Continue from checkpoint ``path`` (default: the run's newest that verifies, reporting newer ones that do
+        not; with no checkpoint at all, step 0 of a fresh start, which is what a run killed before its first
+        checkpoint had). Returns the step it resumes at."""
+        if path is not None:
+            ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+        else:
+            ckpt = self._load_newest_good()
+            if ckpt is None:
+                self.metrics.truncate_after(0)
+                return 0
+        path = ckpt.path
         self.step = ckpt.step
         self.tokens_seen = int(ckpt.extra.get("tokens_seen", 0))
         if ckpt.extra.get("scaler"):
             self.scaler.load_state_dict(ckpt.extra["scaler"])
         if ckpt.memory is not None:
-            self.memory = MemoryState.from_tensors(ckpt.memory).select_rows(self.rows).to(self.device)
-        self.batcher.load_state_dict(ckpt.data_state)
+            try:
+                self.memory = MemoryState.from_tensors(ckpt.memory).select_rows(self.rows).to(self.device)
+            except (KeyError, ValueError, RuntimeError) as e:
+                raise CheckpointError(f"checkpoint {path}: memory.safetensors does not hold a model memory ({e!r})") from None
+        try:
+            self.batcher.load_state_dict(ckpt.data_state)
+        except ConfigError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise CheckpointError(f"checkpoint {path}: state.json holds no valid data position ({e!r})") from None
         self.batches = iter(self.batcher)
         self.last_checkpoint = path
         self.metrics.truncate_after(self.step)
         return self.step
 
+    def _load_newest_good(self) -> Checkpoint | None:
+        """Load the newest checkpoint that verifies and loads, falling back past damaged ones (each reported in one
+        line). None when the run has no checkpoint; a :class:`CheckpointError` when none of them loads."""
+        failures: list[CheckpointError] = []
+        for path in reversed(list_checkpoints(self.run_dir)):
+            try:
+                ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+            except CheckpointError as e:
+                failures.append(e)
+                continue
+            report_fallback(failures, self.log if self.dist.is_main else None)
+            return ckpt
+        if failures:
+            raise CheckpointError(
+                f"{failures[0]}; no older checkpoint of {self.run_dir} loads either; move its checkpoints/ aside to start again from step 0"
+            )
+        return None
+
     # ----------------------------------------------------------------------------------------------------------
     # one update
 
-    def _diverged(self, what: str, value: float) -> TrainingError:
-        where = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint was written"
+    def _diverged(self, what: str, value: float | str) -> TrainingError:
+        where = f"--resume continues from {self.last_checkpoint}" if self.last_checkpoint else "--resume starts again from step 0"
         return TrainingError(
             f"{what} became {value} at step {self.step + 1}; training stopped ({where}); "
-            "lower train.lr, raise train.warmup_steps or tighten train.grad_clip"
+            f"resume with a lower train.lr (e.g. --resume --set train.lr=...), a higher train.warmup_steps or a tighter train.grad_clip"
         )
 
     def train_step(self) -> dict[str, Any]:
@@ -249,6 +304,9 @@ class Trainer:
             aux_value = float(totals[1]) / self.dist.world_size
             if not math.isfinite(loss_value):
                 raise self._diverged("the loss", loss_value)
+            if loss_value > self.max_loss:
+                bound = f"{t.divergence_factor:g} x ln(vocab) = {self.max_loss:.3g}, train.divergence_factor"
+                raise self._diverged("the loss", f"{loss_value:.4g} (above {bound})")
             if not math.isfinite(aux_value):
                 raise self._diverged("the compression loss", aux_value)
             self.scaler.scale((loss * share + aux) / n_batches).backward()

@@ -4,6 +4,13 @@ Every file is streamed to a temp file beside its destination, checked (size, che
 then moved into place with ``os.replace``; a file already in place that verifies is never fetched again. A failed
 check deletes the temp file and raises a one-line :class:`DownloadError`. ``SOURCES`` is the table of known
 locations and checksums (tests patch it to point at a local server).
+
+The single-archive corpora (enwik8, WikiText) are pinned here by size and sha256. PG-19 is ~28,750 objects of a
+bucket: its file list comes from the bucket's listing, every name in it must have PG-19's shape
+(``metadata.csv``, ``<split>/<id>.txt``; anything else, such as ``../x`` or an absolute path, is refused), and the
+files are checked against a pinned manifest (``manifest=``: name -> size and sha256) when one is given, else only
+against the listing's md5 (a transport check). Each PG-19 download writes ``pg19/manifest.json`` with the sha256 of
+what it fetched, which pins later downloads (``--manifest``) to exactly that copy.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import urllib.error
 import urllib.parse
@@ -30,6 +38,8 @@ from compressive_transformer.config import ConfigError
 logger = logging.getLogger(__name__)
 CHUNK = 1 << 20
 PG19_SPLITS = ("train", "validation", "test")
+PG19_NAME = re.compile(r"^(metadata\.csv|(train|validation|test)/[0-9]{1,12}\.txt)$")
+PG19_MANIFEST = "manifest.json"
 
 
 class DownloadError(ConfigError):
@@ -86,10 +96,12 @@ def download(
     base_url: str | None = None,
     progress: bool = True,
     limit: int | None = None,
+    manifest: str | Path | None = None,
 ) -> Path:
     """Fetch corpus ``name`` into ``directory`` and return the path to give as ``data.path``.
 
     ``limit`` (PG-19 only) keeps the first ``limit`` books of each split, in the bucket's listing order.
+    ``manifest`` (PG-19 only): a pinned ``manifest.json`` (as a previous download wrote it) every file must match.
     """
     if name not in SOURCES:
         raise ConfigError(f"download: unknown corpus {name!r}; use one of {', '.join(sorted(SOURCES))}")
@@ -100,9 +112,10 @@ def download(
     directory.mkdir(parents=True, exist_ok=True)
     base = (base_url or source.url).rstrip("/")
     if source.bucket:
-        return _download_pg19(source, directory, base, progress, limit)
-    if limit is not None:
-        raise ConfigError(f"download: limit applies to pg19 only; {name} is a single archive")
+        pinned = _read_pinned(Path(manifest)) if manifest is not None else None
+        return _download_pg19(source, directory, base, progress, limit, pinned)
+    if limit is not None or manifest is not None:
+        raise ConfigError(f"download: limit and manifest apply to pg19 only; {name} is a single archive with a pinned checksum")
     archive = directory / source.filename
     _fetch(
         f"{base}/{source.filename}",
@@ -238,14 +251,19 @@ def _list_objects(base: str, bucket: str, prefix: str, limit: int | None) -> lis
             raise DownloadError(f"download: listing {url} failed ({getattr(e, 'reason', e)}); check the network or base_url") from None
         except json.JSONDecodeError:
             raise DownloadError(f"download: listing {url} did not return JSON; is base_url a GCS-compatible server?") from None
-        for item in page.get("items", []):
-            if item["name"].endswith("/"):
-                continue
-            md5 = item.get("md5Hash")
-            out.append((item["name"], int(item["size"]), _b64_to_hex(md5) if md5 else None))
-            if limit is not None and len(out) >= limit:
-                return out
-        token = page.get("nextPageToken", "")
+        try:
+            for item in page.get("items", []):
+                if item["name"].endswith("/"):
+                    continue
+                md5 = item.get("md5Hash")
+                out.append((item["name"], int(item["size"]), _b64_to_hex(md5) if md5 else None))
+                if limit is not None and len(out) >= limit:
+                    return out
+            token = page.get("nextPageToken", "")
+        except DownloadError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise DownloadError(f"download: listing {url} has an entry without a valid name and size; is base_url a GCS-compatible server?") from None
         if not token:
             return out
 
@@ -257,7 +275,25 @@ def _b64_to_hex(value: str) -> str:
         raise DownloadError(f"download: listing gave an invalid md5Hash {value!r}") from None
 
 
-def _download_pg19(source: Source, directory: Path, base: str, progress: bool, limit: int | None) -> Path:
+def safe_pg19_name(name: str) -> str:
+    """A listed object name, if it has PG-19's shape; a server cannot make the downloader write outside its
+    directory (``../``, absolute paths, odd characters are refused)."""
+    if not isinstance(name, str) or not PG19_NAME.match(name):
+        raise DownloadError(f"download: the listing names an unexpected file {name!r}; refusing to write it (is base_url a PG-19 mirror?)")
+    return name
+
+
+def _read_pinned(path: Path) -> dict[str, dict]:
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        if not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) and isinstance(v.get("size"), int) for v in files.values()):
+            raise ValueError("bad entry")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise DownloadError(f"download: manifest {path} cannot be read ({type(e).__name__}); give a manifest.json written by a previous download") from None
+    return files
+
+
+def _download_pg19(source: Source, directory: Path, base: str, progress: bool, limit: int | None, pinned: dict[str, dict] | None) -> Path:
     root = directory / source.target
     meta = _list_objects(base, source.bucket, "metadata.csv", None)
     meta = [m for m in meta if m[0] == "metadata.csv"]
@@ -269,12 +305,20 @@ def _download_pg19(source: Source, directory: Path, base: str, progress: bool, l
         if not books:
             raise DownloadError(f"download: {base}/{source.bucket} lists no {split}/ books; is base_url right?")
         todo += books
+    for name, size, _ in todo:
+        safe_pg19_name(name)
+        if pinned is not None:
+            if name not in pinned:
+                raise DownloadError(f"download: the listing names {name}, which the pinned manifest does not hold; the mirror differs from the pinned copy")
+            if pinned[name]["size"] != size:
+                raise DownloadError(f"download: the listing gives {name} {size:,} bytes, the pinned manifest {pinned[name]['size']:,}")
+    fetched: dict[str, dict] = {}
     for name, size, md5 in tqdm(todo, desc="pg19", unit="file", disable=not progress):
-        _fetch(
-            f"{base}/{source.bucket}/{urllib.parse.quote(name)}",
-            root / name,
-            size=size,
-            digest=("md5", md5) if md5 else None,
-            progress=False,
-        )
+        digest = ("sha256", pinned[name]["sha256"]) if pinned is not None else (("md5", md5) if md5 else None)
+        dest = _fetch(f"{base}/{source.bucket}/{urllib.parse.quote(name)}", root / name, size=size, digest=digest, progress=False)
+        fetched[name] = {"size": dest.stat().st_size, "sha256": _hash_file(dest, ("sha256", ""))}
+    record = root / PG19_MANIFEST
+    tmp = record.with_name(record.name + ".part")
+    tmp.write_text(json.dumps({"files": fetched}, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, record)
     return root

@@ -28,6 +28,7 @@ from compressive_transformer.memory import (
     update_layer,
 )
 from compressive_transformer.models.block import Block, BlockOutput
+from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 
 
@@ -126,10 +127,12 @@ class CompressiveTransformerLM(nn.Module):
         compression_loss: compute the auxiliary losses (default: only when gradients are enabled — evaluation and
         generation skip the work; analyses of compressibility ask for them)."""
         cfg = self.cfg
+        check_inputs(cfg, inputs, targets, input_mask)
         B, T = inputs.shape[:2]
         if memory is None:
             memory = self.init_memory(B, device=inputs.device)
-        self._check_memory(memory, B)
+        param = next(self.parameters())
+        check_memory(cfg, memory, batch_size=B, n_layers=cfg.n_layers, dtype=param.dtype, device=param.device, compressive=True)
         if input_mask is None:
             input_mask = torch.ones(B, T, dtype=torch.bool, device=inputs.device)
         input_mask = input_mask.bool()
@@ -221,11 +224,3 @@ class CompressiveTransformerLM(nn.Module):
             )  # fmt: skip
         decoded = self.decoders[i](eviction.compressed)  # autoencoder
         return autoencoder_loss(eviction.old, old_mask, decoded)
-
-    def _check_memory(self, memory: MemoryState, batch_size: int) -> None:
-        if len(memory.layers) != self.cfg.n_layers:
-            raise ValueError(f"memory has {len(memory.layers)} layers, the model {self.cfg.n_layers}; use model.init_memory")
-        if memory.batch_size != batch_size:
-            raise ValueError(
-                f"memory holds {memory.batch_size} rows but the input has {batch_size}; use model.init_memory({batch_size})"
-            )

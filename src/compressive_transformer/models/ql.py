@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from compressive_transformer.attention import additive_mask, attention_mask, explicit_attention, make_positions
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import LayerMemory, MemoryState, empty_layer, update_layer
+from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.block import Block
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.models.lm import LMOutput
@@ -122,10 +123,11 @@ class TransformerQL(nn.Module):
         a padded segment and its inputs are kept until the segment is complete. Pooling between scales has no
         auxiliary loss, so ``compression_loss`` changes nothing here (it exists so both models take one call)."""
         cfg = self.cfg
+        check_inputs(cfg, inputs, targets, input_mask)
         B, T = inputs.shape[:2]
         memory = self.init_memory(B, device=inputs.device) if memory is None else memory
-        if len(memory.layers) != cfg.n_layers + self.n_scales + 1 or memory.batch_size != B:
-            raise ValueError(f"memory does not fit this Transformer-QL and a batch of {B}; use model.init_memory({B})")
+        param = next(self.parameters())
+        check_memory(cfg, memory, batch_size=B, n_layers=cfg.n_layers + self.n_scales + 1, dtype=param.dtype, device=param.device, compressive=False)
         mask = torch.ones(B, T, dtype=torch.bool, device=inputs.device) if input_mask is None else input_mask.bool()
         pending = memory.layers[-1]
         S, P = pending.capacity, pending.fill
