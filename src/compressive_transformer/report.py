@@ -145,7 +145,7 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
 def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
     splits = sorted({s for x in summaries.values() for s in x["eval"]})
     head = ["run", "model", "l", "d", "n_s", "n_m", "n_cm", "c", "compression", "range", "attn cost", "steps", "train loss"]
-    head += [f"{s} {k}" for s in splits for k in ("bpc", "ppl", "word ppl")]
+    head += [f"{s} {k}" for s in splits for k in ("bits/token", "bits/char", "ppl", "word ppl")]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, x in summaries.items():
         m = x["config"]["model"]
@@ -154,7 +154,7 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
                comp, x["max_range"], x["attention_cost"], x["steps"], _fmt(x["final_loss"])]  # fmt: skip
         for s in splits:
             e = x["eval"].get(s, {})
-            row += [_fmt(e.get("bpc")), _fmt(e.get("ppl")), _fmt(e.get("word_ppl"))]
+            row += [_fmt(e.get("bits_per_token", e.get("bpc"))), _fmt(e.get("bits_per_char")), _fmt(e.get("ppl")), _fmt(e.get("word_ppl"))]
         lines.append("| " + " | ".join(str(v) for v in row) + " |")
     return "\n".join(lines)
 

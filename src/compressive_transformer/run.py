@@ -128,14 +128,26 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     return cfg, load_tokenizer(run_dir / TOKENIZER_DIR)
 
 
-def load_model(run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None) -> CompressiveTransformerLM | TransformerQL:
-    """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint)."""
+def load_model(
+    run_dir: str | Path,
+    cfg: RunConfig,
+    checkpoint: str | Path | None = None,
+    *,
+    device: str | None = None,
+    threads: int | None = None,
+    log: Log | None = None,
+) -> CompressiveTransformerLM | TransformerQL:
+    """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint), on ``device``
+    (default ``auto``: CUDA where this machine has it, else CPU; where the run was trained does not matter) with
+    ``threads`` CPU threads (default: the run's ``train.num_threads``)."""
     path = Path(checkpoint) if checkpoint is not None else latest_checkpoint(run_dir)
     if path is None:
         raise CheckpointError(f"{run_dir}: has no checkpoint yet; train it first (or resume it with --resume)")
-    set_threads(cfg.train.num_threads)
-    device = resolve_device(cfg.train.device)
-    model = build_model(cfg.model).to(device)
+    if threads is not None and threads < 1:
+        raise ConfigError(f"--threads: must be >= 1, got {threads}")
+    target = resolve_device(device or "auto", key="--device")
+    set_threads(threads if threads is not None else cfg.train.num_threads, log if target.type == "cpu" else None)
+    model = build_model(cfg.model).to(target)
     load_weights(path, model)
     model.eval()
     return model

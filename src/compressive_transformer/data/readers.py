@@ -186,7 +186,19 @@ def _line_bounds(data: Document, path: Path) -> dict[str, tuple[int, int]]:
     return bounds
 
 
+def decode_file(path: str | Path, tokenizer: str) -> Document:
+    """A whole file as UTF-8 text, or raw bytes for the byte tokenizer when it is not text."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: is not a file; give a text file")
+    return _decode_bytes(path.read_bytes(), path, tokenizer)
+
+
 def _decode(data: bytes, path: Path, cfg: DataConfig) -> Document:
+    return _decode_bytes(data, path, cfg.tokenizer)
+
+
+def _decode_bytes(data: bytes, path: Path, tokenizer: str) -> Document:
     """UTF-8 text, or the raw bytes when only the byte tokenizer will see them; binary data for a text tokenizer is an error."""
     bad = data.find(b"\x00")  # NUL never occurs in text, though it is valid UTF-8
     if bad < 0:
@@ -194,10 +206,10 @@ def _decode(data: bytes, path: Path, cfg: DataConfig) -> Document:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:
             bad = e.start
-    if cfg.tokenizer == "bytes":
+    if tokenizer == "bytes":
         return data
     raise ConfigError(
-        f"data.tokenizer: {path} is binary or not UTF-8 (byte {bad}); the {cfg.tokenizer!r} tokenizer needs text, "
+        f"data.tokenizer: {path} is binary or not UTF-8 (byte {bad}); the {tokenizer!r} tokenizer needs text, "
         "set tokenizer = 'bytes'"
     )
 
