@@ -8,10 +8,9 @@ have been written by the same config (keys that only change logging may differ).
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +26,9 @@ from compressive_transformer.config import (
     tomllib,
 )
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
+from compressive_transformer.data.readers import data_root_path
 from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
-from compressive_transformer.evaluate import EvalResult, evaluate
+from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.generate import generate
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
@@ -44,6 +44,7 @@ TOKENIZER_DIR = "tokenizer"
 RESUME_FREE_KEYS = (
     "train.progress", "train.log_every", "train.val_every", "train.val_batches", "train.checkpoint_every",
     "train.keep_checkpoints", "train.num_threads", "data.path", "data.cache_dir",
+    "data.tokenizer_file",  # the tokenizer itself is saved in the run; where its source file lives does not matter
 )  # fmt: skip
 EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
 
@@ -82,7 +83,9 @@ def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
     """What a run records: the model's vocabulary is the tokenizer's, and data paths are absolute so the run
     can be evaluated or resumed from any working directory."""
     absolute = lambda p: str(Path(p).expanduser().resolve()) if p else p  # noqa: E731
-    data = dataclasses.replace(cfg.data, path=absolute(cfg.data.path), cache_dir=absolute(cfg.data.cache_dir))
+    data = dataclasses.replace(
+        cfg.data, path=absolute(data_root_path(cfg.data.path)), cache_dir=absolute(cfg.data.cache_dir), tokenizer_file=absolute(cfg.data.tokenizer_file)
+    )
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data)
 
 
@@ -259,6 +262,8 @@ def evaluate_run(
     overrides: list[str] | tuple[str, ...] = (),
     checkpoint: str | Path | None = None,
     progress: bool = True,
+    device: str | None = None,
+    threads: int | None = None,
 ) -> EvalResult:
     """Stream a whole split through the run's newest model; write ``eval_<split>.json`` into the run."""
     bad = [o for o in overrides if not o.strip().startswith(EVAL_KEYS)]
@@ -266,8 +271,13 @@ def evaluate_run(
         raise ConfigError(f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run")
     run_dir = Path(run_dir)
     cfg, tokenizer = open_run(run_dir, overrides)
+    if cfg.data.format == "pydoc" and any(o.strip().startswith("data.path") for o in overrides):
+        raise ConfigError("--set data.path: a pydoc run reads no path; score your own text with `evaluate RUN --text FILE`")
+    if split is not None and any(o.strip().startswith("eval.split") for o in overrides):
+        raise ConfigError("--set eval.split: --split is given too and wins; drop one of them")
     split = split or cfg.eval.split
-    model = load_model(run_dir, cfg, checkpoint)
+    ckpt = Path(checkpoint) if checkpoint is not None else latest_checkpoint(run_dir)
+    model = load_model(run_dir, cfg, ckpt, device=device, threads=threads, log=log_stderr)
     corpus = load_corpus(cfg.data, split, tokenizer, cache_dir(cfg, run_dir))
     e = cfg.eval
     result = evaluate(
@@ -281,10 +291,17 @@ def evaluate_run(
         max_batches=e.max_batches,
         progress=progress,
     )
-    record = result.to_dict() | {"checkpoint": str(checkpoint or latest_checkpoint(run_dir))}
-    record = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in record.items()}
-    (run_dir / f"eval_{split}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    from compressive_transformer.loading import Run
+    from compressive_transformer.text_eval import run_record
+
+    run = Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=run_dir, checkpoint=ckpt)
+    source = {"kind": "split", "format": cfg.data.format, "path": cfg.data.path, "split": split}
+    write_eval_record(run_dir / f"eval_{split}.json", run_record(run, result, source))
     return result
+
+
+def log_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def generate_run(

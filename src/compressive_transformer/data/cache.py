@@ -21,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from compressive_transformer.config import ConfigError, DataConfig
-from compressive_transformer.data.readers import SPLITS, check_split, read_split, source_files
+from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, read_split, source_files
 from compressive_transformer.data.tokenizers import Tokenizer, prepare_tokenizer
 from compressive_transformer.units import TextSize, texts_size
 
@@ -78,7 +78,7 @@ def cache_key(cfg: DataConfig, split: str, tokenizer: Tokenizer) -> dict[str, An
     return {
         "version": CACHE_VERSION,
         "format": cfg.format,
-        "path": str(Path(cfg.path).expanduser().resolve()) if cfg.path else "",
+        "path": str(Path(data_root_path(cfg.path)).expanduser().resolve()) if cfg.path else "",
         "train_file": cfg.train_file,
         "split": split,
         "tokenizer_kind": tokenizer.kind,

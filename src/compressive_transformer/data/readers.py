@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import logging
+import os
 import re
 import warnings
 import zipfile
@@ -373,10 +374,24 @@ def read_pg19_metadata(directory: str | Path) -> dict[str, Pg19Book]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+DATA_ROOT_ENV = "CT_DATA_ROOT"
+
+
+def data_root_path(path: str) -> str:
+    """``data/<corpus>`` (a relative path under ``data``, where ``data download`` puts corpora) read from
+    ``$CT_DATA_ROOT/<corpus>`` when that variable is set; any other path unchanged."""
+    root = os.environ.get(DATA_ROOT_ENV)
+    parts = Path(path).parts if path else ()
+    if root and parts and parts[0] == "data" and not Path(path).is_absolute():
+        return str(Path(root).expanduser().joinpath(*parts[1:]))
+    return path
+
+
 def _existing(cfg: DataConfig) -> Path:
-    path = Path(cfg.path).expanduser()
+    path = Path(data_root_path(cfg.path)).expanduser()
     if not path.exists():
-        raise ConfigError(f"data.path: {path} does not exist; point it at the {cfg.format} corpus (see the download helpers)")
+        hint = f"`compressive-transformer data download` fills data/, or set {DATA_ROOT_ENV} to the directory holding it"
+        raise ConfigError(f"data.path: {path} does not exist; point it at the {cfg.format} corpus ({hint})")
     return path
 
 
