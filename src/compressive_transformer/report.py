@@ -52,12 +52,14 @@ def _fmt(v: Any, digits: int = 4) -> str:
     return str(v)
 
 
-def load_trained(run_dir: str | Path, checkpoint: str | Path | None = None) -> tuple[Any, Any, Any]:
-    """(RunConfig, tokenizer, model in eval mode) of a run directory, through the trainer's own loaders."""
-    from compressive_transformer.run import load_model, open_run
+def load_trained(
+    run_dir: str | Path, checkpoint: str | Path | None = None, *, device: str | None = None, threads: int | None = None
+) -> tuple[Any, Any, Any]:
+    """(RunConfig, tokenizer, model in eval mode) of a run directory, on ``device`` (default auto)."""
+    from compressive_transformer.loading import load_run
 
-    cfg, tokenizer = open_run(run_dir)
-    return cfg, tokenizer, load_model(run_dir, cfg, checkpoint)
+    run = load_run(run_dir, device=device, checkpoint=checkpoint, threads=threads)
+    return run.config, run.tokenizer, run.model
 
 
 def analyze_run(
@@ -69,6 +71,8 @@ def analyze_run(
     batch_size: int = 4,
     checkpoint: str | Path | None = None,
     log: Log = print,
+    device: str | None = None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """The paper's analyses of one trained run on ``split`` (capped at ``max_segments`` batches each), JSON-ready.
 
@@ -82,7 +86,7 @@ def analyze_run(
     if bad:
         raise ConfigError(f"analyses: unknown {bad[0]!r}; use {', '.join(ANALYSES)}")
     run_dir = Path(run_dir)
-    cfg, tokenizer, model = load_trained(run_dir, checkpoint)
+    cfg, tokenizer, model = load_trained(run_dir, checkpoint, device=device, threads=threads)
     corpus = load_corpus(cfg.data, split, tokenizer, cache_dir(cfg, run_dir))
     out: dict[str, Any] = {"split": split, "max_segments": max_segments}
     if "regions" in analyses:
@@ -168,8 +172,10 @@ def write_report(
     max_segments: int = 40,
     batch_size: int = 4,
     log: Log = print,
+    device: str | None = None,
+    threads: int | None = None,
 ) -> Path:
-    """Write the report directory for ``run_dirs``; returns the path of ``report.md``."""
+    """Write the report directory for ``run_dirs`` (models on ``device``, default auto); returns the path of ``report.md``."""
     if not run_dirs:
         raise ConfigError("report: give at least one run directory")
     out = Path(out_dir)
@@ -193,7 +199,7 @@ def write_report(
         if summaries[name]["checkpoint"] is None or not analyses:
             continue
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-        a = analyze_run(run_dir, split=split, analyses=analyses, max_segments=max_segments, batch_size=batch_size, log=log)
+        a = analyze_run(run_dir, split=split, analyses=analyses, max_segments=max_segments, batch_size=batch_size, log=log, device=device, threads=threads)
         results["analyses"][name] = a
         md += [f"## Analyses of {name} ({split} split, up to {max_segments} segments of {batch_size} streams)", ""]
         if "regions" in a:

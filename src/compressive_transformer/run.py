@@ -29,7 +29,6 @@ from compressive_transformer.data import build_tokenizer, load_corpus, load_toke
 from compressive_transformer.data.readers import data_root_path
 from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
-from compressive_transformer.generate import generate
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
 from compressive_transformer.toml_writer import config_text
@@ -314,15 +313,14 @@ def generate_run(
     top_p: float = 1.0,
     seed: int | None = None,
     compile: bool = False,
+    device: str | None = None,
 ) -> str:
     """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest model."""
-    cfg, tokenizer = open_run(run_dir)
-    model = load_model(run_dir, cfg)
-    ids = tokenizer.encode(prompt)
-    if not ids:
-        raise ConfigError("--prompt: is empty after tokenization; give some text to continue")
-    out = generate(model, ids, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile)
-    return tokenizer.decode(out.tokens)
+    from compressive_transformer.loading import load_run
+    from compressive_transformer.textgen import generate_text
+
+    run = load_run(run_dir, device=device)
+    return generate_text(run, prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile).text
 
 
 @dataclass

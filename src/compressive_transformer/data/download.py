@@ -159,7 +159,7 @@ def _fetch(
         os.replace(tmp, dest)
         return dest
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-        raise DownloadError(f"download: {url} failed ({getattr(e, 'reason', e)}); check the network or pass base_url of a mirror") from None
+        raise DownloadError(f"download: {url} failed ({getattr(e, 'reason', e)}); check the network or pass --base-url URL of a mirror") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -177,7 +177,7 @@ def _hash_file(path: Path, digest: tuple[str, str] | None) -> str | None:
 def _verify(path: Path, n: int, size: int | None, digest: tuple[str, str] | None, got: str | None, url: str = "") -> None:
     origin = url or str(path)
     if size is not None and n != size:
-        raise DownloadError(f"download: {origin} gave {n:,} bytes, expected {size:,}; try again or use another mirror (base_url)")
+        raise DownloadError(f"download: {origin} gave {n:,} bytes, expected {size:,}; try again or use another mirror (--base-url)")
     if digest and got != digest[1].lower():
         raise DownloadError(f"download: {origin} has {digest[0]} {got}, expected {digest[1]}; the file is corrupt or changed, try again")
 
@@ -235,9 +235,9 @@ def _list_objects(base: str, bucket: str, prefix: str, limit: int | None) -> lis
             with urllib.request.urlopen(url, timeout=60) as resp:
                 page = json.load(resp)
         except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-            raise DownloadError(f"download: listing {url} failed ({getattr(e, 'reason', e)}); check the network or base_url") from None
+            raise DownloadError(f"download: listing {url} failed ({getattr(e, 'reason', e)}); check the network or --base-url") from None
         except json.JSONDecodeError:
-            raise DownloadError(f"download: listing {url} did not return JSON; is base_url a GCS-compatible server?") from None
+            raise DownloadError(f"download: listing {url} did not return JSON; is --base-url a GCS-compatible server?") from None
         for item in page.get("items", []):
             if item["name"].endswith("/"):
                 continue
@@ -262,12 +262,12 @@ def _download_pg19(source: Source, directory: Path, base: str, progress: bool, l
     meta = _list_objects(base, source.bucket, "metadata.csv", None)
     meta = [m for m in meta if m[0] == "metadata.csv"]
     if not meta:
-        raise DownloadError(f"download: {base}/{source.bucket} has no metadata.csv; is base_url right?")
+        raise DownloadError(f"download: {base}/{source.bucket} has no metadata.csv; is --base-url right?")
     todo = meta[:]
     for split in PG19_SPLITS:
         books = [o for o in _list_objects(base, source.bucket, f"{split}/", limit) if o[0].endswith(".txt")]
         if not books:
-            raise DownloadError(f"download: {base}/{source.bucket} lists no {split}/ books; is base_url right?")
+            raise DownloadError(f"download: {base}/{source.bucket} lists no {split}/ books; is --base-url right?")
         todo += books
     for name, size, md5 in tqdm(todo, desc="pg19", unit="file", disable=not progress):
         _fetch(
