@@ -120,7 +120,8 @@ def generate(
             if keep_logits:
                 result.logits.append(last[0].float().cpu())
             result.tokens.append(int(token))
-            done = i + 1 == max_new_tokens or (on_token is not None and on_token(int(token)) is False)
+            stopped = on_token is not None and on_token(int(token)) is False
+            done = stopped or i + 1 == max_new_tokens
             if done and not return_memory:
                 break
             if decoder is not None:  # T = 1: constant cost per token

@@ -31,7 +31,7 @@ def model_fingerprint(run: Run) -> str:
 def save_memory(path: str | Path, run: Run, memory: MemoryState, next_logits: torch.Tensor) -> Path:
     """Write the memory state and the next token's logits to ``path`` (safetensors, atomically)."""
     path = Path(path)
-    tensors = {k: v.detach().cpu().contiguous() for k, v in memory.to_tensors().items()}
+    tensors = {k: v.detach().cpu().clone() for k, v in memory.to_tensors().items()}  # layers may share mask tensors
     tensors["next_logits"] = next_logits.detach().float().cpu().contiguous()
     meta = {"format": MEMORY_FORMAT, "model": model_fingerprint(run), "checkpoint": str(run.checkpoint)}
     path.parent.mkdir(parents=True, exist_ok=True)
