@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--models", default="txl,ct", help="comma-separated: txl, ct, ct-<compression>-<loss>, or ablation for the compression fn x loss grid (default txl,ct)")
     t.add_argument("--seed", type=int, default=0, help="seed of data and initialisation (default 0)")
     t.add_argument("--budget", type=int, help="training steps per model (default: the preset's)")
-    t.add_argument("--out", type=Path, default=Path("benchmarks/long_range"), help="output directory (default benchmarks/long_range)")
+    t.add_argument("--out", type=Path, help="output directory (default: a fresh runs/long-range-<time>)")
     t.add_argument("--threads", type=int, help="torch CPU threads")
     t = task_sub.add_parser("train", help="one model on one task from a TOML config", description="Train one model on one task (configs/long_range/) and write OUT/result.json with a plot.")
     t.add_argument("config", type=Path, metavar="CONFIG", help="task TOML config")
@@ -278,6 +278,9 @@ def cmd_task(args: argparse.Namespace) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
+    from compressive_transformer.run import fresh_run_dir
+
+    args.out = args.out or fresh_run_dir("long-range")
     run_long_range(
         args.preset, args.out, tasks=tuple(args.tasks.split(",")), models=tuple(args.models.split(",")), seed=args.seed, budget=args.budget
     )

@@ -146,6 +146,14 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     }
 
 
+def region_share_table(shares: Sequence[dict[str, float]]) -> str:
+    """Per layer, the fraction of attention each memory region receives (rows sum to 1)."""
+    names = list(shares[0]) if shares else []
+    lines = ["| layer | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [f"| {i} | " + " | ".join(_fmt(s[n], 3) for n in names) + " |" for i, s in enumerate(shares)]
+    return "\n".join(lines)
+
+
 def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
     splits = sorted({s for x in summaries.values() for s in x["eval"]})
     head = ["run", "model", "l", "d", "n_s", "n_m", "n_cm", "c", "compression", "range", "attn cost", "steps", "train loss"]
@@ -205,8 +213,7 @@ def write_report(
         if "regions" in a:
             plots.plot_attention_regions(a["regions"], out / f"{slug}_attention_regions.png", title=f"{name}: attention by memory region")
             md += ["### Attention by memory region (oldest -> newest)", "", f"![attention by region]({slug}_attention_regions.png)", "",
-                   bucket_table(a["regions"]), "", "share of attention per region, per layer: "
-                   + "; ".join(", ".join(f"{k} {v:.3f}" for k, v in s.items()) for s in a["regions"]["region_share"]), ""]  # fmt: skip
+                   bucket_table(a["regions"]), "", "Share of attention per region:", "", region_share_table(a["regions"]["region_share"]), ""]  # fmt: skip
         if "compressibility" in a:
             c = a["compressibility"]
             series = dict(c["over_training"], held_out=[v if v is not None else 0.0 for v in c["held_out"]["per_layer"]])
