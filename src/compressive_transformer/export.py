@@ -8,11 +8,14 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import safetensors.torch
 
 from compressive_transformer.config import ConfigError, RunConfig, apply_overrides, to_dict
+
+if TYPE_CHECKING:
+    from compressive_transformer.loading import Run
 
 CONFIG_JSON = "config.json"
 WEIGHTS = "model.safetensors"
@@ -52,7 +55,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, checkpoint: str | Pa
     return out
 
 
-def from_pretrained(directory: str | Path, *, device: str | None = None, threads: int | None = None, overrides: Sequence[str] = ()):  # noqa: ANN201
+def from_pretrained(directory: str | Path, *, device: str | None = None, threads: int | None = None, overrides: Sequence[str] = ()) -> "Run":
     """Load a directory written by :func:`export_run` as a :class:`~compressive_transformer.loading.Run`
     (``device`` as in ``load_run``; ``overrides``: ``eval.*`` keys)."""
     from compressive_transformer.data import load_tokenizer

@@ -4,7 +4,6 @@ the device of this machine, with no corpus needed (the tokenizer is saved in the
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -74,7 +73,7 @@ def load_run(
     ``train.num_threads``); ``overrides``: ``eval.*`` keys such as ``eval.mem_len=1024``.
     """
     from compressive_transformer.export import CONFIG_JSON, from_pretrained
-    from compressive_transformer.run import load_model, open_run
+    from compressive_transformer.run import load_model, log_stderr, open_run
 
     path = Path(path)
     if (path / CONFIG_JSON).is_file() and not (path / "config.toml").is_file():
@@ -86,12 +85,8 @@ def load_run(
         raise ConfigError(f"override {bad[0]!r}: only eval.* keys change how a trained run is used")
     cfg, tokenizer = open_run(path, overrides)
     ckpt = Path(checkpoint) if checkpoint is not None else latest_checkpoint(path)
-    model = load_model(path, cfg, ckpt, device=device, threads=threads, log=log if log is not None else _stderr)
+    model = load_model(path, cfg, ckpt, device=device, threads=threads, log=log if log is not None else log_stderr)
     return Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=path, checkpoint=ckpt)
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
 
 
 __all__ = ["Run", "load_run"]

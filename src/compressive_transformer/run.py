@@ -300,6 +300,7 @@ def evaluate_run(
 
 
 def log_stderr(message: str) -> None:
+    """Notes for the user of a command whose stdout is its result (scores, generated text)."""
     print(message, file=sys.stderr)
 
 
