@@ -305,7 +305,7 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
     from compressive_transformer.metrics import read_metrics
     from compressive_transformer.checkpoint import latest_checkpoint
     from compressive_transformer.run import load_model, open_run
-    from compressive_transformer.units import texts_size, units
+    from compressive_transformer.units import summary_line, texts_size, units
 
     cfg, tokenizer = open_run(job.run_dir)
     model = load_model(job.run_dir, cfg)
@@ -325,6 +325,7 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
             predicted = ~np.isnan(nll)
             total = float(nll[predicted].sum())
             n_tok = int(predicted.sum())
+            u = units(total, n_tok, size, tokenizer_kind=tokenizer.kind)
             record = {
                 "seg_len": seg_len,
                 "mem_len": mem_len,
@@ -333,14 +334,14 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
                 "tokens": int(len(tw.ids)),
                 "predicted_tokens": n_tok,
                 "nll_nats": total,
-                **{k: v for k, v in units(total, n_tok, size, tokenizer_kind=tokenizer.kind).to_dict().items() if k != "ppl"},
+                **{k: v for k, v in u.to_dict().items() if k != "ppl"},
                 **size.to_dict(),
                 "lookback": loss_by_lookback(tw, nll, seg_len=seg_len, edges=job.lookback_edges),
                 "frequency": bucket_perplexity(tw.words, word_nll(tw, nll), counts),
                 "seconds": time.perf_counter() - t0,
             }
             evaluations[ev][split] = record
-            log(f"{ev} {split}: {record['bits_per_char']:.4f} bits/char, word ppl {record['word_ppl']:.2f} ({record['seconds']:.0f} s)")
+            log(f"{ev} {split}: {summary_line(u)} ({record['seconds']:.0f} s)")
     attention = None
     if job.attention_segments:
         tw, _ = texts[job.attention_split]
