@@ -55,7 +55,7 @@ def test_train_writes_a_complete_run_directory(trained: Path) -> None:
 
 def test_evaluate_and_generate(trained: Path, capsys: pytest.CaptureFixture) -> None:
     code, out, _ = run(capsys, "evaluate", str(trained), "--split", "test", "--set", "eval.mem_len=24")
-    assert code == 0 and "bpc" in out and (trained / "eval_test.json").is_file()
+    assert code == 0 and "bits/char" in out and (trained / "eval_test.json").is_file()
     code, out, _ = run(capsys, "generate", str(trained), "--prompt", "def ", "--max-tokens", "30", "--seed", "3", "--top-k", "10", "--top-p", "0.9")
     again = run(capsys, "generate", str(trained), "--prompt", "def ", "--max-tokens", "30", "--seed", "3", "--top-k", "10", "--top-p", "0.9")[1]
     assert code == 0 and out.startswith("def ") and out == again
@@ -85,11 +85,15 @@ def test_data_download_calls_the_data_package(monkeypatch: pytest.MonkeyPatch, t
     from compressive_transformer.data import DownloadError
 
     calls = []
-    monkeypatch.setattr(data, "download", lambda name, directory: calls.append((name, directory)) or Path(directory) / name)
+    monkeypatch.setattr(data, "download", lambda name, directory, **kw: calls.append((name, directory, kw)) or Path(directory) / name)
     code, out, _ = run(capsys, "data", "download", "pg19", str(tmp_path))
-    assert code == 0 and calls == [("pg19", tmp_path)] and str(tmp_path / "pg19") in out
+    assert code == 0 and calls == [("pg19", tmp_path, {"base_url": None, "limit": None, "manifest": None})] and str(tmp_path / "pg19") in out
+    code, _, _ = run(capsys, "data", "download", "pg19", str(tmp_path), "--limit", "3", "--base-url", "http://mirror.example")
+    assert code == 0 and calls[-1] == ("pg19", tmp_path, {"base_url": "http://mirror.example", "limit": 3})
+    code, _, _ = run(capsys, "data", "download", "wikitext-2")
+    assert code == 0 and calls[-1] == ("wikitext-2", Path("data"), {"base_url": None, "limit": None})  # data/: where the configs look
 
-    def failing(name, directory):
+    def failing(name, directory, **kw):
         raise DownloadError("enwik8: checksum mismatch; delete the file and try again")
 
     monkeypatch.setattr(data, "download", failing)
@@ -104,7 +108,7 @@ def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(monkeypatch:
     monkeypatch.chdir(tmp_path)
     code, out, _ = run(capsys, "demo", "--steps", "3")
     assert code == 0, out
-    assert "validation bpc:" in out and "sample:" in out and "run directory: runs/demo-" in out
+    assert "validation: loss " in out and "bits/char" in out and "word ppl" not in out and "sample:" in out and "run directory: runs/demo-" in out
     first = next((tmp_path / "runs").iterdir())
     assert (first / "eval_validation.json").is_file()
     assert_user_error(*run(capsys, "demo", "--steps", "3", "--run-dir", str(first))[::2], "already holds a run")

@@ -35,7 +35,7 @@ def test_pg19_sample_trains_evaluates_samples_and_resumes_exactly(tmp_path: Path
 
     assert cli.main(["evaluate", str(run_dir), "--split", "test", "--set", "eval.max_batches=3", "--set", "eval.mem_len=128"]) == 0
     result = json.loads((run_dir / "eval_test.json").read_text())
-    assert result["tokens"] > 0 and result["bpc"] > 0 and result["mem_len"] == 128
+    assert result["tokens"] > 0 and result["bits_per_token"] > 0 and result["mem_len"] == 128
     capsys.readouterr()
     assert cli.main(["generate", str(run_dir), "--prompt", "It was a dark and stormy night", "--max-tokens", "20", "--seed", "0"]) == 0
     assert capsys.readouterr().out.startswith("It was a dark and stormy night")

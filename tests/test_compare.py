@@ -58,7 +58,7 @@ def test_compare_trains_each_variant_and_tabulates(tmp_path):
         ("ql", "Transformer-QL", "04/04/-", 8),
     ]
     assert rows[0]["context_avg"] == 2 * 4 + 2  # l n_m, plus n_s / 2
-    assert all(r["tokens_per_s"] > 0 and r["bpc"] > 0 and r["parameters"] > 0 for r in rows)
+    assert all(r["tokens_per_s"] > 0 and r["bits_per_token"] > 0 and r["parameters"] > 0 for r in rows)
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == json.loads(json.dumps(rows))
     table = (tmp_path / "out" / "results.md").read_text()
     assert "| Transformer-QL | 04/04/- | 8 |" in table

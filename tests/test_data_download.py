@@ -144,7 +144,7 @@ def test_corrupt_existing_file_is_replaced(tmp_path: Path, enwik8_served: tuple[
 
 def test_unreachable_server_is_a_one_line_error(tmp_path: Path, enwik8_served: tuple[str, bytes]) -> None:
     url, _ = enwik8_served
-    with pytest.raises(DownloadError, match="failed .*base_url") as e:
+    with pytest.raises(DownloadError, match="failed .*--base-url") as e:
         download("enwik8", tmp_path / "x", base_url=url + "/missing", progress=False)
     assert "\n" not in str(e.value)
     assert list((tmp_path / "x").iterdir()) == []

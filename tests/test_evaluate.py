@@ -52,10 +52,15 @@ def test_every_target_once_and_independent_of_the_number_of_streams(corpus_dir: 
     assert one.tokens == three.tokens == corpus.num_tokens - corpus.num_docs  # a document's last token has no target
     assert one.complete and three.complete
     assert one.loss == pytest.approx(three.loss, rel=1e-5)  # each document starts from empty memory in its own row
-    assert one.bpc == pytest.approx(one.loss / math.log(2))
+    assert one.bits_per_token == pytest.approx(one.loss / math.log(2))
     assert one.ppl == pytest.approx(math.exp(one.loss))
-    assert one.words == corpus.num_words
-    assert one.word_ppl == pytest.approx(math.exp(one.loss * one.tokens / corpus.num_words))
+    chars = sum(len(d) for d in TEXTS["validation"])  # ASCII: characters = bytes
+    assert (one.words, one.chars, one.bytes) == (corpus.num_words, chars, chars)
+    assert one.bits_per_char == pytest.approx(one.loss * one.tokens / chars / math.log(2))
+    assert one.bits_per_byte == one.bits_per_char
+    assert one.word_ppl is None  # a byte-level run has no word-level perplexity
+    with pytest.warns(DeprecationWarning):
+        assert one.bpc == one.bits_per_token
 
 
 def test_memory_is_carried_across_segments(corpus_dir: Path, tmp_path: Path) -> None:
@@ -79,6 +84,7 @@ def test_partial_evaluation_reports_no_word_perplexity(corpus_dir: Path, tmp_pat
     model, corpus = _setup(corpus_dir, tmp_path)
     part = evaluate(model, corpus, batch_size=1, seg_len=8, max_batches=3)
     assert part.segments == 3 and not part.complete and part.word_ppl is None and part.tokens <= 24
+    assert part.bits_per_char is None and part.bits_per_byte is None  # their denominators are the whole split's
 
 
 def test_evaluate_run_writes_eval_json_with_overrides(tmp_path: Path) -> None:
@@ -88,8 +94,9 @@ def test_evaluate_run_writes_eval_json_with_overrides(tmp_path: Path) -> None:
     result = evaluate_run(run, split="test", overrides=["eval.mem_len=32", "eval.seg_len=32", "eval.batch_size=4"], progress=False)
     saved = json.loads((run / "eval_test.json").read_text())
     assert saved["split"] == "test" and saved["mem_len"] == 32 and saved["seg_len"] == 32 and saved["complete"]
-    assert saved["bpc"] == pytest.approx(result.bpc) and saved["checkpoint"].endswith("step-00000002")
-    for key in ("loss", "bpc", "ppl", "word_ppl", "tokens", "words"):
+    assert saved["bits_per_char"] == pytest.approx(result.bits_per_char) and saved["checkpoint"].endswith("step-00000002")
+    assert saved["step"] == 2 and saved["source"] == {"kind": "split", "format": "pydoc", "path": "", "split": "test"}
+    for key in ("loss", "bits_per_token", "bits_per_char", "bits_per_byte", "ppl", "word_ppl", "tokens", "chars", "bytes", "words", "cmem_len"):
         assert key in saved
     with pytest.raises(ConfigError, match="only eval"):
         evaluate_run(run, overrides=["model.mem_len=32"])

@@ -204,7 +204,7 @@ def test_evaluate_and_generate_fall_back_with_a_message(damage: str, trained: Pa
     assert code == 0, err
     assert err.count("warning:") == 1 and str(newest / name) in err and "falling back" in err
     record = json.loads((trained / "eval_validation.json").read_text())
-    assert record["checkpoint"] == str(list_checkpoints(trained)[-2]) and record["bpc"] < 9
+    assert record["checkpoint"] == str(list_checkpoints(trained)[-2]) and record["bits_per_token"] < 9
     code, out, err = cli_run(capsys, "generate", str(trained), "--prompt", "The ", "--max-tokens", "5", "--seed", "0")
     assert code == 0 and out.startswith("The ") and "falling back" in err
     # a checkpoint asked for by name is not replaced by another
@@ -317,7 +317,7 @@ def test_evaluating_a_read_only_run_stops_before_computing(trained: Path, tmp_pa
         m.setattr(run_module.tempfile, "NamedTemporaryFile", read_only)
         code, out, err = cli_run(capsys, "evaluate", str(trained), "--out", str(out_file))
     assert code == 0, err
-    assert json.loads(out_file.read_text())["bpc"] > 0 and str(out_file) in out
+    assert json.loads(out_file.read_text())["bits_per_token"] > 0 and str(out_file) in out
 
 
 # ---------------------------------------------------------------------------------------------------------------

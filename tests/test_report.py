@@ -36,7 +36,8 @@ def test_report_compares_two_runs(runs, tmp_path):
         assert (out / png).stat().st_size > 0, png
         assert f"]({png})" in text
     data = json.loads((out / "report.json").read_text())
-    assert set(data["runs"]) == {"ct", "txl"} and data["runs"]["ct"]["eval"]["validation"]["bpc"] > 0
+    assert set(data["runs"]) == {"ct", "txl"} and data["runs"]["ct"]["eval"]["validation"]["bits_per_token"] > 0
+    assert "Share of attention per region:\n\n| layer | " in text  # a table, one row per layer
     assert data["runs"]["txl"]["max_range"] == 2 * 24 and data["runs"]["ct"]["max_range"] == 2 * (16 + 2 * 8)
     regions = data["analyses"]["ct"]["regions"]
     assert [r["buckets"] for r in regions["regions"]] == [6, 6, 6] and len(regions["layers"]) == 2

@@ -110,10 +110,10 @@ def test_metrics_jsonl_has_the_promised_fields(tmp_path: Path) -> None:
     train_records = [r for r in records if "loss" in r]
     assert [r["step"] for r in train_records] == [2, 4]
     for r in train_records:
-        for key in ("step", "loss", "lr", "tokens_per_s", "bpc", "ppl", "aux_loss", "aux_losses", "grad_norm", "mem_fill", "cmem_fill"):
+        for key in ("step", "loss", "lr", "tokens_per_s", "bits_per_token", "ppl", "aux_loss", "aux_losses", "grad_norm", "mem_fill", "cmem_fill"):
             assert key in r, key
         assert len(r["aux_losses"]) == 2 and 0 <= r["mem_fill"] <= 1 and r["tokens_per_s"] > 0
-    assert [r["step"] for r in records if "val_bpc" in r] == [2, 4]
+    assert [r["step"] for r in records if "val_bits_per_token" in r] == [2, 4]
     assert all(json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines())
 
 

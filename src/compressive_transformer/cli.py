@@ -20,11 +20,19 @@ def _add_overrides(p: argparse.ArgumentParser, help_text: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE", help=help_text)
 
 
+def _add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help="where the model runs: auto (CUDA if present, else CPU), cpu, cuda (default auto; wherever the run was trained)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: the run's train.num_threads)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="compressive-transformer",
         description="Train, evaluate and sample Compressive Transformers, Transformer-XL and Transformer-QL.",
     )
+    from compressive_transformer import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="run `compressive-transformer COMMAND -h` for its options")
 
     p = sub.add_parser("train", help="train a model (or resume a run)", description="Train a model into a run directory.")
@@ -33,22 +41,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/<config>-<time>")
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
 
-    p = sub.add_parser("evaluate", help="stream a whole split through a trained run", description="Streaming evaluation (bpc, perplexity, word perplexity) with memory carried through the split; writes RUN_DIR/eval_<split>.json.")
+    p = sub.add_parser(
+        "evaluate",
+        help="score a split, your own text files or another corpus with a trained run",
+        description="Streaming evaluation with memory carried through each document: loss in nats per token, bits per "
+        "token, bits per character and byte of the text, word perplexity (word and subword tokenizers). A split "
+        "writes RUN_DIR/eval_<split>.json; --text and --data write RUN_DIR/eval_text-<name>.json / "
+        "eval_data-<format>-<dir>-<split>.json under a name no earlier result holds.",
+    )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train`")
     p.add_argument("--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split of the run)")
+    p.add_argument("--text", type=Path, nargs="+", metavar="FILE", help="score these files (each one whole, memory carried through it) with the run's tokenizer")
+    p.add_argument("--data", type=Path, metavar="DIR", help="score a split of another corpus (with --format)")
+    p.add_argument("--format", choices=("text", "enwik8", "wikitext", "pg19"), help="the corpus format of --data")
     _add_overrides(p, "override an eval key, e.g. --set eval.mem_len=1024 (repeatable)")
     p.add_argument("--checkpoint", type=Path, help="checkpoint directory to evaluate (default: the newest that verifies)")
-    p.add_argument("--out", type=Path, help="where to write the result JSON (default RUN_DIR/eval_<split>.json)")
+    p.add_argument("--out", type=Path, help="where to write the result JSON (default: in RUN_DIR, under a name no earlier result holds)")
+    _add_device(p)
 
-    p = sub.add_parser("generate", help="sample a continuation of a prompt", description="Sample text from a trained run, carrying memory across the prompt and the continuation.")
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train`")
-    p.add_argument("--prompt", required=True, help="text to continue")
+    p = sub.add_parser(
+        "generate",
+        help="sample continuations of prompts, streamed as they are produced",
+        description="Sample text from a trained run, carrying memory across the prompt and the continuation. The text "
+        "is printed as it is produced; --save-memory/--load-memory continue a long document across calls.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train` (or a directory written by `export`)")
+    p.add_argument("--prompt", help="text to continue")
+    p.add_argument("--prompts-file", type=Path, help="one prompt per line (\\n inside a line is a newline); each is continued in turn")
     p.add_argument("--max-tokens", type=int, default=200, help="tokens to generate (default 200)")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
     p.add_argument("--top-k", type=int, default=0, help="sample among the K most likely tokens; 0 keeps all (default 0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; 1 keeps all (default 1.0)")
     p.add_argument("--seed", type=int, help="random seed for reproducible samples")
+    p.add_argument("--stop", action="append", default=[], metavar="STRING", help="end the continuation before this string (repeatable)")
+    p.add_argument("--mem-len", type=int, help="memory slots per layer (default: the run's eval/training value)")
+    p.add_argument("--cmem-len", type=int, help="compressed memory slots per layer (default: the run's eval/training value)")
+    p.add_argument("--save-memory", type=Path, metavar="FILE", help="write the memory after the continuation to FILE (safetensors) to go on later")
+    p.add_argument("--load-memory", type=Path, metavar="FILE", help="continue from a memory saved with --save-memory (the prompt may then be omitted)")
     p.add_argument("--compile", action="store_true", help="torch.compile the decoding step: ~15 s to start, then about twice as fast per token")
+    _add_device(p)
+
+    p = sub.add_parser(
+        "export",
+        help="write a run as a Hugging Face-style directory",
+        description="Write OUT_DIR/config.json, model.safetensors and tokenizer.json; load it back with "
+        "compressive_transformer.from_pretrained(OUT_DIR). OUT_DIR must be new or empty.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train`")
+    p.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="directory to write (new or empty)")
+    p.add_argument("--checkpoint", type=Path, help="checkpoint directory to export (default: the newest)")
 
     p = sub.add_parser("range", help="print the temporal range and attention cost of a config", description="Temporal range l x (n_m + c n_cm) and attention cost of a model config.")
     p.add_argument("--config", type=Path, help="TOML config; default: the built-in tiny config")
@@ -95,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--models", default="txl,ct", help="comma-separated: txl, ct, ct-<compression>-<loss>, or ablation for the compression fn x loss grid (default txl,ct)")
     t.add_argument("--seed", type=int, default=0, help="seed of data and initialisation (default 0)")
     t.add_argument("--budget", type=int, help="training steps per model (default: the preset's)")
-    t.add_argument("--out", type=Path, default=Path("benchmarks/long_range"), help="output directory (default benchmarks/long_range)")
+    t.add_argument("--out", type=Path, help="output directory (default: a fresh runs/long-range-<time>)")
     t.add_argument("--threads", type=int, help="torch CPU threads")
     t = task_sub.add_parser("train", help="one model on one task from a TOML config", description="Train one model on one task (configs/long_range/) and write OUT/result.json with a plot.")
     t.add_argument("config", type=Path, metavar="CONFIG", help="task TOML config")
@@ -115,12 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--only", help="comma-separated subset of regions, compressibility, temporal, frequency")
         p.add_argument("--max-segments", type=int, default=40, help="segments streamed per analysis (default 40)")
         p.add_argument("--batch-size", type=int, default=4, help="parallel streams (default 4)")
+        _add_device(p)
 
     p = sub.add_parser("data", help="data utilities", description="Data utilities.")
     data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION", help="what to do with the data")
     d = data_sub.add_parser("download", help="download a benchmark corpus and verify its checksum", description="Download a benchmark corpus into DIR.")
-    d.add_argument("name", choices=("enwik8", "wikitext-103", "pg19"), help="corpus to download")
-    d.add_argument("dir", type=Path, metavar="DIR", help="directory to download into")
+    from compressive_transformer.data import SOURCES
+
+    d.add_argument("name", choices=sorted(SOURCES), help="corpus to download")
+    d.add_argument("dir", type=Path, metavar="DIR", nargs="?", default=Path("data"), help="directory to download into (default data, where the configs look)")
+    d.add_argument("--limit", type=int, help="pg19: only the first N books of each split")
+    d.add_argument("--base-url", help="a mirror to download from instead of the corpus's own site")
     d.add_argument("--manifest", type=Path, help="pg19: pinned manifest.json (from a previous download) every file must match")
 
     p = sub.add_parser("demo", help="train, evaluate and sample a small model on the pydoc topics in a few minutes", description="Train a small Compressive Transformer on Python's own help topics (bytes), evaluate it and sample from it.")
@@ -155,22 +201,48 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from compressive_transformer.run import evaluate_run
+    if args.text is None and args.data is None:
+        if args.format is not None:
+            raise ConfigError("--format: applies to --data DIR only; add --data DIR or drop --format")
+        from compressive_transformer.run import evaluate_run
 
-    result = evaluate_run(args.run_dir, split=args.split, overrides=args.overrides, checkpoint=args.checkpoint, out=args.out)
+        result = evaluate_run(
+            args.run_dir, split=args.split, overrides=args.overrides, checkpoint=args.checkpoint, out=args.out, device=args.device, threads=args.threads,
+        )  # fmt: skip
+        print(result.summary())
+        print(f"wrote {args.out or args.run_dir / f'eval_{result.split}.json'}")
+        return
+    from compressive_transformer.loading import load_run
+    from compressive_transformer.text_eval import check_text_overrides, corpus_source, evaluate_source, files_source
+
+    if args.text is not None and args.data is not None:
+        raise ConfigError("--text and --data: give one of them")
+    if args.data is not None and args.format is None:
+        raise ConfigError("--data: needs --format (text, enwik8, wikitext or pg19)")
+    if args.text is not None and args.format is not None:
+        raise ConfigError("--format: applies to --data DIR only; drop it with --text")
+    check_text_overrides(args.overrides, split=args.split, what="--text" if args.text is not None else "--data")
+    run = load_run(args.run_dir, device=args.device, checkpoint=args.checkpoint, threads=args.threads, overrides=args.overrides)
+    if args.text is not None:
+        source = files_source(args.text, run.tokenizer.kind)
+    else:
+        source = corpus_source(run, args.data, args.format, args.split or run.config.eval.split)
+    result, path = evaluate_source(run, source, out=args.out)
     print(result.summary())
-    print(f"wrote {args.out or args.run_dir / f'eval_{result.split}.json'}")
+    print(f"wrote {path}")
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from compressive_transformer.generate import clean_prompt
-    from compressive_transformer.run import generate_run
+    from compressive_transformer.textgen import generate_command
 
-    text = generate_run(
-        args.run_dir, args.prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        compile=args.compile,
-    )
-    print(clean_prompt(args.prompt) + text)
+    generate_command(args)
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from compressive_transformer.export import export_run
+
+    out = export_run(args.run_dir, args.out_dir, checkpoint=args.checkpoint)
+    print(f"wrote {out} (config.json, model.safetensors, tokenizer.json); load it with compressive_transformer.from_pretrained")
 
 
 def cmd_range(args: argparse.Namespace) -> None:
@@ -210,6 +282,9 @@ def cmd_task(args: argparse.Namespace) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
+    from compressive_transformer.run import fresh_run_dir
+
+    args.out = args.out or fresh_run_dir("long-range")
     run_long_range(
         args.preset, args.out, tasks=tuple(args.tasks.split(",")), models=tuple(args.models.split(",")), seed=args.seed, budget=args.budget
     )
@@ -221,15 +296,17 @@ def cmd_report(args: argparse.Namespace) -> None:
 
     out = args.out or args.run_dirs[0] / "analysis"
     analyses = tuple(args.only.split(",")) if args.only else ANALYSES
-    path = write_report(args.run_dirs, out, split=args.split, analyses=analyses, max_segments=args.max_segments, batch_size=args.batch_size)
+    path = write_report(
+        args.run_dirs, out, split=args.split, analyses=analyses, max_segments=args.max_segments, batch_size=args.batch_size, device=args.device,
+        threads=args.threads,
+    )  # fmt: skip
     print(f"wrote {path} (and report.html, PNGs, report.json beside it)")
 
 
 def cmd_data(args: argparse.Namespace) -> None:
     from compressive_transformer.data import download
 
-    pinned = {"manifest": args.manifest} if args.manifest is not None else {}
-    path = download(args.name, args.dir, **pinned)
+    path = download(args.name, args.dir, base_url=args.base_url, limit=args.limit, manifest=args.manifest)
     print(f"{args.name}: {path}")
 
 
@@ -238,7 +315,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
     result = demo(steps=args.steps, run_dir=args.run_dir)
     print()
-    print(f"validation bpc: {result.validation.bpc:.3f} (loss {result.validation.loss:.3f} nats per byte)")
+    print(result.validation.summary())
     print("sample:")
     print(result.sample)
     print()
@@ -250,6 +327,7 @@ COMMANDS = {
     "train": cmd_train,
     "evaluate": cmd_evaluate,
     "generate": cmd_generate,
+    "export": cmd_export,
     "range": cmd_range,
     "compare": cmd_compare,
     "study": cmd_study,

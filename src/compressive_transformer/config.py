@@ -397,7 +397,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] | tuple[str, .
 
 
 DATA_FORMATS = ("pydoc", "text", "enwik8", "wikitext", "pg19")
-TOKENIZERS = ("bytes", "words", "bpe", "unigram")
+TOKENIZERS = ("bytes", "words", "bpe", "unigram", "pretrained")
 DEFAULT_SUBWORD_VOCAB = 8192
 
 
@@ -415,6 +415,7 @@ class DataConfig:
     min_freq: int = 1  # words: rarer words become <unk>
     cache_dir: str = ""  # "" = a .cache directory inside the run directory
     train_file: str = ""  # wikitext: file that acts as the train split (e.g. "wiki.valid.tokens")
+    tokenizer_file: str = ""  # tokenizer = "pretrained": a HuggingFace tokenizers ``tokenizer.json`` to use as is
 
     def __post_init__(self) -> None:
         _check_types(self, "data")
@@ -440,6 +441,13 @@ class DataConfig:
                 "byte-level unigram keeps all 256 byte symbols; set vocab_size >= 257 (or 0 for 8192)",
             )
         _require(self.min_freq >= 1, p + "min_freq", "must be >= 1")
+        _require(
+            (self.tokenizer == "pretrained") == bool(self.tokenizer_file),
+            p + "tokenizer_file",
+            "set it (a tokenizer.json) exactly when tokenizer = 'pretrained'"
+            if self.tokenizer == "pretrained"
+            else "is used only with tokenizer = 'pretrained'; remove it or set tokenizer = 'pretrained'",
+        )
         _require(
             self.format != "enwik8" or self.tokenizer == "bytes",
             p + "tokenizer",

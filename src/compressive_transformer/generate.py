@@ -8,11 +8,13 @@ import math
 import numbers
 import secrets
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from compressive_transformer.config import ConfigError
 from compressive_transformer.decode import Decoder, unsupported
+from compressive_transformer.memory import MemoryState
 
 
 def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
@@ -89,6 +91,8 @@ class Generation:
     prompt: list[int]
     tokens: list[int]  # the continuation only
     logits: list[torch.Tensor] = field(default_factory=list)  # (V,) the logits each generated token was drawn from
+    memory: MemoryState | None = None  # with return_memory: the state after every token, the last one included
+    next_logits: torch.Tensor | None = None  # with return_memory: (V,) the logits the next token would be drawn from
 
 
 @torch.no_grad()
@@ -106,11 +110,19 @@ def generate(
     cmem_len: int | None = None,
     keep_logits: bool = False,
     compile: bool = False,
+    memory: MemoryState | None = None,
+    next_logits: torch.Tensor | None = None,
+    on_token: Callable[[int], bool] | None = None,
+    return_memory: bool = False,
 ) -> Generation:
     """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens, carrying memory throughout. ``compile``: run the
     ring-buffer decoder's step under ``torch.compile`` (worth it for long generations: the first token waits for the
-    compilation, ~15 s on a small CPU, then each token costs about half as much; ignored for models without one)."""
-    if not prompt:
+    compilation, ~15 s on a small CPU, then each token costs about half as much; ignored for models without one).
+
+    To continue an earlier generation, pass its ``memory`` and ``next_logits`` (from ``return_memory=True``): the
+    prompt, which may then be empty, is read after that state. ``on_token`` sees each token as it is drawn and
+    stops the generation by returning False."""
+    if not prompt and (memory is None or next_logits is None):
         raise ConfigError("prompt: is empty; give at least one character to start from")
     check_sampling(max_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
     cfg = model.cfg
@@ -121,12 +133,17 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        memory = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len, device=device)
+        if memory is None:
+            memory = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len, device=device)
+            last = None
+        else:
+            memory = memory.to(device)
+            last = next_logits.to(device).reshape(1, -1) if next_logits is not None else None
         ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
         for start in range(0, ids.size(1), seg_len):
             out = model(ids[:, start : start + seg_len], memory=memory)
             memory = out.memory
-        last = out.logits[:, -1]  # (1, V)
+            last = out.logits[:, -1]  # (1, V)
         decoder = Decoder(model, memory, compile=compile) if unsupported(model) is None else None
         result = Generation(prompt=list(prompt), tokens=[])
         for i in range(max_new_tokens):
@@ -134,13 +151,20 @@ def generate(
             if keep_logits:
                 result.logits.append(last[0].float().cpu())
             result.tokens.append(int(token))
-            if i + 1 == max_new_tokens:
+            stopped = on_token is not None and on_token(int(token)) is False
+            done = stopped or i + 1 == max_new_tokens
+            if done and not return_memory:
                 break
             if decoder is not None:  # T = 1: constant cost per token
                 last = decoder.step(token.view(1))
             else:
                 out = model(token.view(1, 1), memory=memory)
                 memory, last = out.memory, out.logits[:, -1]
+            if done:
+                break
+        if return_memory:
+            result.memory = decoder.memory() if decoder is not None else memory
+            result.next_logits = last[0].float()
         return result
     finally:
         model.train(was_training)

@@ -27,6 +27,32 @@ def cpu_model_and_flags() -> tuple[str, list[str]]:
     return model or platform.processor(), [f for f in SPEED_FLAGS if f in flags]
 
 
+SMALL_MACHINE = 4  # cores; below this, PyTorch's default of one thread per core collapses when another process runs
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one, else every core)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def thread_warning(requested: int) -> str | None:
+    """One line when the CPU thread count is likely to make throughput collapse, else None. ``requested`` is the
+    configured count (0: PyTorch's default, one per core)."""
+    cores = available_cores()
+    threads = requested or torch.get_num_threads()
+    if threads > cores:
+        return f"warning: {threads} CPU threads on {cores} available cores; every op will wait for a core (set num_threads / --threads <= {cores})"
+    if requested == 0 and cores <= SMALL_MACHINE and threads > 1:
+        return (
+            f"warning: num_threads is unset, so torch uses all {cores} cores; if another process shares them throughput "
+            "can fall 10x (set train.num_threads = 1 or pass --threads 1)"
+        )
+    return None
+
+
 def machine_info() -> dict[str, Any]:
     model, flags = cpu_model_and_flags()
     info: dict[str, Any] = {
@@ -43,4 +69,4 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-__all__ = ["SPEED_FLAGS", "cpu_model_and_flags", "machine_info"]
+__all__ = ["SMALL_MACHINE", "available_cores", "thread_warning", "SPEED_FLAGS", "cpu_model_and_flags", "machine_info"]

@@ -52,12 +52,14 @@ def _fmt(v: Any, digits: int = 4) -> str:
     return str(v)
 
 
-def load_trained(run_dir: str | Path, checkpoint: str | Path | None = None) -> tuple[Any, Any, Any]:
-    """(RunConfig, tokenizer, model in eval mode) of a run directory, through the trainer's own loaders."""
-    from compressive_transformer.run import load_model, open_run
+def load_trained(
+    run_dir: str | Path, checkpoint: str | Path | None = None, *, device: str | None = None, threads: int | None = None
+) -> tuple[Any, Any, Any]:
+    """(RunConfig, tokenizer, model in eval mode) of a run directory, on ``device`` (default auto)."""
+    from compressive_transformer.loading import load_run
 
-    cfg, tokenizer = open_run(run_dir)
-    return cfg, tokenizer, load_model(run_dir, cfg, checkpoint)
+    run = load_run(run_dir, device=device, checkpoint=checkpoint, threads=threads)
+    return run.config, run.tokenizer, run.model
 
 
 def analyze_run(
@@ -69,6 +71,8 @@ def analyze_run(
     batch_size: int = 4,
     checkpoint: str | Path | None = None,
     log: Log = print,
+    device: str | None = None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """The paper's analyses of one trained run on ``split`` (capped at ``max_segments`` batches each), JSON-ready.
 
@@ -82,7 +86,7 @@ def analyze_run(
     if bad:
         raise ConfigError(f"analyses: unknown {bad[0]!r}; use {', '.join(ANALYSES)}")
     run_dir = Path(run_dir)
-    cfg, tokenizer, model = load_trained(run_dir, checkpoint)
+    cfg, tokenizer, model = load_trained(run_dir, checkpoint, device=device, threads=threads)
     corpus = load_corpus(cfg.data, split, tokenizer, cache_dir(cfg, run_dir))
     out: dict[str, Any] = {"split": split, "max_segments": max_segments}
     if "regions" in analyses:
@@ -142,10 +146,18 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     }
 
 
+def region_share_table(shares: Sequence[dict[str, float]]) -> str:
+    """Per layer, the fraction of attention each memory region receives (rows sum to 1)."""
+    names = list(shares[0]) if shares else []
+    lines = ["| layer | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [f"| {i} | " + " | ".join(_fmt(s[n], 3) for n in names) + " |" for i, s in enumerate(shares)]
+    return "\n".join(lines)
+
+
 def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
     splits = sorted({s for x in summaries.values() for s in x["eval"]})
     head = ["run", "model", "l", "d", "n_s", "n_m", "n_cm", "c", "compression", "range", "attn cost", "steps", "train loss"]
-    head += [f"{s} {k}" for s in splits for k in ("bpc", "ppl", "word ppl")]
+    head += [f"{s} {k}" for s in splits for k in ("bits/token", "bits/char", "ppl", "word ppl")]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, x in summaries.items():
         m = x["config"]["model"]
@@ -154,7 +166,7 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
                comp, x["max_range"], x["attention_cost"], x["steps"], _fmt(x["final_loss"])]  # fmt: skip
         for s in splits:
             e = x["eval"].get(s, {})
-            row += [_fmt(e.get("bpc")), _fmt(e.get("ppl")), _fmt(e.get("word_ppl"))]
+            row += [_fmt(e.get("bits_per_token", e.get("bpc"))), _fmt(e.get("bits_per_char")), _fmt(e.get("ppl")), _fmt(e.get("word_ppl"))]
         lines.append("| " + " | ".join(str(v) for v in row) + " |")
     return "\n".join(lines)
 
@@ -168,8 +180,10 @@ def write_report(
     max_segments: int = 40,
     batch_size: int = 4,
     log: Log = print,
+    device: str | None = None,
+    threads: int | None = None,
 ) -> Path:
-    """Write the report directory for ``run_dirs``; returns the path of ``report.md``."""
+    """Write the report directory for ``run_dirs`` (models on ``device``, default auto); returns the path of ``report.md``."""
     if not run_dirs:
         raise ConfigError("report: give at least one run directory")
     out = Path(out_dir)
@@ -193,14 +207,13 @@ def write_report(
         if summaries[name]["checkpoint"] is None or not analyses:
             continue
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-        a = analyze_run(run_dir, split=split, analyses=analyses, max_segments=max_segments, batch_size=batch_size, log=log)
+        a = analyze_run(run_dir, split=split, analyses=analyses, max_segments=max_segments, batch_size=batch_size, log=log, device=device, threads=threads)
         results["analyses"][name] = a
         md += [f"## Analyses of {name} ({split} split, up to {max_segments} segments of {batch_size} streams)", ""]
         if "regions" in a:
             plots.plot_attention_regions(a["regions"], out / f"{slug}_attention_regions.png", title=f"{name}: attention by memory region")
             md += ["### Attention by memory region (oldest -> newest)", "", f"![attention by region]({slug}_attention_regions.png)", "",
-                   bucket_table(a["regions"]), "", "share of attention per region, per layer: "
-                   + "; ".join(", ".join(f"{k} {v:.3f}" for k, v in s.items()) for s in a["regions"]["region_share"]), ""]  # fmt: skip
+                   bucket_table(a["regions"]), "", "Share of attention per region:", "", region_share_table(a["regions"]["region_share"]), ""]  # fmt: skip
         if "compressibility" in a:
             c = a["compressibility"]
             series = dict(c["over_training"], held_out=[v if v is not None else 0.0 for v in c["held_out"]["per_layer"]])

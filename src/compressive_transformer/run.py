@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import math
 import os
 import shutil
 import sys
@@ -33,9 +31,10 @@ from compressive_transformer.config import (
     tomllib,
 )
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
+from compressive_transformer.data.readers import data_root_path
 from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
-from compressive_transformer.evaluate import EvalResult, evaluate
-from compressive_transformer.generate import check_sampling, clean_prompt, generate
+from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
+from compressive_transformer.fileio import require_writable, write_text_atomic
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
 from compressive_transformer.runlock import LOCK_FILE, RunLock
@@ -51,6 +50,7 @@ TOKENIZER_DIR = "tokenizer"
 RESUME_FREE_KEYS = (
     "train.progress", "train.log_every", "train.val_every", "train.val_batches", "train.checkpoint_every",
     "train.keep_checkpoints", "train.num_threads", "train.divergence_factor", "data.path", "data.cache_dir",
+    "data.tokenizer_file",  # the tokenizer itself is saved in the run; where its source file lives does not matter
 )  # fmt: skip
 # keys that do change the trajectory but nothing a checkpoint holds (the schedule, clipping), so a resumed run may
 # change them: the remedy for a run that diverged. The run's config.toml records the new values.
@@ -96,7 +96,9 @@ def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
     """What a run records: the model's vocabulary is the tokenizer's, and data paths are absolute so the run
     can be evaluated or resumed from any working directory."""
     absolute = lambda p: str(Path(p).expanduser().resolve()) if p else p  # noqa: E731
-    data = dataclasses.replace(cfg.data, path=absolute(cfg.data.path), cache_dir=absolute(cfg.data.cache_dir))
+    data = dataclasses.replace(
+        cfg.data, path=absolute(data_root_path(cfg.data.path)), cache_dir=absolute(cfg.data.cache_dir), tokenizer_file=absolute(cfg.data.tokenizer_file)
+    )
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data)
 
 
@@ -145,20 +147,35 @@ def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
 
 
 def load_model(
-    run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None, log: Log = _stderr
+    run_dir: str | Path,
+    cfg: RunConfig,
+    checkpoint: str | Path | None = None,
+    *,
+    device: str | None = None,
+    threads: int | None = None,
+    log: Log | None = _stderr,
 ) -> CompressiveTransformerLM | TransformerQL:
     """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint that verifies; newer ones
-    that do not are reported through ``log``)."""
-    return load_model_from(run_dir, cfg, checkpoint, log)[0]
+    that do not are reported through ``log``), on ``device`` (default ``auto``: CUDA where this machine has it, else
+    CPU; where the run was trained does not matter) with ``threads`` CPU threads (default: ``train.num_threads``)."""
+    return load_model_from(run_dir, cfg, checkpoint, device=device, threads=threads, log=log)[0]
 
 
 def load_model_from(
-    run_dir: str | Path, cfg: RunConfig, checkpoint: str | Path | None = None, log: Log = _stderr
+    run_dir: str | Path,
+    cfg: RunConfig,
+    checkpoint: str | Path | None = None,
+    *,
+    device: str | None = None,
+    threads: int | None = None,
+    log: Log | None = _stderr,
 ) -> tuple[CompressiveTransformerLM | TransformerQL, Path]:
     """:func:`load_model` and the checkpoint it loaded."""
-    set_threads(cfg.train.num_threads)
-    device = resolve_device(cfg.train.device)
-    model = build_model(cfg.model).to(device)
+    if threads is not None and threads < 1:
+        raise ConfigError(f"--threads: must be >= 1, got {threads}")
+    target = resolve_device(device or "auto", key="--device")
+    set_threads(threads if threads is not None else cfg.train.num_threads, log if target.type == "cpu" else None)
+    model = build_model(cfg.model).to(target)
     path = load_newest_weights(run_dir, model, checkpoint, log)
     model.eval()
     return model, path
@@ -234,7 +251,7 @@ def _train_locked(
         val_corpus = _optional_corpus(cfg, "validation", tokenizer, caches, log)
         if not resume and info.is_main:
             tokenizer.save(run_dir / TOKENIZER_DIR)
-            _write_atomic(run_dir / CONFIG_FILE, config_text(cfg))  # last: its presence marks a run that --resume accepts
+            write_text_atomic(run_dir / CONFIG_FILE, config_text(cfg))  # last: its presence marks a run that --resume accepts
             barrier(info)  # the other processes may read the run now
         trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
     except BaseException:
@@ -297,19 +314,7 @@ def _record_resume_changes(run_dir: Path, saved: RunConfig, new: RunConfig, log:
     for key in changed:
         if key in RESUME_REMEDY_KEYS:
             log(f"resuming with {key} = {new_flat[key]!r} (was {old_flat.get(key)!r})")
-    _write_atomic(run_dir / CONFIG_FILE, config_text(new))
-
-
-def _require_writable(path: Path) -> None:
-    """Stop before any work when ``path`` cannot be written (a read-only run directory), not after it."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"):
-            pass
-        if path.exists() and not os.access(path, os.W_OK):
-            raise PermissionError(13, "Permission denied", str(path))
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot be written ({e.strerror or e}); pass --out FILE to write the result elsewhere") from None
+    write_text_atomic(run_dir / CONFIG_FILE, config_text(new))
 
 
 @contextlib.contextmanager
@@ -325,12 +330,6 @@ def _writable_cache(preferred: Path) -> Iterator[Path]:
             yield Path(tmp)
         return
     yield preferred
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _optional_corpus(cfg: RunConfig, split: str, tokenizer: Any, caches: Path, log: Log) -> Any:
@@ -350,6 +349,8 @@ def evaluate_run(
     progress: bool = True,
     out: str | Path | None = None,
     log: Log = _stderr,
+    device: str | None = None,
+    threads: int | None = None,
 ) -> EvalResult:
     """Stream a whole split through the run's newest good model; write ``eval_<split>.json`` into the run (or to
     ``out``). Where that cannot be written it stops before computing anything."""
@@ -358,11 +359,15 @@ def evaluate_run(
         raise ConfigError(f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run")
     run_dir = Path(run_dir)
     cfg, tokenizer = open_run(run_dir, overrides)
+    if cfg.data.format == "pydoc" and any(o.strip().startswith("data.path") for o in overrides):
+        raise ConfigError("--set data.path: a pydoc run reads no path; score your own text with `evaluate RUN --text FILE`")
+    if split is not None and any(o.strip().startswith("eval.split") for o in overrides):
+        raise ConfigError("--set eval.split: --split is given too and wins; drop one of them")
     split = split or cfg.eval.split
     target = Path(out) if out is not None else run_dir / f"eval_{split}.json"
-    _require_writable(target)
+    require_writable(target)
     e = cfg.eval
-    model, path = load_model_from(run_dir, cfg, checkpoint, log)
+    model, path = load_model_from(run_dir, cfg, checkpoint, device=device, threads=threads, log=log)
     check_fits(
         cfg.model, batch_size=e.batch_size, seg_len=e.seg_len or cfg.model.seg_len, device=next(model.parameters()).device,
         mem_len=cfg.model.mem_len if e.mem_len is None else e.mem_len, cmem_len=cfg.model.cmem_len if e.cmem_len is None else e.cmem_len,
@@ -381,10 +386,18 @@ def evaluate_run(
         max_batches=e.max_batches,
         progress=progress,
     )
-    record = result.to_dict() | {"checkpoint": str(path)}
-    record = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in record.items()}
-    _write_atomic(target, json.dumps(record, indent=2) + "\n")
+    from compressive_transformer.loading import Run
+    from compressive_transformer.text_eval import run_record
+
+    run = Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=run_dir, checkpoint=path)
+    source = {"kind": "split", "format": cfg.data.format, "path": cfg.data.path, "split": split}
+    write_eval_record(target, run_record(run, result, source))
     return result
+
+
+def log_stderr(message: str) -> None:
+    """Notes for the user of a command whose stdout is its result (scores, generated text)."""
+    print(message, file=sys.stderr)
 
 
 def generate_run(
@@ -397,19 +410,15 @@ def generate_run(
     top_p: float = 1.0,
     seed: int | None = None,
     compile: bool = False,
+    device: str | None = None,
     log: Log = _stderr,
 ) -> str:
-    """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest good model.
-    Sampling settings are checked before anything loads; bytes of ``prompt`` that are not UTF-8 become U+FFFD."""
-    check_sampling(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
-    prompt = clean_prompt(prompt)
-    cfg, tokenizer = open_run(run_dir)
-    model = load_model(run_dir, cfg, log=log)
-    ids = tokenizer.encode(prompt)
-    if not ids:
-        raise ConfigError("--prompt: is empty after tokenization; give some text to continue")
-    out = generate(model, ids, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile)
-    return tokenizer.decode(out.tokens)
+    """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest good model."""
+    from compressive_transformer.loading import load_run
+    from compressive_transformer.textgen import generate_text
+
+    run = load_run(run_dir, device=device, log=log)
+    return generate_text(run, prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile).text
 
 
 @dataclass

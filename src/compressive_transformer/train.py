@@ -12,6 +12,7 @@ resumed run continues bit for bit on CPU.
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from compressive_transformer.config import ConfigError, RunConfig
 from compressive_transformer.data import StreamBatcher
 from compressive_transformer.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate
+from compressive_transformer.machine import thread_warning
 from compressive_transformer.memory import MemoryState, is_row_tensor
 from compressive_transformer.metrics import MetricsLogger
 from compressive_transformer.models import IGNORE_INDEX, CompressiveTransformerLM, TransformerQL, build_model
@@ -62,22 +64,60 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def set_threads(num_threads: int) -> None:
-    """Pin torch's CPU thread count (0 leaves PyTorch's default); oversubscribed cores make every op wait."""
+_warned_threads: set[int] = set()
+
+
+def set_threads(num_threads: int, log: Callable[[str], None] | None = None) -> None:
+    """Pin torch's CPU thread count (0 leaves PyTorch's default); oversubscribed cores make every op wait, so a
+    count likely to collapse throughput is reported once per process through ``log``."""
     if num_threads > 0:
         torch.set_num_threads(num_threads)
+    message = thread_warning(num_threads)
+    if message and log is not None and num_threads not in _warned_threads:
+        _warned_threads.add(num_threads)
+        log(message)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, key: str = "train.device") -> torch.device:
+    """``auto`` is CUDA where available, else CPU; a device this machine lacks is a one-line error naming ``key``."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
         return torch.device("cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device: {name!r} asked for but CUDA is not available; use cpu or auto")
+        raise ConfigError(f"{key}: {name!r} asked for but CUDA is not available; use cpu or auto")
     if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("train.device: 'mps' asked for but not available; use cpu or auto")
-    return torch.device(name)
+        raise ConfigError(f"{key}: 'mps' asked for but not available; use cpu or auto")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"{key}: unknown device {name!r}; use auto, cpu or cuda") from None
+
+
+class ThroughputWatch:
+    """Notices when training runs far below its own recent rate (another process took the cores, a thread count
+    too high for a shared machine) and says so once per slow spell."""
+
+    def __init__(self, *, ratio: float = 0.4, warmup: int = 2) -> None:
+        self.ratio, self.warmup = ratio, warmup
+        self.best, self.seen, self.slow = 0.0, 0, False
+
+    def check(self, tokens_per_s: float) -> str | None:
+        self.seen += 1
+        if self.seen <= self.warmup:  # the first windows include start-up costs
+            self.best = max(self.best, tokens_per_s) if self.seen == self.warmup else 0.0
+            return None
+        if tokens_per_s < self.ratio * self.best:
+            if self.slow:
+                return None
+            self.slow = True
+            return (
+                f"warning: {tokens_per_s:,.0f} tokens/s, down from {self.best:,.0f}; is another process using the cores? "
+                "(train.num_threads = 1 holds up best on a shared machine)"
+            )
+        self.slow = False
+        self.best = max(self.best, tokens_per_s)
+        return None
 
 
 def compile_model(module: torch.nn.Module) -> torch.nn.Module:
@@ -149,8 +189,8 @@ class Trainer:
         self.config_toml = config_text(cfg)  # stored in every checkpoint, so a checkpoint names its config
         self.log = log
         t = cfg.train
-        set_threads(t.num_threads)
         self.device = local_device(resolve_device(t.device))
+        set_threads(t.num_threads, log if self.device.type == "cpu" and os.environ.get("RANK", "0") == "0" else None)
         self.dist = init_distributed(self.device)  # one process unless launched by torchrun
         self.rows = self.dist.rows(t.batch_size)  # the streams (and memories) this process owns
         seed_everything(t.seed)
@@ -330,7 +370,7 @@ class Trainer:
         return {
             "step": self.step,
             "loss": loss,
-            "bpc": loss / math.log(2),
+            "bits_per_token": loss / math.log(2),
             "ppl": math.exp(min(loss, 700.0)),
             "aux_loss": aux_sum / n_batches,
             "aux_losses": [float(x) / n_batches for x in aux_layers],
@@ -368,7 +408,10 @@ class Trainer:
     def _log_validation(self) -> EvalResult | None:
         result = self.validate()
         if result is not None:
-            self.metrics.log({"step": self.step, "val_loss": result.loss, "val_bpc": result.bpc, "val_ppl": result.ppl, "val_tokens": result.tokens})
+            record = {"step": self.step, "val_loss": result.loss, "val_bits_per_token": result.bits_per_token, "val_ppl": result.ppl}
+            if result.bits_per_char is not None:  # only a complete pass over the split has per-character units
+                record |= {"val_bits_per_char": result.bits_per_char, "val_bits_per_byte": result.bits_per_byte}
+            self.metrics.log(record | {"val_tokens": result.tokens})
         return result
 
     def train(self, *, max_steps: int | None = None) -> TrainSummary:
@@ -379,6 +422,7 @@ class Trainer:
         if self.step >= t.steps:
             self.log(f"the run already finished its {t.steps} steps; nothing to do")
             return summary
+        self._throughput = ThroughputWatch()
         bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", disable=not (t.progress and self.dist.is_main), dynamic_ncols=True)
         window_start, window_tokens = time.perf_counter(), 0
         try:
@@ -389,11 +433,14 @@ class Trainer:
                 summary.losses.append(record["loss"])
                 summary.last_loss = record["loss"]
                 bar.update(1)
-                bar.set_postfix(loss=f"{record['loss']:.3f}", bpc=f"{record['bpc']:.3f}", lr=f"{record['lr']:.2e}")
+                bar.set_postfix(loss=f"{record['loss']:.3f}", bits_per_token=f"{record['bits_per_token']:.3f}", lr=f"{record['lr']:.2e}")
                 if self.step % t.log_every == 0 or self.step == t.steps:
                     now = time.perf_counter()
                     record["tokens_per_s"] = window_tokens / max(now - window_start, 1e-9)
                     window_start, window_tokens = now, 0
+                    slow = self._throughput.check(record["tokens_per_s"])
+                    if slow:
+                        (bar.write if not bar.disable else self.log)(slow)
                     self.metrics.log(record)
                 if t.val_every and self.step % t.val_every == 0 and self.step < t.steps:
                     result = self._log_validation()

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from compressive_transformer.metrics import read_metrics
 
 
-def curves_from_records(records: Sequence[dict[str, Any]], keys: Sequence[str] = ("loss", "bpc", "lr", "tokens_per_s", "aux_loss")) -> dict[str, list[float]]:
+def curves_from_records(records: Sequence[dict[str, Any]], keys: Sequence[str] = ("loss", "bits_per_token", "lr", "tokens_per_s", "aux_loss")) -> dict[str, list[float]]:
     """``{"step": [...], key: [...], "val_step": [...], "val_" + k: [...]}`` for the keys the records hold."""
     train = [r for r in records if "loss" in r and "step" in r]
     val = [r for r in records if "val_loss" in r and "step" in r]
@@ -17,7 +17,7 @@ def curves_from_records(records: Sequence[dict[str, Any]], keys: Sequence[str] =
     for k in keys:
         if train and all(isinstance(r.get(k), (int, float)) for r in train):
             out[k] = [float(r[k]) for r in train]
-    for k in ("loss", "bpc", "ppl"):
+    for k in ("loss", "bits_per_token", "bits_per_char", "ppl"):
         if val and all(isinstance(r.get("val_" + k), (int, float)) for r in val):
             out["val_" + k] = [float(r["val_" + k]) for r in val]
     return out

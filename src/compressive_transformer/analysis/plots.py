@@ -137,8 +137,8 @@ def plot_temporal_range(result: Mapping[str, Any], path: str | Path, *, title: s
     ax.axhline(result["tolerance"], color="grey", linestyle=":", label=f"tolerance {result['tolerance']:g}")
     ax.axvline(result["theoretical_max_range"], color="C3", linestyle="--", label=f"theoretical l(n_m + c n_cm) = {result['theoretical_max_range']}")
     if result.get("theoretical_reach") is not None:
-        ax.axvline(result["theoretical_reach"], color="C1", linestyle="--", label=f"+ position in segment = {result['theoretical_reach']}")
-    ax.axvline(result["empirical_range"], color="C2", linestyle="-", label=f"empirical = {result['empirical_range']}")
+        ax.axvline(result["theoretical_reach"], color="C1", linestyle="-.", linewidth=2, label=f"+ position in segment = {result['theoretical_reach']}")
+    ax.axvline(result["empirical_range"], color="C2", linestyle="-", linewidth=1, alpha=0.8, label=f"empirical = {result['empirical_range']}")
     ax.set_yscale("log")
     ax.set_xlabel("distance of the perturbed token (tokens back)")
     ax.set_ylabel("max |change of final log-probs|")

@@ -21,11 +21,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from compressive_transformer.config import ConfigError, DataConfig
-from compressive_transformer.data.readers import SPLITS, check_split, read_split, source_files
+from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, read_split, source_files
 from compressive_transformer.data.tokenizers import Tokenizer, prepare_tokenizer
+from compressive_transformer.units import TextSize, texts_size
 
 logger = logging.getLogger(__name__)
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the split's characters and bytes are recorded (bits per character / byte)
 
 
 @dataclass
@@ -45,6 +46,15 @@ class Corpus:
     @property
     def num_tokens(self) -> int:
         return int(self.doc_offsets[-1])
+
+    @property
+    def size(self) -> TextSize:
+        """Characters, bytes and words of the split's text (the denominators of bits per character etc.)."""
+        return TextSize(int(self.meta.get("num_chars", 0)), int(self.meta.get("num_bytes", 0)), self.num_words)
+
+    @property
+    def tokenizer_kind(self) -> str:
+        return str(self.meta.get("key", {}).get("tokenizer_kind", ""))
 
     @property
     def names(self) -> list[str]:
@@ -68,7 +78,7 @@ def cache_key(cfg: DataConfig, split: str, tokenizer: Tokenizer) -> dict[str, An
     return {
         "version": CACHE_VERSION,
         "format": cfg.format,
-        "path": str(Path(cfg.path).expanduser().resolve()) if cfg.path else "",
+        "path": str(Path(data_root_path(cfg.path)).expanduser().resolve()) if cfg.path else "",
         "train_file": cfg.train_file,
         "split": split,
         "tokenizer_kind": tokenizer.kind,
@@ -129,6 +139,7 @@ def _open(stem: Path, key: dict[str, Any]) -> Corpus | None:
 
 def _build(cfg: DataConfig, split: str, tokenizer: Tokenizer, stem: Path, key: dict[str, Any]) -> None:
     raw = read_split(cfg, split)
+    size = texts_size(raw.documents)
     dtype = token_dtype(tokenizer.vocab_size)
     tokens_path, offsets_path, meta_path = _paths(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -165,6 +176,8 @@ def _build(cfg: DataConfig, split: str, tokenizer: Tokenizer, stem: Path, key: d
         "num_docs": len(offsets) - 1,
         "num_tokens": offsets[-1],
         "num_words": raw.num_words,
+        "num_chars": size.chars,
+        "num_bytes": size.bytes,
         "num_articles": raw.num_articles,
         "names": names,
     }

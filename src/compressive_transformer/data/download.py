@@ -172,7 +172,7 @@ def _fetch(
         os.replace(tmp, dest)
         return dest
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-        raise DownloadError(f"download: {url} failed ({getattr(e, 'reason', e)}); check the network or pass base_url of a mirror") from None
+        raise DownloadError(f"download: {url} failed ({getattr(e, 'reason', e)}); check the network or pass --base-url URL of a mirror") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -190,7 +190,7 @@ def _hash_file(path: Path, digest: tuple[str, str] | None) -> str | None:
 def _verify(path: Path, n: int, size: int | None, digest: tuple[str, str] | None, got: str | None, url: str = "") -> None:
     origin = url or str(path)
     if size is not None and n != size:
-        raise DownloadError(f"download: {origin} gave {n:,} bytes, expected {size:,}; try again or use another mirror (base_url)")
+        raise DownloadError(f"download: {origin} gave {n:,} bytes, expected {size:,}; try again or use another mirror (--base-url)")
     if digest and got != digest[1].lower():
         raise DownloadError(f"download: {origin} has {digest[0]} {got}, expected {digest[1]}; the file is corrupt or changed, try again")
 
@@ -248,9 +248,9 @@ def _list_objects(base: str, bucket: str, prefix: str, limit: int | None) -> lis
             with urllib.request.urlopen(url, timeout=60) as resp:
                 page = json.load(resp)
         except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-            raise DownloadError(f"download: listing {url} failed ({getattr(e, 'reason', e)}); check the network or base_url") from None
+            raise DownloadError(f"download: listing {url} failed ({getattr(e, 'reason', e)}); check the network or --base-url") from None
         except json.JSONDecodeError:
-            raise DownloadError(f"download: listing {url} did not return JSON; is base_url a GCS-compatible server?") from None
+            raise DownloadError(f"download: listing {url} did not return JSON; is --base-url a GCS-compatible server?") from None
         try:
             for item in page.get("items", []):
                 if item["name"].endswith("/"):
@@ -263,7 +263,7 @@ def _list_objects(base: str, bucket: str, prefix: str, limit: int | None) -> lis
         except DownloadError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise DownloadError(f"download: listing {url} has an entry without a valid name and size; is base_url a GCS-compatible server?") from None
+            raise DownloadError(f"download: listing {url} has an entry without a valid name and size; is --base-url a GCS-compatible server?") from None
         if not token:
             return out
 
@@ -298,12 +298,12 @@ def _download_pg19(source: Source, directory: Path, base: str, progress: bool, l
     meta = _list_objects(base, source.bucket, "metadata.csv", None)
     meta = [m for m in meta if m[0] == "metadata.csv"]
     if not meta:
-        raise DownloadError(f"download: {base}/{source.bucket} has no metadata.csv; is base_url right?")
+        raise DownloadError(f"download: {base}/{source.bucket} has no metadata.csv; is --base-url right?")
     todo = meta[:]
     for split in PG19_SPLITS:
         books = [o for o in _list_objects(base, source.bucket, f"{split}/", limit) if o[0].endswith(".txt")]
         if not books:
-            raise DownloadError(f"download: {base}/{source.bucket} lists no {split}/ books; is base_url right?")
+            raise DownloadError(f"download: {base}/{source.bucket} lists no {split}/ books; is --base-url right?")
         todo += books
     for name, size, _ in todo:
         safe_pg19_name(name)

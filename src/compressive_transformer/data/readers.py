@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import logging
+import os
 import re
 import warnings
 import zipfile
@@ -186,7 +187,19 @@ def _line_bounds(data: Document, path: Path) -> dict[str, tuple[int, int]]:
     return bounds
 
 
+def decode_file(path: str | Path, tokenizer: str) -> Document:
+    """A whole file as UTF-8 text, or raw bytes for the byte tokenizer when it is not text."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: is not a file; give a text file")
+    return _decode_bytes(path.read_bytes(), path, tokenizer)
+
+
 def _decode(data: bytes, path: Path, cfg: DataConfig) -> Document:
+    return _decode_bytes(data, path, cfg.tokenizer)
+
+
+def _decode_bytes(data: bytes, path: Path, tokenizer: str) -> Document:
     """UTF-8 text, or the raw bytes when only the byte tokenizer will see them; binary data for a text tokenizer is an error."""
     bad = data.find(b"\x00")  # NUL never occurs in text, though it is valid UTF-8
     if bad < 0:
@@ -194,10 +207,10 @@ def _decode(data: bytes, path: Path, cfg: DataConfig) -> Document:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:
             bad = e.start
-    if cfg.tokenizer == "bytes":
+    if tokenizer == "bytes":
         return data
     raise ConfigError(
-        f"data.tokenizer: {path} is binary or not UTF-8 (byte {bad}); the {cfg.tokenizer!r} tokenizer needs text, "
+        f"data.tokenizer: {path} is binary or not UTF-8 (byte {bad}); the {tokenizer!r} tokenizer needs text, "
         "set tokenizer = 'bytes'"
     )
 
@@ -361,10 +374,24 @@ def read_pg19_metadata(directory: str | Path) -> dict[str, Pg19Book]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+DATA_ROOT_ENV = "CT_DATA_ROOT"
+
+
+def data_root_path(path: str) -> str:
+    """``data/<corpus>`` (a relative path under ``data``, where ``data download`` puts corpora) read from
+    ``$CT_DATA_ROOT/<corpus>`` when that variable is set; any other path unchanged."""
+    root = os.environ.get(DATA_ROOT_ENV)
+    parts = Path(path).parts if path else ()
+    if root and parts and parts[0] == "data" and not Path(path).is_absolute():
+        return str(Path(root).expanduser().joinpath(*parts[1:]))
+    return path
+
+
 def _existing(cfg: DataConfig) -> Path:
-    path = Path(cfg.path).expanduser()
+    path = Path(data_root_path(cfg.path)).expanduser()
     if not path.exists():
-        raise ConfigError(f"data.path: {path} does not exist; point it at the {cfg.format} corpus (see the download helpers)")
+        hint = f"`compressive-transformer data download` fills data/, or set {DATA_ROOT_ENV} to the directory holding it"
+        raise ConfigError(f"data.path: {path} does not exist; point it at the {cfg.format} corpus ({hint})")
     return path
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
@@ -20,6 +18,7 @@ import numpy as np
 
 from compressive_transformer.config import ConfigError, DataConfig
 from compressive_transformer.data.readers import EOS, UNK, Document
+from compressive_transformer.fileio import write_text_atomic
 
 TOKENIZER_FILE = "tokenizer.json"
 CHUNK_CHARS = 1 << 20  # long documents are encoded in line-aligned chunks of about this many characters
@@ -76,15 +75,6 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _write_atomic(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path
-
-
 class ByteTokenizer:
     """UTF-8 bytes, vocabulary 256: any input round-trips, nothing to train."""
 
@@ -103,7 +93,7 @@ class ByteTokenizer:
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
 
     def save(self, directory: str | Path) -> Path:
-        return _write_atomic(Path(directory) / TOKENIZER_FILE, json.dumps({"kind": "bytes"}))
+        return write_text_atomic(Path(directory) / TOKENIZER_FILE, json.dumps({"kind": "bytes"}))
 
 
 class WordTokenizer:
@@ -159,7 +149,7 @@ class WordTokenizer:
 
     def save(self, directory: str | Path) -> Path:
         payload = {"kind": "words", "vocab": self.vocab, "counts": self.counts}
-        return _write_atomic(Path(directory) / TOKENIZER_FILE, json.dumps(payload, ensure_ascii=False))
+        return write_text_atomic(Path(directory) / TOKENIZER_FILE, json.dumps(payload, ensure_ascii=False))
 
 
 class SubwordTokenizer:
@@ -168,7 +158,7 @@ class SubwordTokenizer:
     def __init__(self, hf_tokenizer: "object", kind: str) -> None:
         self._tok = hf_tokenizer
         self.kind = kind
-        self.fingerprint = _sha(f"{kind}-v1\n" + hf_tokenizer.to_str())  # type: ignore[attr-defined]
+        self.fingerprint = _sha("subword-v2\n" + hf_tokenizer.to_str())  # type: ignore[attr-defined]
 
     @classmethod
     def train(cls, documents: Iterable[Document], *, kind: str, vocab_size: int) -> SubwordTokenizer:
@@ -204,7 +194,8 @@ class SubwordTokenizer:
     def encode(self, text: Document) -> list[int]:
         """Line-aligned chunks encoded independently (bounded memory), so the ids do not depend on the caller."""
         chunks = list(iter_chunks(as_text(text, self.kind)))
-        return [i for enc in self._tok.encode_batch(chunks) for i in enc.ids]  # type: ignore[attr-defined]
+        encodings = self._tok.encode_batch(chunks, add_special_tokens=False)  # type: ignore[attr-defined]
+        return [i for enc in encodings for i in enc.ids]
 
     def encode_array(self, text: Document) -> np.ndarray:
         return np.asarray(self.encode(text), dtype=np.int64)
@@ -216,7 +207,7 @@ class SubwordTokenizer:
         spans: list[tuple[int, int]] = []
         base = 0
         chunks = list(iter_chunks(as_text(text, self.kind)))
-        for chunk, enc in zip(chunks, self._tok.encode_batch(chunks)):  # type: ignore[attr-defined]
+        for chunk, enc in zip(chunks, self._tok.encode_batch(chunks, add_special_tokens=False)):  # type: ignore[attr-defined]
             ids.extend(enc.ids)
             spans.extend((base + a, base + b) for a, b in enc.offsets)
             base += len(chunk)
@@ -226,13 +217,15 @@ class SubwordTokenizer:
         return self._tok.decode([int(i) for i in ids])  # type: ignore[attr-defined]
 
     def save(self, directory: str | Path) -> Path:
-        return _write_atomic(Path(directory) / TOKENIZER_FILE, self._tok.to_str())  # type: ignore[attr-defined]
+        return write_text_atomic(Path(directory) / TOKENIZER_FILE, self._tok.to_str())  # type: ignore[attr-defined]
 
 
 def build_tokenizer(cfg: DataConfig, train_documents: Iterable[Document]) -> Tokenizer:
     """Create (bytes) or train (words, bpe, unigram) the tokenizer ``cfg`` asks for on the train documents."""
     if cfg.tokenizer == "bytes":
         return ByteTokenizer()
+    if cfg.tokenizer == "pretrained":
+        return load_pretrained(cfg.tokenizer_file)
     docs = list(train_documents)
     if not any(len(d) for d in docs):
         raise ConfigError(f"data.path: the train split is empty; the {cfg.tokenizer!r} tokenizer needs text to learn from")
@@ -259,11 +252,25 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if kind == "words":
         return WordTokenizer(obj["vocab"], obj.get("counts"))
     model = obj.get("model", {}).get("type", "") if isinstance(obj, dict) else ""
-    if model in ("BPE", "Unigram"):
+    if model:
         from tokenizers import Tokenizer as HFTokenizer
 
-        return SubwordTokenizer(HFTokenizer.from_str(text), model.lower())
+        try:
+            return SubwordTokenizer(HFTokenizer.from_str(text), model.lower())
+        except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+            raise ConfigError(f"tokenizer: {path} is not a tokenizer.json the tokenizers library reads ({e})") from None
     raise ConfigError(f"tokenizer: {path} is not a tokenizer this library wrote; delete it to retrain")
+
+
+def load_pretrained(path: str | Path) -> SubwordTokenizer:
+    """A user's HuggingFace ``tokenizer.json`` (any model type; special tokens are never added to the text)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"data.tokenizer_file: {file} does not exist; point it at a tokenizer.json")
+    tok = load_tokenizer(file)
+    if not isinstance(tok, SubwordTokenizer):
+        raise ConfigError(f"data.tokenizer_file: {file} is not a HuggingFace tokenizers file; use a tokenizer.json saved by tokenizers")
+    return tok
 
 
 def prepare_tokenizer(cfg: DataConfig, directory: str | Path, train_documents: Iterable[Document] | None = None) -> Tokenizer:
@@ -271,7 +278,7 @@ def prepare_tokenizer(cfg: DataConfig, directory: str | Path, train_documents: I
     path = Path(directory) / TOKENIZER_FILE
     if path.is_file():
         tok = load_tokenizer(path)
-        if tok.kind != cfg.tokenizer:
+        if tok.kind != cfg.tokenizer and not (cfg.tokenizer == "pretrained" and isinstance(tok, SubwordTokenizer)):
             raise ConfigError(
                 f"data.tokenizer: {path} holds a {tok.kind!r} tokenizer but the config asks for {cfg.tokenizer!r}; "
                 "use a new run directory or delete the file"

@@ -71,7 +71,8 @@ def compare(
                 "context_max": ctx.max,
                 "context_avg": ctx.average,
                 "split": result.split,
-                "bpc": result.bpc,
+                "bits_per_token": result.bits_per_token,
+                "bits_per_char": result.bits_per_char,
                 "ppl": result.ppl,
                 "word_ppl": result.word_ppl,
                 "eval_tokens": result.tokens,
@@ -91,14 +92,15 @@ def compare(
 
 def results_table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| model | n_s/n_m/n_cm | n_w | avg context | split | bpc | ppl | train tokens/s | parameters |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | n_s/n_m/n_cm | n_w | avg context | split | bits/token | bits/char | ppl | train tokens/s | parameters |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         rate = f"{r['tokens_per_s']:.0f}" if r["tokens_per_s"] else "-"
+        per_char = f"{r['bits_per_char']:.4f}" if r["bits_per_char"] is not None else "-"  # a partial pass has none
         split = r["split"] + ("" if r["eval_complete"] else f" (first {r['eval_tokens']:,} tokens)")
         lines.append(
             f"| {r['model']} | {r['n_s/n_m/n_cm']} | {r['window']} | {r['context_avg']:g} | {split} | "
-            f"{r['bpc']:.4f} | {r['ppl']:.3f} | {rate} | {r['parameters']:,} |"
+            f"{r['bits_per_token']:.4f} | {per_char} | {r['ppl']:.3f} | {rate} | {r['parameters']:,} |"
         )
     return "\n".join(lines) + "\n"

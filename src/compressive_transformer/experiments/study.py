@@ -24,7 +24,6 @@ from __future__ import annotations
 import concurrent.futures as futures
 import dataclasses
 import json
-import math
 import multiprocessing
 import os
 import shutil
@@ -36,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from compressive_transformer.config import ConfigError, RunConfig, from_dict, load_toml, to_dict
+from compressive_transformer.config import ConfigError, RunConfig, from_dict, load_toml
 from compressive_transformer.experiments.spec import load_variants
 
 Log = Callable[[str], None]
@@ -306,6 +305,7 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
     from compressive_transformer.metrics import read_metrics
     from compressive_transformer.checkpoint import latest_checkpoint
     from compressive_transformer.run import load_model, open_run
+    from compressive_transformer.units import summary_line, texts_size, units
 
     cfg, tokenizer = open_run(job.run_dir)
     model = load_model(job.run_dir, cfg)
@@ -315,7 +315,7 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
     texts = {}
     for split in dict.fromkeys(job.splits + ((job.attention_split,) if job.attention_segments else ())):
         docs = read_documents(cfg.data, split)
-        texts[split] = (token_words(tokenizer, docs), _text_size(docs))
+        texts[split] = (token_words(tokenizer, docs), texts_size(docs))
     for ev, (seg_len, mem_len, cmem_len) in job.evaluations.items():
         for split in job.splits:
             tw, size = texts[split]
@@ -325,6 +325,7 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
             predicted = ~np.isnan(nll)
             total = float(nll[predicted].sum())
             n_tok = int(predicted.sum())
+            u = units(total, n_tok, size, tokenizer_kind=tokenizer.kind)
             record = {
                 "seg_len": seg_len,
                 "mem_len": mem_len,
@@ -333,18 +334,14 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
                 "tokens": int(len(tw.ids)),
                 "predicted_tokens": n_tok,
                 "nll_nats": total,
-                "loss": total / n_tok,
-                "bits_per_token": total / n_tok / math.log(2),
-                "bits_per_char": total / size["chars"] / math.log(2),
-                "bits_per_byte": total / size["bytes"] / math.log(2),
-                "word_ppl": math.exp(min(total / size["words"], 700.0)),
-                **size,
+                **{k: v for k, v in u.to_dict().items() if k != "ppl"},
+                **size.to_dict(),
                 "lookback": loss_by_lookback(tw, nll, seg_len=seg_len, edges=job.lookback_edges),
                 "frequency": bucket_perplexity(tw.words, word_nll(tw, nll), counts),
                 "seconds": time.perf_counter() - t0,
             }
             evaluations[ev][split] = record
-            log(f"{ev} {split}: {record['bits_per_char']:.4f} bits/char, word ppl {record['word_ppl']:.2f} ({record['seconds']:.0f} s)")
+            log(f"{ev} {split}: {summary_line(u)} ({record['seconds']:.0f} s)")
     attention = None
     if job.attention_segments:
         tw, _ = texts[job.attention_split]
@@ -370,17 +367,6 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
         "attention": attention,
         "machine": machine_info(),
     }
-
-
-def _text_size(docs: list[str | bytes]) -> dict[str, int]:
-    """Characters, UTF-8 bytes and whitespace words of the documents (the denominators of the reported units)."""
-    chars = bytes_ = words = 0
-    for d in docs:
-        text = d if isinstance(d, str) else d.decode("utf-8", errors="replace")
-        chars += len(text)
-        bytes_ += len(d) if isinstance(d, bytes) else len(d.encode("utf-8"))
-        words += len(text.split())
-    return {"chars": chars, "bytes": bytes_, "words": words}
 
 
 def _median(xs: list[float]) -> float | None:
