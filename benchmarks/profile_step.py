@@ -18,7 +18,6 @@ matmul must fit into ``peer step / r - our matmul time``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
