@@ -129,9 +129,10 @@ def _grads(model, loss):
     return {n: g for (n, _), g in zip(named, grads)}
 
 
-@pytest.mark.parametrize("loss_kind", ["attention", "autoencoder"])
-def test_gradients_reach_exactly_the_right_weights(loss_kind):
-    model = tiny_model(compression_loss=loss_kind).train()
+@pytest.mark.parametrize("loss_kind,compression", [("attention", "conv"), ("autoencoder", "conv"),
+                                                    ("attention", "dilated_conv"), ("autoencoder", "dilated_conv")])  # fmt: skip
+def test_gradients_reach_exactly_the_right_weights(loss_kind, compression):
+    model = tiny_model(compression_loss=loss_kind, compression=compression).train()
     comp = {id(p) for p in model.parameters_of("compressor")}
     names = {n for n, p in model.named_parameters() if id(p) in comp}
     assert names and all(n.startswith(("compressors.", "decoders.")) for n in names)

@@ -104,6 +104,7 @@ class CompressiveTransformerLM(nn.Module):
             window=comp.window if comp is not None else 1,
             track_usage=cmem_len > 0 and cfg.compression == "most_used",
             keep_windows=cmem_len > 0 and cfg.compression_loss == "bptt",
+            context=comp.context if comp is not None else 0,
             device=device,
             dtype=dtype,
         )
