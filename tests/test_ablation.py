@@ -105,3 +105,18 @@ def test_ordering_against_the_paper():
     text = "\n".join(ordering_table(rows))
     assert "over the 7 cells both have: -1.00" in text
     assert text.splitlines()[2].startswith("| 1 | conv × bptt | 0.700 ± 0.010 | yes | 7 | 0.996 |")
+
+
+def test_the_real_text_ablation_spec_holds_every_cell_at_one_budget():
+    from pathlib import Path
+
+    from compressive_transformer.experiments.study import load_study
+
+    spec = Path(__file__).resolve().parents[1] / "benchmarks" / "ablation" / "study.toml"
+    study = load_study(spec)
+    cells = {(c.model.compression, c.model.compression_loss) for c in study.configs.values() if c.model.cmem_len > 0}
+    assert {(fn, loss) for fn, loss, _ in PAPER_ABLATION} <= cells and len(cells) == 9
+    assert len({c.train.steps for c in study.configs.values()}) == 1 and study.settings.seeds == (0, 1, 2)
+    txl = study.configs["transformer-xl"].model
+    ct = study.configs["conv-attention"].model
+    assert txl.mem_len == ct.mem_len + ct.cmem_len  # equal attention cost
