@@ -325,6 +325,8 @@ def update_layer(
     project_kv: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[LayerMemory, Eviction | None]:
     """Algorithm 1, lines 8-11: push the layer inputs ``x``, evict the oldest states, compress them in groups of c.
+    Each group's window is preceded by the h states evicted before it (``history``, for a compressor with context h),
+    and ``history`` moves on to the newest h evicted states (invalid ones read as zeros).
 
     x: (B, T, d) the layer's attention inputs for this segment; x_mask: (B, T) False for padding.
     attn_usage: (B, capacity) attention the memory slots received in this segment (most_used only).
