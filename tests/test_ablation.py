@@ -120,3 +120,21 @@ def test_the_real_text_ablation_spec_holds_every_cell_at_one_budget():
     txl = study.configs["transformer-xl"].model
     ct = study.configs["conv-attention"].model
     assert txl.mem_len == ct.mem_len + ct.cmem_len  # equal attention cost
+
+
+def test_study_ordering_ranks_lower_bits_first_and_reads_the_variants_cells():
+    from compressive_transformer.experiments.ablation_report import study_ordering
+
+    iv = lambda m: {"mean": m, "half_width": 0.01, "low": m - 0.01, "high": m + 0.01, "n": 3}  # noqa: E731
+    results = {
+        "title": "t", "seeds": [0, 1, 2],
+        "variants": {"txl": {"compression": "-"}, "a": {"compression": "conv + attention"},
+                     "b": {"compression": "max_pool + none"}, "c": {"compression": "conv + bptt"}},
+        "metrics": {"train/validation": {}, "train/test": {
+            "txl": {"bits_per_token": {"interval": iv(1.0)}}, "a": {"bits_per_token": {"interval": iv(2.0)}},
+            "b": {"bits_per_token": {"interval": iv(1.5)}}, "c": {"bits_per_token": {"interval": iv(1.505)}}}},
+    }  # fmt: skip
+    rows = [line for line in study_ordering(results).splitlines() if line.startswith("| ")][1:]
+    assert [r.split(" | ")[1] for r in rows] == ["max_pool × none", "conv × bptt", "conv × attention"]
+    assert [r.split(" | ")[3] for r in rows] == ["no", "yes", "-"]  # 1.5 and 1.505 overlap; 1.505 and 2.0 do not
+    assert "`train/test`" in study_ordering(results)

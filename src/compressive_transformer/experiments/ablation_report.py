@@ -47,11 +47,13 @@ def _label(name: str, row: dict[str, Any]) -> str:
     return f"{row['compression']} × {row['compression_loss']}"
 
 
-def ordering_table(rows: dict[str, dict[str, Any]]) -> list[str]:
-    """Our cells ranked by mean accuracy next to the paper's ranking; whether each is separated from the next."""
+def ordering_table(rows: dict[str, dict[str, Any]], *, metric: str = "accuracy", higher_is_better: bool = True) -> list[str]:
+    """Our cells (``ct-<fn>-<loss>`` -> compression, compression_loss and the interval ``all`` of ``metric``) ranked
+    best first next to the paper's ranking; whether each is separated from the next by the intervals."""
     paper = paper_rank()
-    cells = sorted((n for n in rows if rows[n]["compression"] is not None), key=lambda n: -rows[n]["all"]["mean"])
-    lines = ["| our rank | cell | accuracy (mean ± 95%) | separated from the next | paper rank | paper BPC |",
+    sign = -1.0 if higher_is_better else 1.0
+    cells = sorted((n for n in rows if rows[n]["compression"] is not None), key=lambda n: sign * rows[n]["all"]["mean"])
+    lines = [f"| our rank | cell | {metric} (mean ± 95%) | separated from the next | paper rank | paper BPC |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     bpc = {f"ct-{fn}-{loss}": b for fn, loss, b in PAPER_ABLATION}
     for i, name in enumerate(cells):
@@ -59,7 +61,8 @@ def ordering_table(rows: dict[str, dict[str, Any]]) -> list[str]:
         sep = "-"
         if i + 1 < len(cells):
             nxt = rows[cells[i + 1]]["all"]
-            sep = "yes" if iv["low"] is not None and nxt["high"] is not None and iv["low"] > nxt["high"] else "no"
+            a, b = (iv["low"], nxt["high"]) if higher_is_better else (nxt["low"], iv["high"])
+            sep = "yes" if a is not None and b is not None and a > b else "no"
         lines.append(f"| {i + 1} | {_label(name, rows[name])} | {_fmt(iv)} | {sep} | {paper.get(name, '-')} | {bpc.get(name, '-')} |")
     shared = [n for n in cells if n in paper]
     ours = {n: i + 1 for i, n in enumerate(shared)}
@@ -68,6 +71,26 @@ def ordering_table(rows: dict[str, dict[str, Any]]) -> list[str]:
     lines += ["", f"Spearman's rank correlation with the paper over the {len(shared)} cells both have: {rho:+.2f} "
               "(+1 the same order, -1 reversed); a neighbour not separated by its interval is not ordered by these seeds."]  # fmt: skip
     return lines
+
+
+def study_ordering(results: dict[str, Any], *, metric: str = "bits_per_token", evaluation: str | None = None) -> str:
+    """The ordering table for a ``compressive-transformer study`` of the ablation (``benchmarks/ablation``): its
+    ``results.json`` ranked by ``metric`` (lower is better) on ``evaluation`` (default: the first on a test split)."""
+    evaluations = list(results["metrics"])
+    if not evaluations:
+        raise ValueError("the study has no measured runs yet")
+    evaluation = evaluation or next((e for e in evaluations if e.endswith("/test")), evaluations[0])
+    rows = {}
+    for name, variant in results["variants"].items():
+        fn, _, loss = variant["compression"].partition(" + ")
+        measured = results["metrics"][evaluation].get(name, {}).get(metric)
+        if loss and measured is not None:
+            rows[f"ct-{fn}-{loss}"] = {"compression": fn, "compression_loss": loss, "all": measured["interval"]}
+    lines = [f"# {results.get('title', 'ablation')}: the cells' ordering against the paper's", "",
+             f"Ranked by {metric.replace('_', ' ')} on `{evaluation}` (lower is better), mean over seeds "
+             f"{', '.join(map(str, results.get('seeds', [])))} with its 95% interval; the paper ranks by enwik8 "
+             "validation bits per character.", ""]  # fmt: skip
+    return "\n".join(lines + ordering_table(rows, metric=metric.replace("_", " "), higher_is_better=False)) + "\n"
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -93,4 +116,4 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PAPER_ABLATION", "ordering_table", "paper_rank", "render", "spearman"]
+__all__ = ["PAPER_ABLATION", "ordering_table", "paper_rank", "render", "spearman", "study_ordering"]
