@@ -19,6 +19,7 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
     c, e = cfg.compression_rate, cfg.compression_extra_width
     mems: list[list[torch.Tensor]] = [[] for _ in range(cfg.n_layers)]
     cmems: list[list[torch.Tensor]] = [[] for _ in range(cfg.n_layers)]
+    evicted: list[list[torch.Tensor]] = [[] for _ in range(cfg.n_layers)]  # every state that left memory, in order
     outputs, pos = [], 0
     for T in seg_sizes:
         seg = tokens[:, pos : pos + T]
@@ -45,8 +46,11 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
             fifo = mems[i] + list(attn_in[0])
             if cfg.cmem_len > 0:
                 while len(fifo) - cfg.mem_len >= c:  # a whole group of c has left memory: compress it
-                    window = torch.stack(fifo[: c + e], 0)[None, None]  # (1, 1, c + e, d)
+                    h_ctx = model.compressors[i].context  # the dilated stack reads the evicted stream before the group
+                    before = ([h.new_zeros(cfg.d_model)] * h_ctx + evicted[i])[len(evicted[i]) :]
+                    window = torch.stack(before + fifo[: c + e], 0)[None, None]  # (1, 1, h + c + e, d)
                     cmems[i].append(model.compressors[i](window, None)[0, 0])
+                    evicted[i] += fifo[:c]
                     fifo = fifo[c:]
                 cmems[i] = cmems[i][-cfg.cmem_len :]
             else:

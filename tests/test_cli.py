@@ -91,7 +91,7 @@ def test_data_download_calls_the_data_package(monkeypatch: pytest.MonkeyPatch, t
     code, _, _ = run(capsys, "data", "download", "pg19", str(tmp_path), "--limit", "3", "--base-url", "http://mirror.example")
     assert code == 0 and calls[-1] == ("pg19", tmp_path, {"base_url": "http://mirror.example", "limit": 3, "manifest": None})
     code, _, _ = run(capsys, "data", "download", "wikitext-2")
-    assert code == 0 and calls[-1] == ("wikitext-2", Path("data"), {"base_url": None, "limit": None})  # data/: where the configs look
+    assert code == 0 and calls[-1] == ("wikitext-2", Path("data"), {"base_url": None, "limit": None, "manifest": None})  # data/: where the configs look
 
     def failing(name, directory, **kw):
         raise DownloadError("enwik8: checksum mismatch; delete the file and try again")

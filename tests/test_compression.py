@@ -40,14 +40,40 @@ def test_pooling_is_kernel_c_stride_c(kind, op):
     torch.testing.assert_close(ours, op(seq.transpose(1, 2), 4, 4).transpose(1, 2))
 
 
-def test_dilated_conv_runs_each_window_on_its_own():
+def stream_windows(seq: torch.Tensor, c: int, e: int, h: int) -> torch.Tensor:
+    """(B, n + e, d) -> (B, n // c, h + c + e, d): windows of an uncut stream whose first eviction had nothing before it."""
+    padded = torch.cat([seq.new_zeros(seq.shape[0], h, seq.shape[2]), seq], dim=1)
+    return padded.unfold(1, h + c + e, c).transpose(2, 3)
+
+
+def dilated_reference(comp: DilatedConvCompressor, seq: torch.Tensor) -> torch.Tensor:
+    """The operator on one uncut stream (B, n + e, d): the stream left-padded with h zero states, a kernel-2 dilated
+    stack with ReLU over all of it, then the strided convolution from the first real state."""
+    x = F.pad(seq.transpose(1, 2), (comp.context, 0))
+    for conv, r in zip(comp.layers, comp.dilations):
+        x = F.relu(F.conv1d(x, conv.weight, conv.bias, dilation=r))
+    return F.conv1d(x, comp.out.conv.weight, stride=comp.rate).transpose(1, 2)
+
+
+@pytest.mark.parametrize("c,e,dilations", [(4, 0, (1, 2, 4)), (2, 1, (1, 2, 4, 8)), (3, 2, (2, 3))])
+def test_dilated_conv_is_a_causal_dilated_stack_over_the_evicted_stream(c, e, dilations):
     torch.manual_seed(0)
-    comp = DilatedConvCompressor(4, 4, 0, (1, 2, 4)).double()
-    seq = torch.randn(1, 8, 4, dtype=torch.float64)
-    both = comp(windows_of(seq, 4, 0))
-    one = comp(windows_of(seq[:, 4:], 4, 0))
-    torch.testing.assert_close(both[:, 1:], one)  # a slot depends only on its own window
-    assert len(comp.layers) == 3 and [m.dilation[0] for m in comp.layers] == [1, 2, 4]
+    comp = DilatedConvCompressor(4, c, e, dilations).double()
+    assert comp.context == sum(dilations) and comp.window == sum(dilations) + c + e
+    assert [m.dilation[0] for m in comp.layers] == list(dilations)
+    seq = torch.randn(2, 5 * c + e, 4, dtype=torch.float64)
+    torch.testing.assert_close(comp(stream_windows(seq, c, e, comp.context)), dilated_reference(comp, seq))
+
+
+def test_dilated_conv_reads_across_groups():
+    torch.manual_seed(0)
+    comp = DilatedConvCompressor(16, 2, 0, (1, 2, 4)).double()
+    seq = torch.randn(1, 12, 16, dtype=torch.float64)
+    changed = seq.clone()
+    changed[:, 0] += 1.0  # a state of the first group only
+    a, b = (comp(stream_windows(s, 2, 0, comp.context)) for s in (seq, changed))
+    assert (a[:, 1:4] - b[:, 1:4]).abs().amax(dim=-1).gt(0).all()  # later slots read it (receptive field 8)
+    torch.testing.assert_close(a[:, 4:], b[:, 4:])  # ... and no further back than the receptive field
 
 
 def test_decoder_is_a_transposed_convolution():

@@ -37,6 +37,10 @@ def assert_same_memory(a, b):
         assert torch.equal(x.mem_mask, y.mem_mask) and torch.equal(x.cmem_mask, y.cmem_mask)
         torch.testing.assert_close(x.mem, y.mem, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(x.cmem, y.cmem, rtol=1e-10, atol=1e-10)
+        assert (x.history is None) == (y.history is None)
+        if x.history is not None:  # the dilated convolution's evicted stream
+            assert torch.equal(x.history_mask, y.history_mask)
+            torch.testing.assert_close(x.history, y.history, rtol=1e-10, atol=1e-10)
 
 
 def decode_both(model, memory, tokens):
@@ -64,9 +68,10 @@ def test_decoder_equals_the_model_token_by_token_across_ring_wraps(variant):
     assert_same_memory(mem_ours, mem_theirs)
 
 
-def test_decoder_respects_invalid_slots_and_other_memory_lengths():
+@pytest.mark.parametrize("variant", [dict(), dict(compression="dilated_conv", compression_extra_width=1)], ids=["conv", "dilated"])
+def test_decoder_respects_invalid_slots_and_other_memory_lengths(variant):
     """A padded prompt row, a row reset at a document boundary, and longer memories than in training."""
-    model = tiny_model()
+    model = tiny_model(**variant)
     tokens = torch.randint(0, 32, (3, 50))
     pad = torch.ones(3, 8, dtype=torch.bool)
     pad[0, :5] = False

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressive_transformer.compression import MostUsedCompressor, PoolCompressor
-from compressive_transformer.memory import KEY_ALIGN, MemoryState, SlotCache, empty_layer, update_layer
+from compressive_transformer.compression import DilatedConvCompressor, MostUsedCompressor, PoolCompressor
+from compressive_transformer.memory import KEY_ALIGN, LayerMemory, MemoryState, SlotCache, empty_layer, update_layer
 
 
 def positions(start: int, T: int, B: int = 1, d: int = 3) -> torch.Tensor:
@@ -21,8 +21,9 @@ def positions(start: int, T: int, B: int = 1, d: int = 3) -> torch.Tensor:
 def run(seg_sizes, *, mem_len, cmem_len, c, extra=0, compressor=None, B=1):
     """Push positions 0..N-1 in segments; return the final state and every compressed slot produced, in order."""
     compressor = compressor or PoolCompressor(c, extra, "mean")
-    state = empty_layer(B, 3, mem_len=mem_len, cmem_len=cmem_len, compression_rate=c, window=c + extra,
-                        track_usage=False, keep_windows=False, dtype=torch.float64)  # fmt: skip
+    state = empty_layer(B, 3, mem_len=mem_len, cmem_len=cmem_len, compression_rate=c, window=compressor.window,
+                        track_usage=False, keep_windows=False, context=compressor.context,
+                        dtype=torch.float64)  # fmt: skip
     produced, pos = [], 0
     for T in seg_sizes:
         x = positions(pos, T, B)
@@ -176,3 +177,64 @@ def test_slot_cache_appends_in_place_copies_for_a_second_branch_and_voids_window
     assert c.valid and not a.valid and not base.valid and b.valid  # a and base were overwritten; b has its own buffer
     with pytest.raises(RuntimeError, match="voided"):
         a.extend(slots(9, 10))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The dilated convolution over the evicted stream: its history of evicted states crosses segments.
+
+
+def dilated(c: int, extra: int, dilations=(1, 2, 4)) -> DilatedConvCompressor:
+    torch.manual_seed(0)
+    return DilatedConvCompressor(3, c, extra, dilations).double()
+
+
+def uncut(comp: DilatedConvCompressor, n_groups: int, c: int, extra: int) -> torch.Tensor:
+    """The compressor over the whole stream of positions in one pass (causal zero padding before the first state)."""
+    seq = torch.cat([torch.zeros(1, comp.context, 3, dtype=torch.float64), positions(0, n_groups * c + extra)], dim=1)
+    return comp(seq.unfold(1, comp.window, c).transpose(2, 3))[0, :, 0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seg_sizes=st.lists(st.integers(1, 9), min_size=1, max_size=12),
+    mem_len=st.integers(0, 8),
+    c=st.integers(1, 4),
+    extra=st.integers(0, 2),
+    dilations=st.sampled_from([(1, 2, 4), (1,), (2, 3), (1, 2, 4, 8)]),
+)
+def test_dilated_stream_does_not_depend_on_how_the_stream_is_cut(seg_sizes, mem_len, c, extra, dilations):
+    extra = min(extra, mem_len)
+    comp = dilated(c, extra, dilations)
+    with torch.no_grad():
+        state, produced, total = run(seg_sizes, mem_len=mem_len, cmem_len=64, c=c, extra=extra, compressor=comp)
+        n_groups = produced.numel()
+        if n_groups:
+            torch.testing.assert_close(produced, uncut(comp, n_groups, c, extra))
+    h = comp.context
+    evicted = n_groups * c
+    assert state.history_mask[0].tolist() == [False] * max(h - evicted, 0) + [True] * min(h, evicted)
+    expected = torch.tensor([0.0] * max(h - evicted, 0) + list(range(max(evicted - h, 0), evicted)), dtype=torch.float64)
+    assert state.history[0, :, 0].tolist() == expected.tolist()  # the last h evicted states, zeros before the first
+
+
+def test_every_dilation_reads_real_states_once_memory_has_filled():
+    c, comp = 2, dilated(2, 0)
+    state, _, pos = run([4] * 6, mem_len=4, cmem_len=8, c=c, compressor=comp)
+    assert comp.context == 7 and state.history_mask.all()  # 20 states evicted: the whole receptive field is real
+    x = positions(pos, 4).requires_grad_()
+    history = state.history.clone().requires_grad_()
+    state = LayerMemory(**{**state.__dict__, "history": history})
+    _, ev = update_layer(state, x, torch.ones(1, 4, dtype=torch.bool), compression_rate=c, extra_width=0, compress=comp)
+    (grad,) = torch.autograd.grad(ev.compressed[0, 0].sum(), history)
+    # The first new slot reads its group (2 states) and all 7 evicted before it: the oldest only through every layer
+    # (1 + 2 + 4 = 7 steps back), so a non-zero gradient there means each dilation read a real state.
+    assert grad[0].abs().sum(dim=-1).gt(0).all()
+
+
+def test_reset_empties_the_history_of_its_rows_only():
+    state, _, _ = run([4] * 4, mem_len=4, cmem_len=8, c=2, B=2, compressor=dilated(2, 0))
+    reset = MemoryState((state,)).reset([0]).layers[0]
+    assert not reset.history_mask[0].any() and reset.history[0].abs().sum() == 0
+    assert torch.equal(reset.history[1], state.history[1]) and reset.history_mask[1].all()
+    back = MemoryState.from_tensors(MemoryState((state,)).to_tensors()).layers[0]
+    assert torch.equal(back.history, state.history) and torch.equal(back.history_mask, state.history_mask)

@@ -129,9 +129,10 @@ def _grads(model, loss):
     return {n: g for (n, _), g in zip(named, grads)}
 
 
-@pytest.mark.parametrize("loss_kind", ["attention", "autoencoder"])
-def test_gradients_reach_exactly_the_right_weights(loss_kind):
-    model = tiny_model(compression_loss=loss_kind).train()
+@pytest.mark.parametrize("loss_kind,compression", [("attention", "conv"), ("autoencoder", "conv"),
+                                                    ("attention", "dilated_conv"), ("autoencoder", "dilated_conv")])  # fmt: skip
+def test_gradients_reach_exactly_the_right_weights(loss_kind, compression):
+    model = tiny_model(compression_loss=loss_kind, compression=compression).train()
     comp = {id(p) for p in model.parameters_of("compressor")}
     names = {n for n, p in model.named_parameters() if id(p) in comp}
     assert names and all(n.startswith(("compressors.", "decoders.")) for n in names)
@@ -343,3 +344,53 @@ def test_compression_losses_are_skipped_without_gradients_unless_asked():
     assert (asked.aux_losses > 0).all()
     torch.testing.assert_close(asked.aux_losses, with_grad.aux_losses)
     torch.testing.assert_close(skipped.logits, with_grad.logits)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Positional parameters shared across layers (Transformer-XL's default shares u/v).
+
+
+def _positional(model):
+    return {n: p for n, p in model.named_parameters() if n.split(".")[-1] in ("u", "v", "cv") or ".pos." in n or ".cpos." in n}
+
+
+def test_positions_are_per_layer_by_default():
+    assert tiny_model().cfg.share_positions == "none"
+    names = _positional(tiny_model())
+    assert {n for n in names if n.startswith("blocks.1.")}  # layer 1 owns its own u/v and W_r
+
+
+@pytest.mark.parametrize("mode,shared", [("biases", ("u", "v", "cv")), ("all", ("u", "v", "cv", "pos", "cpos"))])
+def test_shared_positions_are_one_parameter_for_all_layers(mode, shared):
+    base, model = tiny_model(), tiny_model(share_positions=mode)
+    H, dh, d = model.cfg.n_heads, model.cfg.head_dim, model.cfg.d_model
+    per_layer = 3 * H * dh + (2 * H * dh * d if mode == "all" else 0)  # u, v, cv (+ pos, cpos) of one layer
+    n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert n_params(base) - n_params(model) == (model.cfg.n_layers - 1) * per_layer
+    a0, a1 = model.blocks[0].attn, model.blocks[1].attn
+    for name in shared:
+        assert getattr(a0, name) is getattr(a1, name)
+    if mode == "biases":
+        assert a0.pos is not a1.pos
+    model.train()
+    tokens = torch.randint(0, 32, (2, 8))
+    memory = model.init_memory(2)
+    for _ in range(3):  # the compressed stream's parameters see gradient once a compressed slot exists
+        out = model(tokens, memory=memory, targets=tokens)
+        memory = out.memory.detach()
+    out.loss.backward()
+    for name in shared:
+        p = getattr(a0, name)
+        p = p.weight if isinstance(p, torch.nn.Linear) else p
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_shared_positions_survive_a_checkpoint(tmp_path):
+    import safetensors.torch
+
+    model = tiny_model(share_positions="all")
+    safetensors.torch.save_model(model, str(tmp_path / "m.safetensors"))
+    back = tiny_model(share_positions="all")
+    safetensors.torch.load_model(back, str(tmp_path / "m.safetensors"))
+    assert back.blocks[0].attn.u is back.blocks[1].attn.u
+    torch.testing.assert_close(back.blocks[1].attn.pos.weight, model.blocks[1].attn.pos.weight)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -189,6 +190,21 @@ def positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None,
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (qv, r, qc, rc)):
         return _PositionalBias.apply(qv, r, qc, rc, mask, C)
     return _positional_bias(qv, r, qc, rc, mask, C)[0]
+
+
+def share_positions(layers: Sequence["RelativeAttention"], mode: str) -> None:
+    """Make every layer use the first layer's positional parameters: ``"biases"`` the u/v biases (and the compressed
+    stream's v), Transformer-XL's default (``untie_r = False`` in its code); ``"all"`` also the projections W_r of the
+    sinusoids. ``"none"`` keeps them per layer. The parameters are the same objects, so each gets one gradient summed
+    over the layers and the optimiser and checkpoints see it once."""
+    if mode == "none" or not layers:
+        return
+    first = layers[0]
+    names = ("u", "v", "cv") + (("pos", "cpos") if mode == "all" else ())
+    for layer in layers[1:]:
+        for name in names:
+            if getattr(first, name) is not None:
+                setattr(layer, name, getattr(first, name))
 
 
 class RelativeAttention(nn.Module):

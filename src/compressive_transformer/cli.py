@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tasks", default="passkey", help="comma-separated: passkey, associative_recall, selective_copy (default passkey)")
     t.add_argument("--models", default="txl,ct", help="comma-separated: txl, ct, ct-<compression>-<loss>, or ablation for the compression fn x loss grid (default txl,ct)")
     t.add_argument("--seed", type=int, default=0, help="seed of data and initialisation (default 0)")
+    t.add_argument("--seeds", help="comma-separated seeds, e.g. 0,1,2: every (task, model, seed) cell at one budget (--budget, else the preset's ablation budget), resumable, summarised with 95%% intervals in OUT/seeds.md")
+    t.add_argument("--parallel", type=int, default=1, help="cells trained at once with --seeds (default 1)")
     t.add_argument("--budget", type=int, help="training steps per model (default: the preset's)")
     t.add_argument("--out", type=Path, help="output directory (default: a fresh runs/long-range-<time>)")
     t.add_argument("--threads", type=int, help="torch CPU threads")
@@ -278,6 +280,21 @@ def cmd_task(args: argparse.Namespace) -> None:
         run_task(args.config, args.out, overrides=args.overrides)
         print(f"wrote {args.out / 'result.json'}")
         return
+    if args.seeds is not None:
+        from compressive_transformer.experiments.ablation import run_seeded, seeded_command
+
+        try:
+            seeds = tuple(int(s) for s in args.seeds.split(","))
+        except ValueError:
+            raise ConfigError(f"--seeds: {args.seeds!r} is not a comma-separated list of integers, e.g. 0,1,2") from None
+        tasks, models = tuple(args.tasks.split(",")), tuple(args.models.split(","))
+        command = seeded_command(args.preset, args.out, tasks, models, seeds, args.budget, args.parallel)
+        run_seeded(args.preset, args.out, tasks=tasks, models=models, seeds=seeds, budget=args.budget,
+                   parallel=args.parallel, threads=args.threads or 1, command=command)  # fmt: skip
+        print(f"wrote {args.out / 'seeds.json'} and {args.out / 'seeds.md'}")
+        return
+    if args.parallel != 1:
+        raise ConfigError("--parallel: only with --seeds (one seed runs its models one after another)")
     if args.threads:
         import torch
 

@@ -1,9 +1,11 @@
 """Compression functions f_c behind one interface, looked up by name, and the auxiliary compression losses.
 
-Every compressor maps windows of evicted states to one slot each: ``(B, G, c + e, d) -> (B, G, d)``, where a window is
-one group of c evicted states plus e newer neighbours (``compression_extra_width``, overlapping windows). Working per
-window makes each compressed slot a function of its own states only, so the result never depends on how a stream was
-cut into segments.
+Every compressor maps windows of evicted states to one slot each: ``(B, G, h + c + e, d) -> (B, G, d)``, where a
+window is one group of c evicted states plus e newer neighbours (``compression_extra_width``, overlapping windows),
+preceded by the h = :attr:`Compressor.context` states evicted before the group (0 for all but the dilated
+convolution, whose causal stack runs over the stream of evicted states and so reads back that far). Each compressed
+slot is a function of its window only, so the result never depends on how a stream was cut into segments; the memory
+carries the last h evicted states across segments (``LayerMemory.history``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from compressive_transformer.config import ModelConfig
 
 
 class Compressor(nn.Module):
-    """f_c: windows (B, G, k, d) [+ usage (B, G*c) for most_used] -> compressed slots (B, G, d)."""
+    """f_c: windows (B, G, h + c + e, d) [+ usage (B, G*c) for most_used] -> compressed slots (B, G, d)."""
+
+    context = 0  # h: evicted states before each group that a window carries (the stream's receptive field - 1)
 
     def __init__(self, rate: int, extra_width: int) -> None:
         super().__init__()
@@ -25,7 +29,7 @@ class Compressor(nn.Module):
 
     @property
     def window(self) -> int:
-        return self.rate + self.extra_width
+        return self.context + self.rate + self.extra_width
 
 
 class PoolCompressor(Compressor):
@@ -56,19 +60,27 @@ class ConvCompressor(Compressor):
 
 
 class DilatedConvCompressor(Compressor):
-    """A stack of kernel-2 dilated convolutions with ReLU inside each window, then the strided convolution."""
+    """The paper's dilated convolution: a causal stack of kernel-2 dilated convolutions with ReLU over the stream of
+    evicted states, then the strided convolution (kernel c + e, stride c) that compresses it.
+
+    Output t of a rate-r layer reads its input at t and t - r, so a compressed slot depends on its c + e states and
+    the h = sum(dilations) evicted before them: each window carries those h states (zeros before a document's first
+    eviction, as a causal convolution's left padding), and the stack runs without padding, leaving c + e outputs.
+    """
 
     def __init__(self, d_model: int, rate: int, extra_width: int, dilations: tuple[int, ...]) -> None:
         super().__init__(rate, extra_width)
         self.dilations = dilations
+        self.context = sum(dilations)
         self.layers = nn.ModuleList(nn.Conv1d(d_model, d_model, kernel_size=2, dilation=r) for r in dilations)
         self.out = ConvCompressor(d_model, rate, extra_width)
 
     def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
-        B, G, k, d = windows.shape
-        x = windows.reshape(B * G, k, d).transpose(1, 2)  # (B*G, d, k)
-        for conv, r in zip(self.layers, self.dilations):
-            x = F.relu(conv(F.pad(x, (r, 0))))  # causal padding inside the window keeps its length k
+        B, G, L, d = windows.shape
+        x = windows.reshape(B * G, L, d).transpose(1, 2)  # (B*G, d, h + c + e)
+        for conv in self.layers:
+            x = F.relu(conv(x))  # each rate-r layer shortens the window by r: the stream before it was carried along
+        k = L - self.context
         return self.out(x.transpose(1, 2).reshape(B, G, k, d))
 
 

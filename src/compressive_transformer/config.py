@@ -35,6 +35,7 @@ COMPRESSION_LOSSES = ("attention", "autoencoder", "bptt", "none")
 ATTENTION_IMPLS = ("auto", "math", "sdpa")
 NORMS = ("pre", "post")
 CMEM_POSITIONS = ("separate", "shared")
+SHARE_POSITIONS = ("none", "biases", "all")  # what the layers' attention shares: nothing, u/v, u/v and W_r
 
 
 def _require(ok: bool, key: str, message: str) -> None:
@@ -102,6 +103,7 @@ class ModelConfig:
     dilations: tuple[int, ...] = (1, 2, 4)  # dilated_conv: kernel-2 dilated convolutions before the strided one
     bptt_horizon: int = 2  # bptt: segments during which a compressed slot still trains the compressor
     cmem_positions: str = "separate"  # compressed memory's own positional stream, or one shared stream
+    share_positions: str = "none"  # one u/v ("biases", Transformer-XL's default) or also one W_r ("all") for all layers
     clamp_len: int = 0  # 0: no clamping of relative distances
     same_length: bool = False  # every query sees the same number of (uncompressed) positions
     norm: str = "post"  # Algorithm 1 is post-LN; "pre" stores the layer-normed inputs, as the authors' code
@@ -156,6 +158,9 @@ class ModelConfig:
         )
         _require(self.bptt_horizon >= 1, p + "bptt_horizon", "must be >= 1")
         _require(self.cmem_positions in CMEM_POSITIONS, p + "cmem_positions", f"use one of {', '.join(CMEM_POSITIONS)}")
+        _require(
+            self.share_positions in SHARE_POSITIONS, p + "share_positions", f"use one of {', '.join(SHARE_POSITIONS)}"
+        )
         _require(self.clamp_len >= 0, p + "clamp_len", "must be >= 0 (0 means no clamping)")
         _require(self.norm in NORMS, p + "norm", f"unknown {self.norm!r}; use 'pre' or 'post'")
         _require(not self.gating or self.norm == "pre", p + "gating", "GTrXL gating needs norm = 'pre'")

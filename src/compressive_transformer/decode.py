@@ -90,16 +90,34 @@ def advance(
 
 
 def compress_into(
-    model: CompressiveTransformerLM, span: Tensor, slot: Tensor, states: list[Tensor], kv: list[Tensor], mask: Tensor
+    model: CompressiveTransformerLM,
+    span: Tensor,
+    slot: Tensor,
+    states: list[Tensor],
+    kv: list[Tensor],
+    mask: Tensor,
+    history: list[Tensor],
+    history_mask: list[Tensor],
 ) -> None:
     """Compress, in every layer, the buffer slots ``span`` ((c + e,) indices: the c evicted states, then e newer) into
     compressed slot ``slot`` ((1,) index), its keys/values included, and update the mask: the new slot is valid where
-    the whole group was, the evicted slots no longer are. Buffers as in :func:`advance`."""
+    the whole group was, the evicted slots no longer are. Buffers as in :func:`advance`; ``history`` /
+    ``history_mask`` (per layer (B, h, d) / (B, h), empty lists when the compressor has no context) are the last h
+    evicted states, read before the group and then moved on by it, in place."""
     B, rate = mask.shape[0], model.cfg.compression_rate
     evicted = span[:rate]
-    valid = (mask.view(B, -1).index_select(1, evicted) == 0).all(dim=-1, keepdim=True)  # (B, 1)
-    for block, compress, states_l, kv_l in zip(model.blocks, model.compressors, states, kv):
-        new = compress(states_l.index_select(1, span)[:, None], None)  # (B, 1, d)
+    span_valid = mask.view(B, -1).index_select(1, span) == 0  # (B, c + e)
+    valid = span_valid[:, :rate].all(dim=-1, keepdim=True)  # (B, 1)
+    for i, (block, compress, states_l, kv_l) in enumerate(zip(model.blocks, model.compressors, states, kv)):
+        group = states_l.index_select(1, span)  # (B, c + e, d)
+        if history:  # the stream before the group (as update_layer: invalid states read as zeros)
+            group = torch.where(span_valid[..., None], group, 0.0)
+            hist, h = history[i], history[i].shape[1]
+            window = torch.cat([hist, group], dim=1)
+            hist.copy_(window[:, rate : rate + h])
+            history_mask[i].copy_(torch.cat([history_mask[i], span_valid[:, :rate]], dim=1)[:, rate : rate + h])
+            group = window
+        new = compress(group[:, None], None)  # (B, 1, d)
         new = torch.where(valid[..., None], new, 0.0)  # a group with an invalid state leaves an empty slot
         states_l.index_copy_(1, slot, new)
         kv_l.index_copy_(2, slot, block.attn.project_kv(new))
@@ -179,6 +197,9 @@ class Decoder:
             self.cslots = [torch.tensor([j], device=dev) for j in range(C)]
             width = self.rate + self.extra  # the evicted group and e newer states, from each oldest ring slot
             self.spans = [C + (j + torch.arange(width, device=dev)) % R for j in range(R)] if C > 0 else []
+            # The dilated convolution's evicted stream (copies: the decoder writes them in place).
+            self.history = [layer.history.clone() for layer in memory.layers if layer.history is not None]
+            self.history_mask = [layer.history_mask.clone() for layer in memory.layers if layer.history is not None]
         self._advance, self._compress = _compiled() if compile else (advance, compress_into)
 
     @torch.no_grad()
@@ -217,7 +238,10 @@ class Decoder:
         if C == 0:
             self.mask[..., C + oldest] = float("-inf")
             return
-        self._compress(self.model, self.spans[oldest], self.cslots[self.pc], self.states, self.kv, self.mask)
+        self._compress(
+            self.model, self.spans[oldest], self.cslots[self.pc], self.states, self.kv, self.mask, self.history,
+            self.history_mask,
+        )  # fmt: skip
         self.pc = (self.pc + 1) % C
 
     def memory(self) -> MemoryState:
@@ -229,12 +253,16 @@ class Decoder:
         order = torch.cat([cmem_idx, mem_idx])
         allowed = self.mask[:, 0, 0, order] == 0  # (B, C + cap)
         layers = []
-        for block, states, kv in zip(self.model.blocks, self.states, self.kv):
+        history = self.history or [None] * len(self.states)
+        history_mask = self.history_mask or [None] * len(self.states)
+        for block, states, kv, hist, hist_mask in zip(self.model.blocks, self.states, self.kv, history, history_mask):
             s = states[:, order].masked_fill(~allowed.unsqueeze(-1), 0.0)
             layers.append(
                 LayerMemory(
                     mem=s[:, C:], mem_mask=allowed[:, C:], cmem=s[:, :C], cmem_mask=allowed[:, :C],
                     mem_len=self.mem_len, fill=self.fill, rate=self.model.cfg.compression_rate if C > 0 else 0,
+                    history=None if hist is None else hist.clone(),
+                    history_mask=None if hist_mask is None else hist_mask.clone(),
                     kv=KVCache.of(kv[:, :, cmem_idx], kv[:, :, mem_idx], version=block.attn.kv_version),
                 )
             )  # fmt: skip

@@ -6,6 +6,9 @@ Layout (per layer, fixed shapes so rows can be reset independently and ``torch.c
   compressing, c - 1 slots for evicted states that wait for a whole group of c before they are compressed (nothing is
   ever dropped), rounded up to align the keys (:data:`KEY_ALIGN`).
 - ``cmem`` (B, n_cm, d): compressed slots, oldest first, right-aligned.
+- ``history`` (B, h, d): the last h = ``Compressor.context`` states evicted from memory (h = 0 but for the dilated
+  convolution, whose causal stack over the evicted stream reads them when it compresses the next group); zeros
+  where no state of the row's current document has been evicted yet.
 - ``*_mask`` (B, slots) bool: which slots hold a state of the row's current document.
 
 Every row pushes the same number of positions per segment, so how many slots are occupied (``fill``) is the same
@@ -142,6 +145,8 @@ class LayerMemory:
     usage: Tensor | None = None  # (B, mem_capacity) attention received while in memory (most_used)
     cmem_src: Tensor | None = None  # (B, cmem_len, k, d) windows behind each compressed slot (bptt)
     young: tuple[int, ...] = ()  # bptt: compressed slots pushed by each of the last segments, newest last
+    history: Tensor | None = None  # (B, h, d) the last h evicted states, oldest first (compressors with context)
+    history_mask: Tensor | None = None  # (B, h) bool: which of them belong to the row's current document
     kv: KVCache | None = None  # inference only: keys/values of [cmem] and [mem], so only new slots are projected
     rate: int = 0  # compression rate of the model that made it (0: not recorded); a model refuses another rate
 
@@ -169,7 +174,7 @@ class LayerMemory:
         return min(sum(self.young), self.cmem_len)
 
 
-ROW_TENSORS = ("mem", "mem_mask", "cmem", "cmem_mask", "usage", "cmem_src")  # per-row state (dim 0 = batch row)
+ROW_TENSORS = ("mem", "mem_mask", "cmem", "cmem_mask", "usage", "cmem_src", "history", "history_mask")  # per-row state (dim 0 = batch row)
 
 
 def is_row_tensor(name: str) -> bool:
@@ -244,6 +249,8 @@ class MemoryState:
                     fill=int(tensors[p + "fill"]),
                     usage=tensors.get(p + "usage"),
                     cmem_src=tensors.get(p + "cmem_src"),
+                    history=tensors.get(p + "history"),
+                    history_mask=None if p + "history_mask" not in tensors else tensors[p + "history_mask"].bool(),
                     young=tuple(int(x) for x in tensors[p + "young"].tolist()),
                     rate=int(tensors[p + "rate"]) if p + "rate" in tensors else 0,
                 )
@@ -269,11 +276,14 @@ def empty_layer(
     window: int,
     track_usage: bool,
     keep_windows: bool,
+    context: int = 0,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
 ) -> LayerMemory:
     """A layer memory with no valid slot. Pending-eviction room (c - 1 slots) exists only when compressing; it is
-    rounded up so that the memory keys (cmem_len + capacity) are a multiple of :data:`KEY_ALIGN`."""
+    rounded up so that the memory keys (cmem_len + capacity) are a multiple of :data:`KEY_ALIGN`. ``window`` is the
+    compressor's :attr:`~compressive_transformer.compression.Compressor.window` and ``context`` its context h (the
+    evicted states it reads before each group, kept in ``history``)."""
     pending = compression_rate - 1 if cmem_len > 0 else 0
     if pending:
         pending += -(cmem_len + mem_len + pending) % KEY_ALIGN
@@ -289,6 +299,8 @@ def empty_layer(
         usage=torch.zeros(batch_size, capacity, **kw) if track_usage else None,
         cmem_src=torch.zeros(batch_size, cmem_len, window, d_model, **kw) if keep_windows else None,
         rate=compression_rate if cmem_len > 0 else 0,
+        history=torch.zeros(batch_size, context, d_model, **kw) if cmem_len > 0 and context > 0 else None,
+        history_mask=torch.zeros(batch_size, context, dtype=torch.bool, device=device) if cmem_len > 0 and context > 0 else None,
     )
 
 
@@ -317,6 +329,8 @@ def update_layer(
     project_kv: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[LayerMemory, Eviction | None]:
     """Algorithm 1, lines 8-11: push the layer inputs ``x``, evict the oldest states, compress them in groups of c.
+    Each group's window is preceded by the h states evicted before it (``history``, for a compressor with context h),
+    and ``history`` moves on to the newest h evicted states (invalid ones read as zeros).
 
     x: (B, T, d) the layer's attention inputs for this segment; x_mask: (B, T) False for padding.
     attn_usage: (B, capacity) attention the memory slots received in this segment (most_used only).
@@ -343,13 +357,20 @@ def update_layer(
     cmem, cmem_mask, cmem_src, young = state.cmem, state.cmem_mask, state.cmem_src, state.young
     n_cm = state.cmem_len
     kv_cmem = kv.cmem if kv is not None else None
+    history, history_mask = state.history, state.history_mask
     eviction = None
     if compressing and n_evict > 0:
         groups = n_evict // c
         old = combined[:, start : start + n_evict]  # (B, G*c, d)
         old_mask = combined_mask[:, start : start + n_evict]
         span = combined[:, start : start + n_evict + extra_width]
-        windows = span.unfold(1, c + extra_width, c).transpose(2, 3)  # (B, G, c + e, d)
+        if history is not None:  # the stream before the group: the last h evicted states, then these, zero if invalid
+            h = history.shape[1]
+            span_mask = combined_mask[:, start : start + n_evict + extra_width]
+            span = torch.cat([history, span.masked_fill(~span_mask.unsqueeze(-1), 0.0)], dim=1)  # (B, h + G*c + e, d)
+            history = span[:, n_evict : n_evict + h]  # the newest h evicted (or, while few, earlier history) states
+            history_mask = torch.cat([history_mask, old_mask], dim=1)[:, n_evict : n_evict + h]
+        windows = span.unfold(1, span.shape[1] - n_evict + c, c).transpose(2, 3)  # (B, G, h + c + e, d)
         old_usage = None
         if usage is not None:
             old_usage = usage_all[:, start : start + n_evict].masked_fill(~old_mask, float("-inf"))
@@ -383,6 +404,8 @@ def update_layer(
         usage=usage,
         cmem_src=cmem_src,
         young=young,
+        history=history,
+        history_mask=history_mask,
         kv=new_kv,
         rate=state.rate,
     )
@@ -421,6 +444,8 @@ def _reset_layer(layer: LayerMemory, keep: Tensor) -> LayerMemory:
         cmem_mask=layer.cmem_mask & keep.unsqueeze(1),
         usage=zero_rows(layer.usage),
         cmem_src=zero_rows(layer.cmem_src),
+        history=zero_rows(layer.history),
+        history_mask=None if layer.history_mask is None else layer.history_mask & keep.unsqueeze(1),
         kv=None if layer.kv is None else layer.kv.map(zero_rows),
     )
 
@@ -434,5 +459,7 @@ def _map_tensors(layer: LayerMemory, fn: Callable[[Tensor], Tensor]) -> LayerMem
         cmem_mask=fn(layer.cmem_mask),
         usage=None if layer.usage is None else fn(layer.usage),
         cmem_src=None if layer.cmem_src is None else fn(layer.cmem_src),
+        history=None if layer.history is None else fn(layer.history),
+        history_mask=None if layer.history_mask is None else fn(layer.history_mask),
         kv=None if layer.kv is None else layer.kv.map(fn),
     )

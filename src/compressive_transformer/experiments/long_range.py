@@ -492,6 +492,18 @@ PRESETS: dict[str, Preset] = {
 }  # fmt: skip
 
 
+def train_config(preset: Preset, *, seed: int, steps: int | None, ablation: bool) -> TaskTrainConfig:
+    """The preset's training for a main model or an ablation cell; ``steps`` overrides its budget (the warm-up and
+    the one-segment curriculum shrink with it: at most a tenth and a half of it)."""
+    train = preset.train("", seed, ablation=ablation)
+    if steps is None:
+        return train
+    return dataclasses.replace(
+        train, steps=steps, warmup_steps=min(train.warmup_steps, max(steps // 10, 1)),
+        curriculum_steps=min(train.curriculum_steps, steps // 2),
+    )  # fmt: skip
+
+
 def experiment_command(preset: str, out_dir: str | Path, tasks: Sequence[str], models: Sequence[str], seed: int, steps: int | None) -> str:
     cmd = f"compressive-transformer task long-range --preset {preset} --tasks {','.join(tasks)} --models {','.join(models)} --seed {seed}"
     if steps is not None:
@@ -533,12 +545,7 @@ def run_long_range(
             raise ConfigError(f"{out / RESULTS_FILE}: holds results of preset {results['preset']!r}; use another --out for preset {p.name!r}")
     for task_name in tasks:
         for model_name in models:
-            train = p.train(model_name, seed, ablation=model_name.startswith("ct-"))
-            if budget is not None:
-                train = dataclasses.replace(
-                    train, steps=budget, warmup_steps=min(train.warmup_steps, max(budget // 10, 1)),
-                    curriculum_steps=min(train.curriculum_steps, budget // 2),
-                )
+            train = train_config(p, seed=seed, steps=budget, ablation=model_name.startswith("ct-"))
             log(f"{task_name} / {model_name}: {train.steps} steps, {describe_model(runs[model_name])['attention_cost']} query-key pairs per segment")
             record = run_one(TaskRunConfig(runs[model_name], all_tasks[task_name], train), log=log)
             record.update({"name": model_name, "command": command})

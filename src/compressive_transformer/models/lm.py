@@ -11,7 +11,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from compressive_transformer.attention import additive_mask, attention_mask, explicit_attention, make_positions
+from compressive_transformer.attention import (
+    additive_mask,
+    attention_mask,
+    explicit_attention,
+    make_positions,
+    share_positions,
+)
 from compressive_transformer.compression import (
     ConvDecoder,
     attention_reconstruction_loss,
@@ -51,6 +57,7 @@ class CompressiveTransformerLM(nn.Module):
         self.input = InputLayer(cfg)
         self.drop = dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        share_positions([b.attn for b in self.blocks], cfg.share_positions)
         self.output = OutputLayer(cfg, self.input)
 
         trained = cfg.uses_compression and cfg.compression not in PARAMETER_FREE_COMPRESSIONS
@@ -105,6 +112,7 @@ class CompressiveTransformerLM(nn.Module):
             window=comp.window if comp is not None else 1,
             track_usage=cmem_len > 0 and cfg.compression == "most_used",
             keep_windows=cmem_len > 0 and cfg.compression_loss == "bptt",
+            context=comp.context if comp is not None else 0,
             device=device,
             dtype=dtype,
         )

@@ -19,7 +19,13 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
-from compressive_transformer.attention import additive_mask, attention_mask, explicit_attention, make_positions
+from compressive_transformer.attention import (
+    additive_mask,
+    attention_mask,
+    explicit_attention,
+    make_positions,
+    share_positions,
+)
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import LayerMemory, MemoryState, empty_layer, update_layer
 from compressive_transformer.models.checks import check_inputs, check_memory
@@ -55,6 +61,7 @@ class TransformerQL(nn.Module):
         self.input = InputLayer(cfg)
         self.drop = dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        share_positions([b.attn for b in self.blocks], cfg.share_positions)
         self.output = OutputLayer(cfg, self.input)
         self.apply(lambda m: init_weights(m, cfg.init_std))
 
