@@ -11,6 +11,7 @@ import torch
 
 from compressive_transformer.config import ConfigError
 from compressive_transformer.decode import Decoder, unsupported
+from compressive_transformer.precision import autocast
 
 
 def filter_logits(logits: torch.Tensor, *, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -74,10 +75,12 @@ def generate(
     cmem_len: int | None = None,
     keep_logits: bool = False,
     compile: bool = False,
+    amp: str | torch.dtype | None = None,
 ) -> Generation:
     """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens, carrying memory throughout. ``compile``: run the
     ring-buffer decoder's step under ``torch.compile`` (worth it for long generations: the first token waits for the
-    compilation, ~15 s on a small CPU, then each token costs about half as much; ignored for models without one)."""
+    compilation, ~15 s on a small CPU, then each token costs about half as much; ignored for models without one).
+    ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32)."""
     if not prompt:
         raise ConfigError("prompt: is empty; give at least one character to start from")
     if max_new_tokens < 0:
@@ -90,26 +93,27 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        memory = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len, device=device)
-        ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
-        for start in range(0, ids.size(1), seg_len):
-            out = model(ids[:, start : start + seg_len], memory=memory)
-            memory = out.memory
-        last = out.logits[:, -1]  # (1, V)
-        decoder = Decoder(model, memory, compile=compile) if unsupported(model) is None else None
-        result = Generation(prompt=list(prompt), tokens=[])
-        for i in range(max_new_tokens):
-            token = sample_next(last, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-            if keep_logits:
-                result.logits.append(last[0].float().cpu())
-            result.tokens.append(int(token))
-            if i + 1 == max_new_tokens:
-                break
-            if decoder is not None:  # T = 1: constant cost per token
-                last = decoder.step(token.view(1))
-            else:
-                out = model(token.view(1, 1), memory=memory)
-                memory, last = out.memory, out.logits[:, -1]
-        return result
+        with autocast(device, amp):  # the prompt, the decoder's steps and their buffers in the run's precision
+            memory = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len, device=device)
+            ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
+            for start in range(0, ids.size(1), seg_len):
+                out = model(ids[:, start : start + seg_len], memory=memory)
+                memory = out.memory
+            last = out.logits[:, -1]  # (1, V)
+            decoder = Decoder(model, memory, compile=compile) if unsupported(model) is None else None
+            result = Generation(prompt=list(prompt), tokens=[])
+            for i in range(max_new_tokens):
+                token = sample_next(last, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+                if keep_logits:
+                    result.logits.append(last[0].float().cpu())
+                result.tokens.append(int(token))
+                if i + 1 == max_new_tokens:
+                    break
+                if decoder is not None:  # T = 1: constant cost per token
+                    last = decoder.step(token.view(1))
+                else:
+                    out = model(token.view(1, 1), memory=memory)
+                    memory, last = out.memory, out.logits[:, -1]
+            return result
     finally:
         model.train(was_training)

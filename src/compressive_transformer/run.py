@@ -31,6 +31,7 @@ from compressive_transformer.distributed import DistInfo, barrier, init_distribu
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.generate import generate
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
+from compressive_transformer.precision import amp_dtype, inference_amp
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
 from compressive_transformer.toml_writer import config_text
 from compressive_transformer.train import Trainer, TrainSummary, resolve_device, set_threads
@@ -268,6 +269,7 @@ def evaluate_run(
         cmem_len=e.cmem_len,
         max_batches=e.max_batches,
         progress=progress,
+        amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
     )
     record = result.to_dict() | {"checkpoint": str(checkpoint or latest_checkpoint(run_dir))}
     record = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in record.items()}
@@ -292,7 +294,8 @@ def generate_run(
     ids = tokenizer.encode(prompt)
     if not ids:
         raise ConfigError("--prompt: is empty after tokenization; give some text to continue")
-    out = generate(model, ids, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile)
+    amp = inference_amp(cfg, next(model.parameters()).device)
+    out = generate(model, ids, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile, amp=amp)
     return tokenizer.decode(out.tokens)
 
 
