@@ -4,9 +4,9 @@ validation bits per byte — what a user with a fixed time budget gets — in fp
     python benchmarks/quality.py --budget 600 --seeds 0,1,2                           # ours and the peers, fp32 + bf16
     python benchmarks/quality.py --impl ours --precisions fp32 --budget 5 --seeds 0 --out /tmp/q   # smoke run
 
-Each run is one child process (``child.py --phase quality``): the workload's model (same widths, lengths, batch,
-optimizer, no dropout), seeded, trains on ``--threads`` threads until ``--budget`` seconds of wall clock have passed,
-then reads the first ``--val-segments`` segments of each validation stream with memory carried. One JSON per run
+Each run is one child process (``child.py --phase quality``): the workload's model (vocabulary 256: bytes; same
+widths, lengths, batch, optimizer, no dropout), seeded, trains on ``--threads`` threads until ``--budget`` seconds of
+wall clock have passed, then reads the first ``--val-segments`` segments of each validation stream with memory carried. One JSON per run
 in ``<out>/quality/`` (``<impl>@<precision>-seed<k>.json``); a finished run with the same settings is reused, so an
 interrupted sweep resumes where it stopped. The aggregate (``quality.json``, ``quality.md``, ``quality.png``) gives
 per implementation and precision the mean validation BPC over seeds with its 95% Student-t interval.
