@@ -6,9 +6,9 @@ validation bits per byte — what a user with a fixed time budget gets — in fp
 
 Each run is one child process (``child.py --phase quality``): the workload's model (vocabulary 256: bytes; same
 widths, lengths, batch, optimizer, no dropout), seeded, trains on ``--threads`` threads until ``--budget`` seconds of
-wall clock have passed, then reads the first ``--val-segments`` segments of each validation stream with memory carried. One JSON per run
-in ``<out>/quality/`` (``<impl>@<precision>-seed<k>.json``); a finished run with the same settings is reused, so an
-interrupted sweep resumes where it stopped. The aggregate (``quality.json``, ``quality.md``, ``quality.png``) gives
+wall clock have passed, then reads the first ``--val-segments`` segments of each validation stream with memory
+carried. One JSON per run in ``<out>/quality/`` (``<impl>@<precision>-seed<k>.json``); a finished run with the same
+settings is reused, so an interrupted sweep resumes where it stopped. The aggregate (``quality.json``, ``quality.md``, ``quality.png``) gives
 per implementation and precision the mean validation BPC over seeds with its 95% Student-t interval.
 """
 
@@ -159,9 +159,11 @@ def markdown(summary: dict[str, Any], records: list[dict[str, Any]], meta: dict[
     lines = [
         f"### Validation BPC after {meta['budget_s']:g} s of training — workload `{meta['workload']}`, PG-19 sample (bytes)",
         "",
-        f"Machine: {meta['machine']['cpu']}, bf16 instructions: {', '.join(meta['machine']['bf16_flags']) or 'none'}; "
-        f"{meta['threads']} threads; validation: the first {meta['val_segments']} segments of each of the workload's "
-        "streams. Mean over seeds ± the 95% Student-t half-width.",
+        (
+            f"Machine: {meta['machine']['cpu']}, bf16 instructions: {', '.join(meta['machine']['bf16_flags']) or 'none'}; "
+            f"{meta['threads']} threads; validation: the first {meta['val_segments']} segments of each of the workload's "
+            "streams. Mean over seeds ± the 95% Student-t half-width."
+        ),
         "",
         "| impl | precision | seeds | validation BPC | steps in the budget | per seed |",
         "|---|---|---|---|---|---|",

@@ -1,4 +1,5 @@
-"""Mixed precision: bf16 autocast on CPU tracks fp32, with memory buffers and the loss kept in fp32."""
+"""Mixed precision: "auto" resolution, one-line errors, bf16 autocast tracking fp32 (inference, training, the decoder,
+generation), with memory buffers and the losses kept in fp32."""
 
 from __future__ import annotations
 
@@ -8,12 +9,10 @@ import pytest
 import torch
 from conftest import tiny_config
 
-import compressive_transformer.precision as precision
-
-from compressive_transformer import CompressiveTransformerLM, build_model
-from compressive_transformer.decode import Decoder
+from compressive_transformer import CompressiveTransformerLM, build_model, precision
 from compressive_transformer.config import ConfigError, load_run_config
 from compressive_transformer.data import build_tokenizer, load_corpus, read_documents
+from compressive_transformer.decode import Decoder
 from compressive_transformer.generate import generate
 from compressive_transformer.precision import describe, inference_amp, resolve_amp
 from compressive_transformer.presets import TINY_TOML

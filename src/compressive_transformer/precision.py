@@ -10,7 +10,7 @@ the optimizer stay fp32 under autocast; only the products are rounded.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
