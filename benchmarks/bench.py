@@ -3,6 +3,12 @@ workload, ours against the peer implementations, each implementation and phase i
 
     python benchmarks/bench.py --workload reference --impl all
     python benchmarks/bench.py --workload tiny --steps 2          # smoke test, seconds
+    python benchmarks/bench.py --workload reference --precisions fp32,bf16   # every implementation in both
+
+With several precisions every implementation runs in each: fp32, and under ``torch.autocast`` to bf16 (the peers'
+code unchanged inside it); results are keyed ``impl`` (fp32) and ``impl@bf16``, with the targets computed per
+precision and at each implementation's faster precision. The machine's CPU, whether it has bf16 instructions and
+the measured bf16 / fp32 rate of a 1024 x 1024 matmul are recorded beside the numbers.
 
 Writes benchmarks/results/<workload>.json and .md (or --out DIR) and prints the markdown table.
 """
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
 import subprocess
@@ -34,16 +41,51 @@ ONLY_PHASES = {"lucidrains_fixed": ("train",), "ours_compiled": ("generate",)}
 VENV_PY = HERE / ".venv-peers" / "bin" / "python"
 
 
+PRECISIONS = {"fp32": "none", "bf16": "bf16"}  # --precisions label -> child.py --amp
+
+
 def machine_info() -> dict:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "nproc": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    """The CPU, its speed-relevant flags and whether it has bf16 instructions (without them bf16 is emulated)."""
+    from compressive_transformer.machine import cpu_model_and_flags
+    from compressive_transformer.precision import CPU_BF16_FLAGS
+
+    cpu, flags = cpu_model_and_flags()
+    bf16 = [f for f in flags if f in CPU_BF16_FLAGS]
+    return {"cpu": cpu, "cpu_flags": flags, "bf16_flags": bf16, "has_bf16_instructions": bool(bf16),
+            "nproc": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}  # fmt: skip
+
+
+def member_key(impl: str, precision: str) -> str:
+    """``impl`` for fp32 (the keys of single-precision results), ``impl@bf16`` otherwise."""
+    return impl if precision == "fp32" else f"{impl}@{precision}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    impl, _, precision = key.partition("@")
+    return impl, precision or "fp32"
+
+
+def peers_available(impl: str, a) -> bool:
+    """Whether ``impl``'s package imports under the interpreter its children run with (peers need setup_peers.sh)."""
+    if impl not in PEERS:
+        return True
+    module = "labml_nn.transformers.compressive" if impl == "labml" else "compressive_transformer_pytorch"
+    probe = subprocess.run([python_for(impl, a), "-c", f"import {module}"], capture_output=True)
+    return probe.returncode == 0
+
+
+def matmul_precisions(python: str, w, a) -> dict:
+    """The rate of a 1024 x 1024 matmul in fp32 and in bf16 on this machine: what bf16 can buy here (2-16x on CPUs
+    with AVX-512 BF16 or AMX, well below 1x where bf16 is emulated)."""
+    out: dict = {"n": 1024}
+    for dtype, name in (("float32", "fp32"), ("bfloat16", "bf16")):
+        r = child(python, "matmul", "matmul", w.name, a, extra=("--matmul-n", "1024", "--matmul-dtype", dtype))
+        out[f"{name}_gflops"] = r.get("gflops_median")
+        if "error" in r:
+            out[f"{name}_error"] = r["error"]
+    if out.get("fp32_gflops") and out.get("bf16_gflops"):
+        out["bf16_over_fp32"] = out["bf16_gflops"] / out["fp32_gflops"]
+    return out
 
 
 def loadavg() -> list[float]:
@@ -88,12 +130,13 @@ def interleaved(impls: list, phase: str, w, a) -> dict[str, dict]:
     steps = w.steps if a.steps is None else a.steps
     tmp = tempfile.mkdtemp()
     procs = {}
-    # members: implementation names (all on workload w), or (key, implementation, workload spec) triples
+    # members: implementation names (all on workload w, fp32), or (key, implementation, workload spec[, amp])
     members = [m if isinstance(m, tuple) else (m, m, w.name) for m in impls]
-    impls = [key for key, _, _ in members]
-    for impl, name, spec in members:
+    members = [m if len(m) == 4 else (*m, "none") for m in members]
+    impls = [key for key, _, _, _ in members]
+    for impl, name, spec, amp in members:
         cmd = [python_for(name, a), str(HERE / "child.py"), "--impl", name, "--phase", phase, "--workload", spec,
-               "--threads", str(a.threads), "--serve", "--out", str(Path(tmp) / f"{impl}.json")]  # fmt: skip
+               "--threads", str(a.threads), "--serve", "--amp", amp, "--out", str(Path(tmp) / f"{impl}.json")]  # fmt: skip
         if a.warmup is not None:
             cmd += ["--warmup", str(a.warmup)]
         procs[impl] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -164,9 +207,16 @@ def get(d: dict, *path):
 
 
 def derive(res: dict, w: workloads.Workload) -> None:
-    """MFU per phase and the ratios the issue sets targets for."""
-    rate = res["matmul"]["gflops"] * 1e9
+    """MFU per phase (against the matmul rate of the member's precision) and the ratios the issue sets targets for:
+    per precision (``targets``: fp32, ``targets_bf16``), and with every implementation at its faster precision
+    (``targets_best``) where more than one was measured."""
+    rates = {"fp32": res["matmul"]["gflops"] * 1e9}
+    if get(res, "matmul_bf16", "gflops"):
+        rates["bf16"] = res["matmul_bf16"]["gflops"] * 1e9
     for name, r in res["impls"].items():
+        rate = rates.get(split_key(name)[1])
+        if rate is None or not math.isfinite(rate):
+            continue
         for phase in ("train", "eval"):
             ph = r.get(phase) or {}
             if ph.get("min_s"):
@@ -177,7 +227,24 @@ def derive(res: dict, w: workloads.Workload) -> None:
                 r[phase]["model_tflops_per_token"] = flops / 1e12
                 r[phase]["achieved_gflops"] = flops * tps / 1e9
                 r[phase]["mfu"] = flops * tps / rate
-    impls = res["impls"]
+    precisions = sorted({split_key(k)[1] for k in res["impls"]}, key=lambda p: p != "fp32")
+    for precision in precisions:
+        view = {split_key(k)[0]: r for k, r in res["impls"].items() if split_key(k)[1] == precision}
+        res["targets" if precision == "fp32" else f"targets_{precision}"] = targets(view)
+    if len(precisions) > 1:
+        best: dict[str, dict] = {}
+        for key, r in res["impls"].items():  # each implementation at the precision of its faster training step
+            impl, precision = split_key(key)
+            speed = get(r, "train", "tokens_per_s") or get(r, "eval", "tokens_per_s") or 0
+            if impl not in best or speed > best[impl][0]:
+                best[impl] = (speed, precision, r)
+        res["best_precision"] = {impl: p for impl, (speed, p, _) in best.items() if speed}  # measured ones only
+        res["targets_best"] = targets({impl: r for impl, (_, _, r) in best.items()})
+
+
+def targets(impls: dict[str, dict]) -> dict:
+    """The target ratios among ``impls`` (implementation name -> its results, all in one precision or each at its
+    best)."""
     ours = impls.get("ours", {})
     t = {}
 
@@ -226,7 +293,7 @@ def derive(res: dict, w: workloads.Workload) -> None:
     mfu = get(ours, "train", "mfu")
     if mfu is not None:
         t["train_mfu"] = {"value": mfu, "goal": 0.75, "met": mfu >= 0.75}
-    res["targets"] = t
+    return t
 
 
 def markdown(res: dict, w: workloads.Workload) -> str:
@@ -235,10 +302,12 @@ def markdown(res: dict, w: workloads.Workload) -> str:
         f"### Workload `{w.name}` — {res['date']}",
         "",
         f"Machine: {res['machine']['cpu']} ({res['machine']['nproc']} cores visible), torch {res['torch']}, "
-        f"{res['threads']} threads, fp32. Load average at start/end: {res['load_start']} / {res['load_end']}. "
+        f"{res['threads']} threads, {', '.join(res.get('precisions', ['fp32']))}. "
+        f"Load average at start/end: {res['load_start']} / {res['load_end']}. "
         f"Matmul rate (fp32 {m['n']}x{m['n']} `torch.mm`, median): {m['gflops']:.1f} GFLOP/s "
         f"(before {m['before']:.1f}, after {m['after']:.1f}).",
         "",
+        *bf16_lines(res),
         f"d_model {w.d_model}, {w.n_layers} layers, {w.n_heads} heads, FFN {w.d_ff}, vocab {w.vocab}, "
         f"n_s {w.seg_len}, n_m {w.mem_len}, n_cm {w.cmem_len}, c {w.rate}, batch {w.batch}; "
         f"ours_txl: n_m {w.mem_len + w.cmem_len}, n_cm 0. Medians over {res['steps']} steps after "
@@ -281,16 +350,40 @@ def markdown(res: dict, w: workloads.Workload) -> str:
                          " during the timed steps (its in-place `detach_()`), so no k/v weight gradients were computed.")
     if notes:
         lines += ["Notes:", *notes, ""]
-    if res.get("targets"):
-        lines += ["| target | measured (median) | goal | vs | met | from best steps |", "|---|---|---|---|---|---|"]
-        for k, v in res["targets"].items():
-            if v.get("met") is None:
-                lines.append(f"| {k} | – | | | not measured | |")
-                continue
-            lines.append(f"| {k} | {v['value']:.3g} | {'<=' if k.startswith('peak') or k.startswith('generation_cost') else '>='} {v['goal']} "
-                         f"| {v.get('vs', '')} | {'yes' if v['met'] else 'NO'} | {fmt(v.get('value_best_step'), '.3g')} |")  # fmt: skip
-        lines.append("")
+    titles = {"targets": "Targets, fp32", "targets_bf16": "Targets, bf16 autocast",
+              "targets_best": "Targets, every implementation at its faster precision"}  # fmt: skip
+    for name, title in titles.items():
+        if res.get(name):
+            if len([n for n in titles if res.get(n)]) > 1:
+                lines += [f"{title}:", ""]
+            if name == "targets_best":
+                lines += ["Faster precision: " + ", ".join(f"{i} {p}" for i, p in res["best_precision"].items()), ""]
+            lines += target_table(res[name])
     return "\n".join(lines)
+
+
+def bf16_lines(res: dict) -> list[str]:
+    """Whether the CPU has bf16 instructions and what bf16 buys on its matmuls: the context of every bf16 number."""
+    m, cmp = res["machine"], res.get("matmul_precisions")
+    if "bf16_flags" not in m:
+        return []
+    has = f"has bf16 instructions ({', '.join(m['bf16_flags'])})" if m["bf16_flags"] else "has no bf16 instructions (bf16 is emulated)"
+    line = f"The CPU {has}."
+    if cmp and cmp.get("bf16_gflops") and cmp.get("fp32_gflops"):
+        line += (f" A {cmp['n']}x{cmp['n']} matmul: fp32 {cmp['fp32_gflops']:.1f} GFLOP/s, bf16 {cmp['bf16_gflops']:.1f} "
+                 f"GFLOP/s ({cmp['bf16_gflops'] / cmp['fp32_gflops']:.2f}x fp32).")  # fmt: skip
+    return [line, ""]
+
+
+def target_table(targets_: dict) -> list[str]:
+    lines = ["| target | measured (median) | goal | vs | met | from best steps |", "|---|---|---|---|---|---|"]
+    for k, v in targets_.items():
+        if v.get("met") is None:
+            lines.append(f"| {k} | – | | | not measured | |")
+            continue
+        lines.append(f"| {k} | {v['value']:.3g} | {'<=' if k.startswith('peak') or k.startswith('generation_cost') else '>='} {v['goal']} "
+                     f"| {v.get('vs', '')} | {'yes' if v['met'] else 'NO'} | {fmt(v.get('value_best_step'), '.3g')} |")  # fmt: skip
+    return lines + [""]
 
 
 def describe(phase: str, r: dict) -> str:
@@ -332,6 +425,7 @@ def main() -> None:
                     help="all phases of an implementation in one child (default: only for the tiny smoke workload)")
     ap.add_argument("--report-only", default=None, metavar="JSON", help="rebuild targets and markdown from a results JSON")
     ap.add_argument("--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)")
+    ap.add_argument("--precisions", default="fp32", help="comma-separated: fp32 and/or bf16 (torch.autocast around every step)")
     a = ap.parse_args()
 
     if a.report_only:
@@ -350,6 +444,10 @@ def main() -> None:
     for i in impls:
         if i not in ALL:
             raise SystemExit(f"unknown impl {i!r}; use all or some of {', '.join(ALL)}")
+    precisions = [p.strip() for p in a.precisions.split(",") if p.strip()]
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise SystemExit(f"unknown precision {p!r}; use fp32 and/or bf16")
     phases = [p for p in a.phases.split(",") if p]
     if not w.train:
         phases = [p for p in phases if p != "train"]
@@ -361,16 +459,18 @@ def main() -> None:
     res = {"workload": w.to_dict(), "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": machine_info(), "torch": torch.__version__, "threads": a.threads, "load_start": loadavg(),
            "steps": w.steps if a.steps is None else a.steps, "warmup": w.warmup if a.warmup is None else a.warmup, "rounds": a.rounds, "interleave": a.interleave, "gen_rounds": min(a.gen_rounds, a.rounds),
-           "impls": {}}  # fmt: skip
+           "precisions": precisions, "impls": {}}  # fmt: skip
     py0 = python_for("ours", a)
-    print(f"[bench] {w.name}: impls {impls}, phases {phases}, load {res['load_start']}", flush=True)
+    print(f"[bench] {w.name}: impls {impls}, precisions {precisions}, phases {phases}, load {res['load_start']}", flush=True)
     mm_runs = [child(py0, "matmul", "matmul", w.name, a)]
+    res["matmul_precisions"] = matmul_precisions(py0, w, a)
     one_process = a.one_process if a.one_process is not None else w.name == "tiny"
-    runs: dict[str, dict[str, list[dict]]] = {impl: {p: [] for p in phases} for impl in impls}
-    meta: dict[str, dict] = {impl: {} for impl in impls}
+    keys = {member_key(i, p): (i, p) for p in precisions for i in impls}  # every implementation in every precision
+    runs: dict[str, dict[str, list[dict]]] = {key: {p: [] for p in phases} for key in keys}
+    meta: dict[str, dict] = {key: {} for key in keys}
     if a.interleave and not one_process:
         for phase in [p for p in phases if p in ("train", "eval")]:
-            members = [i for i in impls if phase in ONLY_PHASES.get(i, phases)]
+            members = [(key, i, w.name, PRECISIONS[p]) for key, (i, p) in keys.items() if phase in ONLY_PHASES.get(i, phases)]
             t0 = time.perf_counter()
             for impl, r in interleaved(members, phase, w, a).items():
                 runs[impl][phase].append(r)
@@ -382,29 +482,32 @@ def main() -> None:
     else:
         phases_seq = phases
     for rnd in range(a.rounds if phases_seq else 0):  # round-robin, so a burst of outside load hits every implementation alike
-        for impl in impls:
+        for key, (impl, precision) in keys.items():
             py = python_for(impl, a)
             mine = [p for p in phases_seq if p in ONLY_PHASES.get(impl, phases) and (p != "generate" or rnd < a.gen_rounds)]
             todo = [("all", mine)] if one_process else [(p, [p]) for p in mine]
             for run_phase, covered in todo:
                 t0 = time.perf_counter()
-                out = child(py, impl, run_phase, w.name, a)
+                out = child(py, impl, run_phase, w.name, a, extra=("--amp", PRECISIONS[precision]))
                 for k in ("label", "param_count", "config", "loaded_packages"):
                     if k in out:
-                        meta[impl][k] = out[k]
+                        meta[key][k] = out[k]
                 for phase in covered:
                     r = out.get(phase, out) if run_phase == "all" and "error" not in out else out
-                    runs[impl][phase].append(r)
-                    print(f"[bench] r{rnd} {impl:17s} {phase:8s} {time.perf_counter() - t0:6.1f}s  {describe(phase, r)}", flush=True)
+                    runs[key][phase].append(r)
+                    print(f"[bench] r{rnd} {key:17s} {phase:8s} {time.perf_counter() - t0:6.1f}s  {describe(phase, r)}", flush=True)
         if a.rounds > 1:
             mm_runs.append(child(py0, "matmul", "matmul", w.name, a))
     mm_runs.append(child(py0, "matmul", "matmul", w.name, a))
-    for impl in impls:
-        res["impls"][impl] = {**meta[impl], **{p: pick_median(p, rs) for p, rs in runs[impl].items() if rs}}
+    for key in keys:
+        res["impls"][key] = {**meta[key], **{p: pick_median(p, rs) for p, rs in runs[key].items() if rs}}
     g = [m["gflops_median"] for m in mm_runs if "gflops_median" in m]
     res["matmul"] = {"n": mm_runs[0].get("size", w.matmul_n), "before": g[0] if g else float("nan"),
                      "after": g[-1] if g else float("nan"), "gflops": max(g) if g else float("nan"), "runs": mm_runs,
                      "note": "MFU uses the largest median of the runs (the least-disturbed measurement)"}  # fmt: skip
+    if "bf16" in precisions:  # bf16 members' MFU is against the bf16 rate at the same size
+        mm = child(py0, "matmul", "matmul", w.name, a, extra=("--matmul-dtype", "bfloat16"))
+        res["matmul_bf16"] = {"n": mm.get("size", w.matmul_n), "gflops": mm.get("gflops_median", float("nan")), "runs": [mm]}
     res["load_end"] = loadavg()
     res["flops"] = {"matmul_params": workloads.matmul_params(w), "train_per_token": workloads.train_flops_per_token(w),
                     "forward_per_token": workloads.forward_flops_per_token(w)}  # fmt: skip

@@ -83,6 +83,16 @@ def under_autocast(fn, device: str, amp: str):
     return run
 
 
+class _AutocastGenerate:
+    """``impl`` whose ``generate`` runs under autocast to ``amp``: nothing else about the implementation changes."""
+
+    def __init__(self, impl, device: str, amp: str) -> None:
+        self.impl, self.device, self.amp = impl, device, amp
+
+    def generate(self, prompt, n_new: int):
+        return under_autocast(self.impl.generate, self.device, self.amp)(prompt, n_new)
+
+
 def warmed_up(impl, w, phase: str, steps: int, warmup: int, device: str = "cpu", amp: str = "none"):
     """The step function, the batches of the ``steps`` timed steps, and the warm-up time: memories filled to steady
     state with cheap no-grad evaluation steps (same memory update), then ``warmup`` steps of the timed kind."""
@@ -115,13 +125,13 @@ def run_steps(impl, w, phase: str, steps: int, warmup: int, device: str = "cpu",
     return out
 
 
-def run_profile(impl, w, phase: str, steps: int, warmup: int) -> dict:
+def run_profile(impl, w, phase: str, steps: int, warmup: int, device: str = "cpu", amp: str = "none") -> dict:
     """``steps`` steps of ``phase`` under ``torch.profiler``: each operator's self CPU time per step (what the step
     spends where; benchmarks/profile_step.py groups the operators), the profiled wall time per step, and the wall
     time of as many steps without the profiler just before."""
     from torch.profiler import profile
 
-    step, timed, _ = warmed_up(impl, w, phase, steps, warmup)
+    step, timed, _ = warmed_up(impl, w, phase, steps, warmup, device, amp)
     t0 = time.perf_counter()
     for b in timed:  # the same steps unprofiled first: what the profiler itself adds
         step(b)
@@ -138,7 +148,7 @@ def run_profile(impl, w, phase: str, steps: int, warmup: int) -> dict:
             "self_ms_per_step": dict(sorted(ops.items(), key=lambda kv: -kv[1])), "calls_per_step": calls}
 
 
-def serve_steps(impl, w, phase: str, warmup: int) -> dict:
+def serve_steps(impl, w, phase: str, warmup: int, device: str = "cpu", amp: str = "none") -> dict:
     """Interleaved mode: the parent says when to run each timed step (so that every implementation's k-th step runs
     in the same stretch of time and outside load hits all alike). Protocol on stdin/stdout, one line each:
     ``fill`` -> ``@@ ok``; ``step`` -> ``@@ <seconds>``; ``quit`` -> return."""
@@ -147,7 +157,7 @@ def serve_steps(impl, w, phase: str, warmup: int) -> dict:
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "fill":
-            step, extra, _ = warmed_up(impl, w, phase, 1, warmup)  # timed steps reuse one batch (memory still moves)
+            step, extra, _ = warmed_up(impl, w, phase, 1, warmup, device, amp)  # timed steps reuse one batch (memory still moves)
             print("@@ ok", flush=True)
         elif cmd == "step":
             t0 = time.perf_counter()
@@ -166,9 +176,12 @@ def serve_steps(impl, w, phase: str, warmup: int) -> dict:
     return out
 
 
-def run_generate(impl, w, device: str = "cpu") -> dict:
+def run_generate(impl, w, device: str = "cpu", amp: str = "none") -> dict:
+    """Per-token cost after each prompt length, and tokens/s of a long generation; under autocast to ``amp`` (the
+    implementation's own generation code, unchanged, inside ``torch.autocast``)."""
     import torch
 
+    impl = _AutocastGenerate(impl, device, amp)
     g = torch.Generator().manual_seed(1)
     per_prompt = []
     prompts = list(w.gen_prompts)
@@ -199,7 +212,7 @@ def run_generate(impl, w, device: str = "cpu") -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--impl", required=True)
-    ap.add_argument("--phase", required=True, choices=["train", "eval", "generate", "matmul", "build", "all", "profile_train", "profile_eval"])
+    ap.add_argument("--phase", required=True, choices=["train", "eval", "generate", "matmul", "build", "all", "profile_train", "profile_eval", "quality"])
     ap.add_argument("--workload", required=True, help="name, or a JSON object of Workload fields")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
@@ -208,7 +221,11 @@ def main() -> None:
     ap.add_argument("--matmul-n", type=int, default=0, help="0: the workload's matmul_n")
     ap.add_argument("--serve", action="store_true", help="interleaved mode: timed steps on request (see serve_steps)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N: where the model, data and memories live")
-    ap.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast of training and evaluation steps")
+    ap.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast of every phase's steps (train, eval, generate, profile, quality)")
+    ap.add_argument("--seed", type=int, default=0, help="quality: the seed of the initial weights and of the data order")
+    ap.add_argument("--budget", type=float, default=600.0, help="quality: seconds of training (wall clock)")
+    ap.add_argument("--data", default="", help="quality: a PG-19-layout directory (train/ and validation/ of .txt books)")
+    ap.add_argument("--val-segments", type=int, default=256, help="quality: validation segments per stream (0: the whole split)")
     ap.add_argument("--matmul-dtype", default="float32", help="dtype of the --phase matmul product")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -216,7 +233,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed if a.phase == "quality" else 0)
     from benchmarks import workloads
 
     if a.workload.startswith("{"):
@@ -226,6 +243,8 @@ def main() -> None:
         w = workloads.Workload(name, **spec)
     else:
         w = workloads.get(a.workload)
+    if a.phase == "quality":
+        w = w.replace(vocab=256)  # the PG-19 sample as bytes, whatever vocabulary the workload's random tokens use
     steps = w.steps if a.steps is None else a.steps
     warmup = w.warmup if a.warmup is None else a.warmup
     result: dict = {"impl": a.impl, "phase": a.phase, "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -248,13 +267,18 @@ def main() -> None:
         peers = {name: sys.modules[name].__file__ for name in ("compressive_transformer", "compressive_transformer_pytorch", "labml_nn") if name in sys.modules}  # fmt: skip
         result["loaded_packages"] = peers
         if a.phase in ("train", "eval") and a.serve:
-            result.update(serve_steps(impl, w, a.phase, warmup))
+            result.update(serve_steps(impl, w, a.phase, warmup, a.device, a.amp))
         elif a.phase in ("train", "eval"):
             result.update(run_steps(impl, w, a.phase, steps, warmup, a.device, a.amp))
         elif a.phase.startswith("profile_"):
-            result.update(run_profile(impl, w, a.phase.removeprefix("profile_"), steps, warmup))
+            result.update(run_profile(impl, w, a.phase.removeprefix("profile_"), steps, warmup, a.device, a.amp))
         elif a.phase == "generate":
-            result.update(run_generate(impl, w, a.device))
+            result.update(run_generate(impl, w, a.device, a.amp))
+        elif a.phase == "quality":
+            from benchmarks.quality import run_quality
+
+            result.update(run_quality(impl, w, data=Path(a.data), seed=a.seed, budget_s=a.budget,
+                                      val_segments=a.val_segments, device=a.device, amp=a.amp))  # fmt: skip
         elif a.phase == "all":  # every phase in this one process (peak RSS is cumulative; the GPU's peak is not)
             for phase in ("train", "eval", "generate"):
                 if (phase == "train" and not w.train) or (phase == "generate" and not w.gen_prompts):
@@ -263,7 +287,7 @@ def main() -> None:
                     impl.reset()
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats(a.device)
-                r = run_steps(impl, w, phase, steps, warmup, a.device, a.amp) if phase != "generate" else run_generate(impl, w, a.device)
+                r = run_steps(impl, w, phase, steps, warmup, a.device, a.amp) if phase != "generate" else run_generate(impl, w, a.device, a.amp)
                 result[phase] = {**r, "peak_rss_mb": rss_mb("VmHWM"), "cumulative_rss": True}
                 if cuda:
                     result[phase]["peak_cuda_mb"] = torch.cuda.max_memory_allocated(a.device) / 2**20

@@ -13,6 +13,7 @@ matmul must fit into ``peer step / r - our matmul time``.
 
     python benchmarks/profile_step.py                                  # train, ours + ours_txl + lucidrains
     python benchmarks/profile_step.py --phase eval --impl ours,lucidrains
+    python benchmarks/profile_step.py --amp bf16                       # the same steps under bf16 autocast
 """
 
 from __future__ import annotations
@@ -116,15 +117,17 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)")
+    ap.add_argument("--amp", default="none", choices=["none", "bf16"], help="autocast of the profiled steps")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     a = ap.parse_args()
     w = workloads.get(a.workload)
     results = {}
     for impl in a.impl.split(","):
         print(f"[profile] {impl} {a.phase} ...", flush=True)
-        results[impl] = child(python_for(impl, a), impl, f"profile_{a.phase}", a.workload, a)
+        results[impl] = child(python_for(impl, a), impl, f"profile_{a.phase}", a.workload, a, extra=("--amp", a.amp))
     lines = report(results, a.phase, w, speedups=(1.0, 1.4, 1.6))
-    workloads.write_report(a.out, f"profile_{a.phase}", {"workload": w.to_dict(), "phase": a.phase, "results": results}, lines)
+    name = f"profile_{a.phase}" + ("" if a.amp == "none" else f"_{a.amp}")
+    workloads.write_report(a.out, name, {"workload": w.to_dict(), "phase": a.phase, "amp": a.amp, "results": results}, lines)
 
 
 if __name__ == "__main__":

@@ -53,3 +53,12 @@ def eager_and_compiled_steps(model: CompressiveTransformerLM, device: torch.devi
             grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
             outs.append((out.logits.detach(), out.aux_loss.detach(), grads))
         yield outs[0], outs[1]
+
+
+@pytest.fixture(autouse=True)
+def fp32_unless_asked(monkeypatch):
+    """``amp = "auto"`` resolves to fp32 on every test CPU (tests compare against fp32 references); a test that wants
+    bf16 asks for it, or patches ``cpu_bf16_flags`` itself."""
+    import compressive_transformer.precision as precision
+
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: [])

@@ -10,6 +10,7 @@ from conftest import tiny_config
 
 from compressive_transformer.attention import (
     RelativeAttention,
+    _shifted_view,
     additive_mask,
     attention_mask,
     make_positions,
@@ -156,3 +157,17 @@ def test_positional_bias_is_the_formula_with_an_exact_gradient(B, T, C, M, pad):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     zero = torch.zeros_like(mask)  # with nothing masked the function is its own gradcheck
     torch.autograd.gradcheck(lambda *t: positional_bias(t[0], t[1], *(t[2:] if C > 0 else (None, None)), zero, C), inputs)
+
+
+@pytest.mark.parametrize(("H", "B", "T", "n", "W"), [(2, 3, 5, 9, 10), (2, 3, 5, 9, 13), (1, 1, 1, 4, 5), (2, 2, 4, 3, 4), (3, 2, 6, 6, 16), (1, 2, 1, 3, 3), (2, 1, 1, 3, 6)])
+def test_shifted_gradient_writes_every_entry_the_view_does_not(monkeypatch, H, B, T, n, W):
+    """The backward zeroes only what the shifted view leaves (not the whole buffer first): every entry of an
+    uninitialised buffer is either the view's gradient or zero, as if it had started from zeros."""
+    import compressive_transformer.attention as attention
+
+    grad = torch.randn(B, H, T, n, dtype=torch.float64)
+    expected = torch.zeros(H, B, T, W, dtype=torch.float64)
+    _shifted_view(expected, n).copy_(grad)
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *shape, dtype=None: torch.full(shape, float("nan"), dtype=dtype))
+    got = attention._shifted_gradient(grad, H, W, torch.float64)
+    assert torch.equal(got, expected)

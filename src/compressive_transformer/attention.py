@@ -123,6 +123,24 @@ def _shifted_view(raw: Tensor, n_keys: int) -> Tensor:
     return raw.as_strided((B, H, T, n_keys), (T * W, B * T * W, W - 1, 1), raw.storage_offset() + T - 1)
 
 
+def _shifted_gradient(grad: Tensor, H: int, W: int, dtype: torch.dtype) -> Tensor:
+    """The gradient of ``raw`` (H, B, T, W) from that of its shifted view (B, H, T, n): the view's entries, zero
+    elsewhere. In each (h, b) plane the view's row i covers offsets [T - 1 + i (W - 1), ... + n); what it leaves are
+    the first T - 1 offsets, a gap of W - 1 - n after each row and the last offset, so only those are zeroed rather
+    than the whole buffer first (W - 1 - n is small: the tables' spare columns)."""
+    B, _, T, n = grad.shape
+    g_raw = grad.new_empty(H, B, T, W, dtype=dtype)
+    _shifted_view(g_raw, n).copy_(grad)
+    if W - 1 < n:  # T = 1 and W = n: the view is the whole buffer
+        return g_raw
+    planes = g_raw.view(H * B, T * W)
+    planes[:, : T - 1].zero_()
+    planes[:, -1:].zero_()
+    if W - 1 > n:
+        g_raw.as_strided((H * B, T, W - 1 - n), (T * W, W - 1, 1), g_raw.storage_offset() + T - 1 + n).zero_()
+    return g_raw
+
+
 class _PositionalBias(torch.autograd.Function):
     """The positional term of every score plus the additive mask, written once into a (B, H, T, K) buffer.
 
@@ -152,8 +170,7 @@ class _PositionalBias(torch.autograd.Function):
                 grads += [None, None]
                 continue
             W, dt = r_.shape[-1], ctx.dtype
-            g_raw = grad.new_zeros(H, B, T, W, dtype=dt)
-            _shifted_view(g_raw, n).copy_(grad[..., cols])
+            g_raw = _shifted_gradient(grad[..., cols], H, W, dt)
             g_raw, qh_, r_ = g_raw.view(H, B * T, W), qh_.to(dt), r_.to(dt)
             g_q = torch.bmm(g_raw, r_.transpose(1, 2)).view(H, B, T, -1).permute(1, 2, 0, 3)  # (B, T, H, dh)
             g_r = torch.bmm(qh_.transpose(1, 2), g_raw)  # (H, dh, W)
@@ -305,11 +322,13 @@ class RelativeAttention(nn.Module):
             k, v = self._project_time_major(x, torch.cat([cmem.transpose(0, 1), mem.transpose(0, 1)]))
 
         # Positional scores, scaled, plus the mask: the additive bias of the content scores.
+        # Each biased, scaled query in one pass over q: (q + b) * s as b * s + s * q (the decoder's formula too).
         r, rc, cv = self.positional_streams(positions)
-        qc = (q + cv) * self.scale if rc is not None else None
-        bias = positional_bias((q + self.v) * self.scale, r, qc, rc, mask, C)  # (B * H, T, K)
+        s = self.scale
+        qc = torch.add(cv * s, q, alpha=s) if rc is not None else None
+        bias = positional_bias(torch.add(self.v * s, q, alpha=s), r, qc, rc, mask, C)  # (B * H, T, K)
 
-        qu = ((q + self.u) * self.scale).transpose(1, 2)  # (B, H, T, dh)
+        qu = torch.add(self.u * s, q, alpha=s).transpose(1, 2)  # (B, H, T, dh)
         if need_weights:
             qk = (qu.reshape(B * H, T, dh), k.transpose(1, 2))
             # Accumulate into the bias buffer; under autocast the matmul's dtype differs, so out of place.

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from compressive_transformer.config import ModelConfig
+from compressive_transformer.precision import full_precision
 
 
 class Compressor(nn.Module):
@@ -161,10 +162,13 @@ def attention_reconstruction_loss(
     layer keeps training from the task loss). Only ``compressed`` carries gradient.
     """
     B, H, _, dh = q.shape
-    q, old_k, old_v = q.detach(), old_k.detach(), old_v.detach()
-    target = content_attention(q, old_k, old_v, old_mask)
-    heads = lambda w: (compressed @ w.detach().t()).view(B, -1, H, dh).transpose(1, 2)  # noqa: E731  (B, H, G, d_h)
-    recon = content_attention(q, heads(w_k), heads(w_v), compressed_mask)
+    dtype = w_k.dtype  # the weights' precision (fp32 under autocast): the loss is a small difference of two reads
+    q, old_k, old_v = q.detach().to(dtype), old_k.detach().to(dtype), old_v.detach().to(dtype)
+    with full_precision(q.device):
+        target = content_attention(q, old_k, old_v, old_mask)
+        compressed = compressed.to(dtype)
+        heads = lambda w: (compressed @ w.detach().t()).view(B, -1, H, dh).transpose(1, 2)  # noqa: E731  (B, H, G, d_h)
+        recon = content_attention(q, heads(w_k), heads(w_v), compressed_mask)
     rows = query_mask & compressed_mask.any(dim=1, keepdim=True) & old_mask.any(dim=1, keepdim=True)  # (B, T)
     err = ((target - recon) ** 2).mean(dim=-1)  # (B, T)
     return torch.where(rows, err, 0.0).sum() / rows.sum().clamp(min=1)
@@ -172,5 +176,6 @@ def attention_reconstruction_loss(
 
 def autoencoder_loss(old: Tensor, old_mask: Tensor, decoded: Tensor) -> Tensor:
     """||old_mem - g(f_c(old_mem))||^2, mean over valid evicted states and features."""
-    err = ((old.detach() - decoded) ** 2).mean(dim=-1)  # (B, G*c)
+    dtype = torch.promote_types(old.dtype, torch.float32)  # at least fp32, under autocast too
+    err = ((old.detach().to(dtype) - decoded.to(dtype)) ** 2).mean(dim=-1)  # (B, G*c)
     return (err * old_mask).sum() / old_mask.sum().clamp(min=1)

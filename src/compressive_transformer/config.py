@@ -245,7 +245,8 @@ class ModelConfig:
         return self.uses_compression and self.compression == "most_used"
 
 
-AMP_DTYPES = ("none", "bf16", "fp16")
+# "auto": bf16 where the device runs it natively, else fp32 (precision.resolve_amp); "none": fp32
+AMP_CHOICES = ("auto", "none", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,7 @@ class TrainConfig:
     checkpoint_every: int = 100  # 0: only at the end
     keep_checkpoints: int = 3
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
-    amp: str = "none"  # none | bf16 | fp16
+    amp: str = "auto"  # auto | none | bf16 | fp16: autocast of the matmuls (weights, memory, losses stay fp32)
     compile: bool = False  # torch.compile the training forward (for GPUs: on CPU it measured slower than eager)
     num_threads: int = 0  # CPU threads for torch; 0: PyTorch's default (1 is fastest on a busy machine)
     progress: bool = True
@@ -324,7 +325,7 @@ class TrainConfig:
             p + "device",
             f"unknown {self.device!r}; use auto, cpu, cuda, cuda:N or mps",
         )
-        _require(self.amp in AMP_DTYPES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_DTYPES)}")
+        _require(self.amp in AMP_CHOICES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_CHOICES)}")
         _require(self.num_threads >= 0, p + "num_threads", "must be >= 0 (0 means PyTorch's default)")
 
     def accumulation_at(self, step: int) -> int:
@@ -342,10 +343,12 @@ class EvalConfig:
     mem_len: int | None = None
     cmem_len: int | None = None
     max_batches: int = 0  # 0: the whole split
+    amp: str = ""  # "": as train.amp; else auto | none | bf16 | fp16 for evaluation and generation
 
     def __post_init__(self) -> None:
         _check_types(self, "eval")
         p = "eval."
+        _require(self.amp in ("",) + AMP_CHOICES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_CHOICES)} (or \"\" for train.amp)")
         _require(self.split in ("train", "validation", "test"), p + "split", "use train, validation or test")
         _require(self.batch_size > 0, p + "batch_size", "must be > 0")
         _require(self.seg_len is None or self.seg_len > 0, p + "seg_len", "must be > 0 (leave unset for model.seg_len)")

@@ -73,8 +73,9 @@ def advance(
         n, S = H * dh, kv_l.shape[2]
         x = block.attn_input(h)
         qkv = F.linear(x, attn.qkv.weight)  # (B, 3n)
-        kv_l.view(B, H, S, 2, dh).index_copy_(2, slot, attn.kv_heads(qkv[:, None, n:]))
-        states_l.index_copy_(1, slot, x[:, None])
+        # under autocast the products come in the autocast dtype; the rings keep theirs (states: the weights')
+        kv_l.view(B, H, S, 2, dh).index_copy_(2, slot, attn.kv_heads(qkv[:, None, n:]).to(kv_l.dtype))
+        states_l.index_copy_(1, slot, x[:, None].to(states_l.dtype))
         flat = kv_l.view(B * H, S, 2 * dh)
         q = torch.add(bias, qkv[:, :n].view(B, H, 1, dh), alpha=attn.scale).view(B * H, 3, dh)
         scores = torch.bmm(q[:, :1], flat[..., :dh].transpose(1, 2))  # (B*H, 1, C + R)
@@ -119,8 +120,8 @@ def compress_into(
             group = window
         new = compress(group[:, None], None)  # (B, 1, d)
         new = torch.where(valid[..., None], new, 0.0)  # a group with an invalid state leaves an empty slot
-        states_l.index_copy_(1, slot, new)
-        kv_l.index_copy_(2, slot, block.attn.project_kv(new))
+        states_l.index_copy_(1, slot, new.to(states_l.dtype))
+        kv_l.index_copy_(2, slot, block.attn.project_kv(new).to(kv_l.dtype))
     mask.index_copy_(3, slot, additive_mask(valid, mask.dtype).view(B, 1, 1, 1))
     mask.index_fill_(3, evicted, float("-inf"))
 

@@ -15,6 +15,7 @@ import torch
 from compressive_transformer.config import ConfigError
 from compressive_transformer.decode import Decoder, unsupported
 from compressive_transformer.memory import MemoryState
+from compressive_transformer.precision import autocast
 
 
 def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
@@ -114,6 +115,7 @@ def generate(
     next_logits: torch.Tensor | None = None,
     on_token: Callable[[int], bool] | None = None,
     return_memory: bool = False,
+    amp: str | torch.dtype | None = None,
 ) -> Generation:
     """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens, carrying memory throughout. ``compile``: run the
     ring-buffer decoder's step under ``torch.compile`` (worth it for long generations: the first token waits for the
@@ -121,7 +123,9 @@ def generate(
 
     To continue an earlier generation, pass its ``memory`` and ``next_logits`` (from ``return_memory=True``): the
     prompt, which may then be empty, is read after that state. ``on_token`` sees each token as it is drawn and
-    stops the generation by returning False."""
+    stops the generation by returning False.
+
+    ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32)."""
     if not prompt and (memory is None or next_logits is None):
         raise ConfigError("prompt: is empty; give at least one character to start from")
     check_sampling(max_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -133,38 +137,39 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        if memory is None:
-            memory = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len, device=device)
-            last = None
-        else:
-            memory = memory.to(device)
-            last = next_logits.to(device).reshape(1, -1) if next_logits is not None else None
-        ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
-        for start in range(0, ids.size(1), seg_len):
-            out = model(ids[:, start : start + seg_len], memory=memory)
-            memory = out.memory
-            last = out.logits[:, -1]  # (1, V)
-        decoder = Decoder(model, memory, compile=compile) if unsupported(model) is None else None
-        result = Generation(prompt=list(prompt), tokens=[])
-        for i in range(max_new_tokens):
-            token = sample_next(last, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-            if keep_logits:
-                result.logits.append(last[0].float().cpu())
-            result.tokens.append(int(token))
-            stopped = on_token is not None and on_token(int(token)) is False
-            done = stopped or i + 1 == max_new_tokens
-            if done and not return_memory:
-                break
-            if decoder is not None:  # T = 1: constant cost per token
-                last = decoder.step(token.view(1))
+        with autocast(device, amp):  # the prompt, the decoder's steps and their buffers in the run's precision
+            if memory is None:
+                memory = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len, device=device)
+                last = None
             else:
-                out = model(token.view(1, 1), memory=memory)
-                memory, last = out.memory, out.logits[:, -1]
-            if done:
-                break
-        if return_memory:
-            result.memory = decoder.memory() if decoder is not None else memory
-            result.next_logits = last[0].float()
-        return result
+                memory = memory.to(device)
+                last = next_logits.to(device).reshape(1, -1) if next_logits is not None else None
+            ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
+            for start in range(0, ids.size(1), seg_len):
+                out = model(ids[:, start : start + seg_len], memory=memory)
+                memory = out.memory
+                last = out.logits[:, -1]  # (1, V)
+            decoder = Decoder(model, memory, compile=compile) if unsupported(model) is None else None
+            result = Generation(prompt=list(prompt), tokens=[])
+            for i in range(max_new_tokens):
+                token = sample_next(last, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+                if keep_logits:
+                    result.logits.append(last[0].float().cpu())
+                result.tokens.append(int(token))
+                stopped = on_token is not None and on_token(int(token)) is False
+                done = stopped or i + 1 == max_new_tokens
+                if done and not return_memory:
+                    break
+                if decoder is not None:  # T = 1: constant cost per token
+                    last = decoder.step(token.view(1))
+                else:
+                    out = model(token.view(1, 1), memory=memory)
+                    memory, last = out.memory, out.logits[:, -1]
+                if done:
+                    break
+            if return_memory:
+                result.memory = decoder.memory() if decoder is not None else memory
+                result.next_logits = last[0].float()
+            return result
     finally:
         model.train(was_training)

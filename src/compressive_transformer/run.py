@@ -36,6 +36,7 @@ from compressive_transformer.distributed import DistInfo, barrier, init_distribu
 from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.fileio import require_writable, write_text_atomic
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
+from compressive_transformer.precision import amp_dtype, inference_amp
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
 from compressive_transformer.runlock import LOCK_FILE, RunLock
 from compressive_transformer.toml_writer import config_text
@@ -385,6 +386,7 @@ def evaluate_run(
         cmem_len=e.cmem_len,
         max_batches=e.max_batches,
         progress=progress,
+        amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
     )
     from compressive_transformer.loading import Run
     from compressive_transformer.text_eval import run_record

@@ -16,6 +16,7 @@ from compressive_transformer.data.readers import Document, decode_file, read_spl
 from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.fileio import require_writable
 from compressive_transformer.loading import Run
+from compressive_transformer.precision import amp_dtype, inference_amp
 from compressive_transformer.units import texts_size
 
 TextInput = Union[str, Path, Sequence[Union[str, Path]]]
@@ -113,6 +114,7 @@ def score_documents(
         progress=progress,
         size=texts_size(documents),
         tokenizer_kind=run.tokenizer.kind,
+        amp_dtype=amp_dtype(inference_amp(run.config, next(run.model.parameters()).device)),
     )
 
 

@@ -17,6 +17,7 @@ import torch
 
 from compressive_transformer.config import ConfigError, to_dict
 from compressive_transformer.generate import Generation, check_sampling, clean_prompt, generate
+from compressive_transformer.precision import inference_amp
 from compressive_transformer.loading import Run
 from compressive_transformer.memory import MemoryState
 
@@ -149,6 +150,7 @@ def generate_text(
     out = generate(
         run.model, ids, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile,
         mem_len=mem_len, cmem_len=cmem_len, memory=state, next_logits=logits, on_token=printer, return_memory=return_memory,
+        amp=inference_amp(run.config, next(run.model.parameters()).device),
     )  # fmt: skip
     printer.flush()
     return TextGeneration(text=printer.text, stopped=printer.stopped, generation=out)

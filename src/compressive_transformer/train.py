@@ -40,11 +40,9 @@ from compressive_transformer.machine import thread_warning
 from compressive_transformer.memory import MemoryState, is_row_tensor
 from compressive_transformer.metrics import MetricsLogger
 from compressive_transformer.models import IGNORE_INDEX, CompressiveTransformerLM, TransformerQL, build_model
+from compressive_transformer.precision import amp_dtype, autocast, describe, inference_amp, resolve_amp
 from compressive_transformer.schedule import learning_rate
 from compressive_transformer.toml_writer import config_text
-
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 class TrainingError(RuntimeError):
     """Training cannot go on (the loss diverged); the message says what to change."""
@@ -202,8 +200,12 @@ class Trainer:
             wrapped = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
         self.forward = compile_model(wrapped) if t.compile else wrapped
         self.optimizer = build_optimizer(self.model, cfg)
-        self.amp_dtype = AMP_DTYPES[t.amp]
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.amp == "fp16")
+        self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
+        self.eval_amp = inference_amp(cfg, self.device)
+        self.amp_dtype = amp_dtype(self.amp)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == "fp16")
+        if self.dist.is_main:
+            log(describe(t.amp, self.device))
         self.batcher = StreamBatcher(
             train_corpus,
             batch_size=t.batch_size,
@@ -327,7 +329,7 @@ class Trainer:
             tokens += batch.num_tokens
             if bool(batch.reset[r].any()):
                 self.memory = self.memory.reset(batch.reset[r].to(self.device))
-            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            with autocast(self.device, self.amp):
                 out = self.forward(
                     batch.tokens[r].to(self.device),
                     memory=self.memory,
@@ -402,7 +404,7 @@ class Trainer:
                 cmem_len=e.cmem_len,
                 max_batches=self.cfg.train.val_batches,
                 device=self.device,
-                amp_dtype=self.amp_dtype,
+                amp_dtype=amp_dtype(self.eval_amp),
             )
 
     def _log_validation(self) -> EvalResult | None:

@@ -1,0 +1,101 @@
+"""Which precision the matmuls run in: ``amp`` names ("auto", "none", "bf16", "fp16") resolved for a device, and the
+autocast context every training, evaluation and generation call site enters.
+
+bf16 autocast pays where the hardware has bf16 arithmetic (every recent GPU; CPUs with AVX-512 BF16 or AMX, where a
+bf16 matmul runs 2-16x the fp32 rate) and costs time where it is emulated (a CPU without those instructions converts
+every operand), so "auto" picks bf16 only where it is fast. The model's weights, its memory buffers, the losses and
+the optimizer stay fp32 under autocast; only the products are rounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from compressive_transformer.config import AMP_CHOICES, ConfigError, RunConfig
+from compressive_transformer.machine import cpu_model_and_flags
+
+AMP_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # instructions that make bf16 matmuls faster than fp32 on a CPU
+assert set(AMP_DTYPES) | {"auto"} == set(AMP_CHOICES)
+
+
+def cpu_bf16_flags() -> list[str]:
+    """The bf16 instruction sets this machine's CPU reports (empty where it has none, or outside Linux)."""
+    return [f for f in cpu_model_and_flags()[1] if f in CPU_BF16_FLAGS]
+
+
+def runs_bf16_fast(device: torch.device | str) -> bool:
+    """Whether bf16 matmuls on ``device`` are native (faster than fp32) rather than emulated."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type == "cpu":
+        return bool(cpu_bf16_flags())
+    return False
+
+
+def resolve_amp(amp: str, device: torch.device | str, *, key: str = "train.amp") -> str:
+    """``amp`` with "auto" replaced by "bf16" where ``device`` runs bf16 fast, else "none"; a name that is not one of
+    :data:`AMP_CHOICES` is a one-line :class:`ConfigError` naming ``key``."""
+    if amp not in AMP_CHOICES:
+        raise ConfigError(f"{key}: unknown {amp!r}; use one of {', '.join(AMP_CHOICES)}")
+    if amp == "auto":
+        return "bf16" if runs_bf16_fast(device) else "none"
+    return amp
+
+
+def inference_amp(cfg: RunConfig, device: torch.device | str) -> str:
+    """The resolved precision of evaluation and generation for a run: ``eval.amp``, or ``train.amp`` where unset."""
+    return resolve_amp(cfg.eval.amp or cfg.train.amp, device, key="eval.amp" if cfg.eval.amp else "train.amp")
+
+
+def amp_dtype(amp: str | torch.dtype | None) -> torch.dtype | None:
+    """The autocast dtype of a resolved ``amp`` name (None for "none"); a dtype or None passes through."""
+    if amp is None or isinstance(amp, torch.dtype):
+        return amp
+    if amp == "auto":
+        raise ValueError("resolve 'auto' with resolve_amp(amp, device) first")
+    return AMP_DTYPES[amp]
+
+
+def describe(amp: str, device: torch.device | str) -> str:
+    """One line for the log: the precision a run uses and, for "auto", why."""
+    resolved = resolve_amp(amp, device)
+    name = {"none": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}[resolved]
+    if amp != "auto":
+        return f"precision {name} (amp = {amp!r})"
+    why = "runs bf16 natively" if resolved == "bf16" else "has no fast bf16 (fp32 is faster there)"
+    return f"precision {name} (amp = 'auto': {torch.device(device).type} {why})"
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device | str, amp: str | torch.dtype | None) -> Iterator[None]:
+    """``torch.autocast`` to ``amp`` (a resolved name, a dtype, or None/"none" for fp32) on ``device``'s type."""
+    dtype = amp_dtype(amp)
+    with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
+        yield
+
+
+@contextlib.contextmanager
+def full_precision(device: torch.device | str) -> Iterator[None]:
+    """Autocast off: for the few computations whose result is the small difference of two large numbers (the
+    compression losses), which bf16's 8-bit mantissa would turn into noise."""
+    with torch.autocast(torch.device(device).type, enabled=False):
+        yield
+
+
+__all__ = [
+    "AMP_DTYPES",
+    "CPU_BF16_FLAGS",
+    "amp_dtype",
+    "autocast",
+    "cpu_bf16_flags",
+    "describe",
+    "full_precision",
+    "inference_amp",
+    "resolve_amp",
+    "runs_bf16_fast",
+]
