@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 bench = pytest.importorskip("benchmarks.bench")
 workloads = pytest.importorskip("benchmarks.workloads")
 

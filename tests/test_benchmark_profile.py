@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 profile_step = pytest.importorskip("benchmarks.profile_step")
 
 
