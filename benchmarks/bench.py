@@ -27,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 from benchmarks import workloads
+
+HERE = Path(__file__).resolve().parent
 
 OURS = ("ours", "ours_txl", "ours_compiled")
 PEERS = ("lucidrains", "lucidrains_fixed", "labml")

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 from benchmarks import workloads
 from benchmarks.bench import SHIPPED_PEERS, child, fmt, get, machine_info, python_for
+
+HERE = Path(__file__).resolve().parent
 
 # key -> (adapter, build keywords)
 ENTRIES = {

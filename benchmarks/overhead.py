@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import sys
 import time
 from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
 
 import torch
 
 from benchmarks.impls import ours
-from compressive_transformer import CompressiveTransformerLM
 from benchmarks.workloads import in_process_script, write_report
+from compressive_transformer import CompressiveTransformerLM
+
+HERE = Path(__file__).resolve().parent
 
 
 class Variant:

@@ -19,12 +19,12 @@ matmul must fit into ``peer step / r - our matmul time``.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 from benchmarks import workloads
 from benchmarks.bench import child, python_for
+
+HERE = Path(__file__).resolve().parent
 
 MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::baddbmm_", "aten::addbmm", "aten::_mkl_linear",
           "aten::mkldnn_convolution", "aten::convolution_backward"}  # a convolution is a matmul over windows

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -169,7 +168,7 @@ def markdown(summary: dict[str, Any], records: list[dict[str, Any]], meta: dict[
         "| impl | precision | seeds | validation BPC | steps in the budget | per seed |",
         "|---|---|---|---|---|---|",
     ]
-    for key, s in sorted(summary.items(), key=lambda kv: kv[1]["val_bpc"]["mean"]):
+    for _key, s in sorted(summary.items(), key=lambda kv: kv[1]["val_bpc"]["mean"]):
         per_seed = ", ".join(f"{v:.3f}" for v in s["per_seed_val_bpc"].values())
         lines.append(f"| {s['impl']} | {s['precision']} | {len(s['seeds'])} | {iv(s['val_bpc'], 3)} | {iv(s['steps'], 0)} | {per_seed} |")
     errors = [r for r in records if "error" in r]

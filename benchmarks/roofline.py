@@ -15,16 +15,15 @@ from __future__ import annotations
 import collections
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
 
 import torch
 
 from benchmarks.impls import ours
 from benchmarks.workloads import in_process_script, train_flops_per_token, write_report
+
+HERE = Path(__file__).resolve().parent
 
 MATMULS = {"aten::mm": 2, "aten::addmm": 3, "aten::bmm": 2, "aten::baddbmm": 3, "aten::baddbmm_": 3}
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 from benchmarks import workloads
 from benchmarks.bench import child, interleaved, loadavg, machine_info, python_for
+
+HERE = Path(__file__).resolve().parent
 
 
 def linear_fit(xs: list[float], ys: list[float]) -> dict:

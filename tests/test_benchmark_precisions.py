@@ -3,9 +3,6 @@ implementation at its faster precision, MFU against the matmul rate of the membe
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 bench = pytest.importorskip("benchmarks.bench")

@@ -3,9 +3,6 @@ peer step / r minus our matmul time."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 profile_step = pytest.importorskip("benchmarks.profile_step")
