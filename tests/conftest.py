@@ -17,7 +17,7 @@ TEST_DATA = Path(os.environ.get(TEST_DATA_ENV) or Path(__file__).resolve().paren
 
 
 def missing_data_reason(path: Path) -> str:
-    """The skip reason of a test whose real corpus ``path`` is absent: where it was looked for, and how to point at it."""
+    """The skip reason of a test whose real corpus ``path`` is absent: where it was looked for, how to point at it."""
     return f"real corpus not found at {path}: set {TEST_DATA_ENV}=/path/to/corpora (default ../shared/data)"
 
 

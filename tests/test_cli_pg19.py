@@ -1,5 +1,6 @@
 """End to end on the real PG-19 sample ($CT_TEST_DATA/pg19-sample, default ../shared/data): the CPU config trains,
-evaluates and samples from the CLI, and a run killed after a checkpoint and resumed logs exactly the losses it logged the first time."""
+evaluates and samples from the CLI, and a run killed after a checkpoint and resumed logs exactly the losses it logged
+the first time."""
 
 from __future__ import annotations
 

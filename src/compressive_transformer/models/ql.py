@@ -1,4 +1,4 @@
-"""Transformer-QL (seeds/004_*.txt): Transformer-XL layers at several temporal scales, pooling between scales, a
+"""Transformer-QL: Transformer-XL layers at several temporal scales, pooling between scales, a
 causal accumulation of every scale's output, and output layers.
 
 Per scale i (0 = finest) a state summarises c**i tokens. The window n_w = n_s + n_m is the same at every scale: scale
