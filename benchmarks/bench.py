@@ -1,9 +1,9 @@
 """Benchmark harness: training / evaluation / generation throughput, peak memory, parameters and MFU for one
 workload, ours against the peer implementations, each implementation and phase in its own subprocess.
 
-    python benchmarks/bench.py --workload reference --impl all
-    python benchmarks/bench.py --workload tiny --steps 2          # smoke test, seconds
-    python benchmarks/bench.py --workload reference --precisions fp32,bf16   # every implementation in both
+    python -m benchmarks.bench --workload reference --impl all
+    python -m benchmarks.bench --workload tiny --steps 2          # smoke test, seconds
+    python -m benchmarks.bench --workload reference --precisions fp32,bf16   # every implementation in both
 
 With several precisions every implementation runs in each: fp32, and under ``torch.autocast`` to bf16 (the peers'
 code unchanged inside it); results are keyed ``impl`` (fp32) and ``impl@bf16``, with the targets computed per
@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import workloads
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from benchmarks import workloads  # noqa: E402
 
 OURS = ("ours", "ours_txl", "ours_compiled")
 PEERS = ("lucidrains", "lucidrains_fixed", "labml")
@@ -100,7 +100,7 @@ def child(python: str, impl: str, phase: str, workload: str, a, build_kw: dict |
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads), PYTHONDONTWRITEBYTECODE="1")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = [python, str(HERE / "child.py"), "--impl", impl, "--phase", phase, "--workload", workload,
+        cmd = [python, "-m", "benchmarks.child", "--impl", impl, "--phase", phase, "--workload", workload,
                "--threads", str(a.threads), "--out", str(out)]  # fmt: skip
         if a.steps is not None:
             cmd += ["--steps", str(a.steps)]
@@ -135,7 +135,7 @@ def interleaved(impls: list, phase: str, w, a) -> dict[str, dict]:
     members = [m if len(m) == 4 else (*m, "none") for m in members]
     impls = [key for key, _, _, _ in members]
     for impl, name, spec, amp in members:
-        cmd = [python_for(name, a), str(HERE / "child.py"), "--impl", name, "--phase", phase, "--workload", spec,
+        cmd = [python_for(name, a), "-m", "benchmarks.child", "--impl", name, "--phase", phase, "--workload", spec,
                "--threads", str(a.threads), "--serve", "--amp", amp, "--out", str(Path(tmp) / f"{impl}.json")]  # fmt: skip
         if a.warmup is not None:
             cmd += ["--warmup", str(a.warmup)]

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # so that `benchmarks.*` imports work from any working directory
 
 
 def rss_mb(field: str) -> float:

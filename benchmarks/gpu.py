@@ -1,8 +1,8 @@
 """GPU benchmark: ours and the peers on one CUDA device, in fp32 and under bf16 autocast, each in its own process.
 
-    python benchmarks/gpu.py --workload gpu                      # the GPU-sized workload (d 512, 8 layers, n_s 512)
-    python benchmarks/gpu.py --workload reference --amp none     # the CPU reference workload on the GPU
-    python benchmarks/gpu.py --workload tiny --device cpu --impl ours,ours_txl --out /tmp/g   # smoke run, no GPU
+    python -m benchmarks.gpu --workload gpu                      # the GPU-sized workload (d 512, 8 layers, n_s 512)
+    python -m benchmarks.gpu --workload reference --amp none     # the CPU reference workload on the GPU
+    python -m benchmarks.gpu --workload tiny --device cpu --impl ours,ours_txl --out /tmp/g   # smoke run, no GPU
 
 For every implementation and precision one child (``child.py --phase all --device cuda --amp ...``) measures
 training and evaluation tokens/s (median step after the memories are full and a warm-up), the CUDA allocator's
@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import sys
 import time
 from pathlib import Path
 
+from benchmarks import workloads
+from benchmarks.bench import SHIPPED_PEERS, child, fmt, get, machine_info, python_for
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from benchmarks import workloads  # noqa: E402
-from benchmarks.bench import SHIPPED_PEERS, child, fmt, get, machine_info, python_for  # noqa: E402
 
 # key -> (adapter, build keywords)
 ENTRIES = {

@@ -13,25 +13,23 @@ Part 2 (generation at batch 1): the cost of one forward of T new tokens over ful
 At batch 1 on a CPU a forward reads every weight once whatever T is, so its cost grows far slower than T: this is
 what bounds how much faster one-token-per-step generation can be than re-encoding a window of tokens.
 
-    python benchmarks/overhead.py                 # writes results/overhead.{json,md}
+    python -m benchmarks.overhead                 # writes results/overhead.{json,md}
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-import sys
 import time
 from pathlib import Path
 
+import torch
+
+from benchmarks.impls import ours
+from benchmarks.workloads import in_process_script, write_report
+from compressive_transformer import CompressiveTransformerLM
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-import torch  # noqa: E402
-
-from benchmarks.impls import ours  # noqa: E402
-from compressive_transformer import CompressiveTransformerLM  # noqa: E402
-from benchmarks.workloads import in_process_script, write_report  # noqa: E402
 
 
 class Variant:

@@ -11,21 +11,20 @@ compare kinds of work and matmul times, not single small operators. The
 table says what a faster step has to remove: for a step ``r`` times faster than a peer's, everything that is not a
 matmul must fit into ``peer step / r - our matmul time``.
 
-    python benchmarks/profile_step.py                                  # train, ours + ours_txl + lucidrains
-    python benchmarks/profile_step.py --phase eval --impl ours,lucidrains
-    python benchmarks/profile_step.py --amp bf16                       # the same steps under bf16 autocast
+    python -m benchmarks.profile_step                                  # train, ours + ours_txl + lucidrains
+    python -m benchmarks.profile_step --phase eval --impl ours,lucidrains
+    python -m benchmarks.profile_step --amp bf16                       # the same steps under bf16 autocast
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from benchmarks import workloads
+from benchmarks.bench import child, python_for
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from benchmarks import workloads  # noqa: E402
-from benchmarks.bench import child, python_for  # noqa: E402
 
 MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::baddbmm_", "aten::addbmm", "aten::_mkl_linear",
           "aten::mkldnn_convolution", "aten::convolution_backward"}  # a convolution is a matmul over windows

@@ -1,8 +1,8 @@
-"""Quality per wall clock: every implementation trained for the same seconds on the PG-19 sample (bytes), then its
+"""Quality per wall clock: every implementation trained for the same seconds on PG-19 books (bytes), then its
 validation bits per byte — what a user with a fixed time budget gets — in fp32 and under bf16 autocast, over seeds.
 
-    python benchmarks/quality.py --budget 600 --seeds 0,1,2                           # ours and the peers, fp32 + bf16
-    python benchmarks/quality.py --impl ours --precisions fp32 --budget 5 --seeds 0 --out /tmp/q   # smoke run
+    python -m benchmarks.quality --budget 600 --seeds 0,1,2                           # ours and the peers, fp32 + bf16
+    python -m benchmarks.quality --impl ours --precisions fp32 --budget 5 --seeds 0 --out /tmp/q   # smoke run
 
 Each run is one child process (``child.py --phase quality``): the workload's model (vocabulary 256: bytes; same
 widths, lengths, batch, optimizer, no dropout), seeded, trains on ``--threads`` threads until ``--budget`` seconds of
@@ -17,18 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from compressive_transformer.analysis.stats import mean_interval
+from compressive_transformer.data.readers import data_root_path
 
-from compressive_transformer.analysis.stats import mean_interval  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 PRECISIONS = {"fp32": "none", "bf16": "bf16"}  # precision label -> child.py --amp
-DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "pg19-sample"
+# where `compressive-transformer data download pg19 data` puts PG-19 (or $CT_DATA_ROOT/pg19 when that is set)
+DEFAULT_DATA = HERE.parent / data_root_path("data/pg19")
 DEFAULT_IMPLS = ("ours", "lucidrains", "lucidrains_fixed", "labml")
 CURVE_POINTS = 200  # training losses kept per run (evenly spaced over its steps)
 
@@ -168,7 +168,7 @@ def markdown(summary: dict[str, Any], records: list[dict[str, Any]], meta: dict[
         "| impl | precision | seeds | validation BPC | steps in the budget | per seed |",
         "|---|---|---|---|---|---|",
     ]
-    for key, s in sorted(summary.items(), key=lambda kv: kv[1]["val_bpc"]["mean"]):
+    for _key, s in sorted(summary.items(), key=lambda kv: kv[1]["val_bpc"]["mean"]):
         per_seed = ", ".join(f"{v:.3f}" for v in s["per_seed_val_bpc"].values())
         lines.append(f"| {s['impl']} | {s['precision']} | {len(s['seeds'])} | {iv(s['val_bpc'], 3)} | {iv(s['steps'], 0)} | {per_seed} |")
     errors = [r for r in records if "error" in r]

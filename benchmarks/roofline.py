@@ -7,7 +7,7 @@ other operation (softmax, masks, copies, layer norms, the optimizer, Python) wer
 by that time bounds MFU from above for this workload on this machine, whatever the implementation does around the
 matmuls.
 
-    python benchmarks/roofline.py --workload reference            # prints a table, writes results/roofline.{json,md}
+    python -m benchmarks.roofline --workload reference            # prints a table, writes results/roofline.{json,md}
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ from __future__ import annotations
 import collections
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
+import torch
+
+from benchmarks.impls import ours
+from benchmarks.workloads import in_process_script, train_flops_per_token, write_report
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-import torch  # noqa: E402
-
-from benchmarks.impls import ours  # noqa: E402
-from benchmarks.workloads import in_process_script, train_flops_per_token, write_report  # noqa: E402
 
 MATMULS = {"aten::mm": 2, "aten::addmm": 3, "aten::bmm": 2, "aten::baddbmm": 3, "aten::baddbmm_": 3}
 

@@ -4,8 +4,8 @@ For each total T = n_m + n_cm, ours uses n_m = n_cm = T / 2 and Transformer-XL n
 n_s + T keys. Each point is a fresh subprocess timing training steps (forward + backward of task + compression
 loss, Adam step) at steady state. The cost should grow linearly in T, and equal T should cost about the same.
 
-    python benchmarks/scaling.py                     # reference widths, T in 128..2048
-    python benchmarks/scaling.py --totals 64,128 --steps 2 --width tiny   # smoke
+    python -m benchmarks.scaling                     # reference widths, T in 128..2048
+    python -m benchmarks.scaling --totals 64,128 --steps 2 --width tiny   # smoke
 
 Writes benchmarks/results/scaling.json and scaling.png (or --out DIR).
 """
@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import sys
 import time
 from pathlib import Path
 
+from benchmarks import workloads
+from benchmarks.bench import child, interleaved, loadavg, machine_info, python_for
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from benchmarks import workloads  # noqa: E402
-from benchmarks.bench import child, interleaved, loadavg, machine_info, python_for  # noqa: E402
 
 
 def linear_fit(xs: list[float], ys: list[float]) -> dict:

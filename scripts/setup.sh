@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv with PyTorch and this package (editable, with test extras).
+# Create .venv with PyTorch and this package (editable, with the test extras: pytest, hypothesis, ruff).
 #
 # torch is installed first and pinned only when absent, so pip never swaps in a multi-GB CUDA build on a CPU
 # machine: set TORCH_SPEC (default torch==2.13.0) or TORCH_INDEX_URL (e.g. https://download.pytorch.org/whl/cpu)

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -9,7 +10,15 @@ torch.set_num_threads(1)
 
 from compressive_transformer import CompressiveTransformerLM, ModelConfig  # noqa: E402
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# The real corpora (enwik8/enwik8-prefix, wikitext-103, wikitext-2, pg19-sample) for the tests that need them: the
+# directory named by $CT_TEST_DATA, by default ../shared/data beside the checkout. Those tests skip without it.
+TEST_DATA_ENV = "CT_TEST_DATA"
+TEST_DATA = Path(os.environ.get(TEST_DATA_ENV) or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+
+
+def missing_data_reason(path: Path) -> str:
+    """The skip reason of a test whose real corpus ``path`` is absent: where it was looked for, how to point at it."""
+    return f"real corpus not found at {path}: set {TEST_DATA_ENV}=/path/to/corpora (default ../shared/data)"
 
 
 def tiny_config(**overrides) -> ModelConfig:
@@ -25,13 +34,6 @@ def tiny_model(seed: int = 0, **overrides) -> CompressiveTransformerLM:
     torch.manual_seed(seed)
     model = CompressiveTransformerLM(tiny_config(**overrides)).double()
     return model.eval()
-
-
-@pytest.fixture
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real corpora not found at {SHARED_DATA} (they exist only in the development workplace)")
-    return SHARED_DATA
 
 
 def eager_and_compiled_steps(model: CompressiveTransformerLM, device: torch.device | str = "cpu", steps: int = 3):

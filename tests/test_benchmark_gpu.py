@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 gpu = pytest.importorskip("benchmarks.gpu")
 
 
@@ -38,7 +37,7 @@ def test_mfu_is_model_flops_over_the_measured_rate_and_absent_without_either():
 
 
 def test_harness_runs_each_precision_in_its_own_child_and_reports_errors_in_their_row(tmp_path):
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--workload", "tiny", "--device", "cpu", "--amp", "none,bf16",
+    cmd = [sys.executable, "-m", "benchmarks.gpu", "--workload", "tiny", "--device", "cpu", "--amp", "none,bf16",
            "--impl", "ours,labml", "--steps", "2", "--threads", "1", "--python", sys.executable, "--out", str(tmp_path)]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -3,12 +3,8 @@ implementation at its faster precision, MFU against the matmul rate of the membe
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 bench = pytest.importorskip("benchmarks.bench")
 workloads = pytest.importorskip("benchmarks.workloads")
 

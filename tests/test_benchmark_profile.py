@@ -3,12 +3,8 @@ peer step / r minus our matmul time."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 profile_step = pytest.importorskip("benchmarks.profile_step")
 
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 quality = pytest.importorskip("benchmarks.quality")
 
 from compressive_transformer.analysis.stats import mean_interval  # noqa: E402

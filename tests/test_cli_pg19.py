@@ -1,5 +1,6 @@
-"""End to end on the real PG-19 sample (../shared/data/pg19-sample): the CPU config trains, evaluates and samples
-from the CLI, and a run killed after a checkpoint and resumed logs exactly the losses it logged the first time."""
+"""End to end on the real PG-19 sample ($CT_TEST_DATA/pg19-sample, default ../shared/data): the CPU config trains,
+evaluates and samples from the CLI, and a run killed after a checkpoint and resumed logs exactly the losses it logged
+the first time."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TEST_DATA, missing_data_reason
 
 from compressive_transformer import cli
 from compressive_transformer.checkpoint import list_checkpoints
@@ -16,11 +18,11 @@ from compressive_transformer.metrics import read_metrics
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
-PG19 = ROOT.parent / "shared" / "data" / "pg19-sample"
+PG19 = TEST_DATA / "pg19-sample"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (PG19 / "train").is_dir(), reason=f"PG-19 sample not found at {PG19} (it exists only in the project workplace)"),
+    pytest.mark.skipif(not (PG19 / "train").is_dir(), reason=missing_data_reason(PG19)),
 ]
 
 

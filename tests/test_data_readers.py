@@ -13,7 +13,6 @@ from compressive_transformer.config import ConfigError, DataConfig, from_dict
 from compressive_transformer.data import SPLITS, count_words, read_documents, read_pg19_metadata, read_split
 from compressive_transformer.data.readers import count_wikitext_articles, source_files, wikitext_stream
 
-
 # -- DataConfig ----------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""The real corpora of this workplace (../shared/data); every test skips with the reason when they are absent."""
+"""The real corpora ($CT_TEST_DATA, default ../shared/data); every test skips with the reason when they are absent."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TEST_DATA, missing_data_reason
 
 from compressive_transformer.config import ConfigError, DataConfig
 from compressive_transformer.data import (
@@ -20,7 +21,7 @@ from compressive_transformer.data import (
     read_split,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = TEST_DATA
 ENWIK8 = DATA / "enwik8" / "enwik8-prefix"
 WT103 = DATA / "wikitext-103"
 WT2 = DATA / "wikitext-2"
@@ -29,7 +30,7 @@ PG19 = DATA / "pg19-sample"
 
 def need(path: Path) -> Path:
     if not path.exists():
-        pytest.skip(f"real corpus {path} is absent (it exists only in the project's workplace, as ../shared/data)")
+        pytest.skip(missing_data_reason(path))
     return path
 
 

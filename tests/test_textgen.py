@@ -93,7 +93,7 @@ def test_streaming_holds_back_partial_characters_and_possible_stops() -> None:
     out = io.StringIO()
     printer = StreamPrinter(fake, out, stop=["END"])  # type: ignore[arg-type]
     seen = []
-    for b in "café E".encode("utf-8"):
+    for b in "café E".encode():
         assert printer(b)
         seen.append(out.getvalue())
     assert "\ufffd" not in "".join(seen) and out.getvalue() == "café"  # " E" may begin "END": held back

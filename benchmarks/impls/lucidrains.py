@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from compressive_transformer_pytorch import AutoregressiveWrapper, CompressiveTransformer
+from torch import nn
 
 from . import stamp
 

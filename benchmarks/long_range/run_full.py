@@ -3,7 +3,7 @@
     python benchmarks/long_range/run_full.py [main|ablation|tasks|all|seeds]
 
 Each stage merges its runs into results.json, so stages may run separately. One torch thread: the experiment is
-sized for two shared CPU cores.
+sized for two CPU cores.
 """
 
 import sys

@@ -165,7 +165,7 @@ class _PositionalBias(torch.autograd.Function):
         B = BH // H
         grad = grad.view(B, H, T, K)
         grads = []
-        for qh_, r_, cols, n in ((qh, r, slice(C, K), K - C), (qch, rc, slice(0, C), C)):
+        for qh_, r_, cols, _n in ((qh, r, slice(C, K), K - C), (qch, rc, slice(0, C), C)):
             if qh_ is None:  # no compressed memory
                 grads += [None, None]
                 continue

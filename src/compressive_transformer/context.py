@@ -1,6 +1,6 @@
 """Minimum, maximum and average context length of Transformer-XL, the Compressive Transformer and Transformer-QL.
 
-The definitions are the Transformer-QL paper's (``seeds/004_*.txt``, section 2.1 and Appendix B), so that numbers
+The definitions are the Transformer-QL paper's (section 2.1 and Appendix B), so that numbers
 computed here can be compared with its tables:
 
 - the *context length* of an output state is the number of past tokens it depends on;

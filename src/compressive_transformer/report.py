@@ -21,7 +21,12 @@ import numpy as np
 from compressive_transformer.analysis import plots
 from compressive_transformer.analysis.compressibility import compressibility_over_training, held_out_compressibility
 from compressive_transformer.analysis.curves import curves_from_records, run_name
-from compressive_transformer.analysis.frequency import compare_frequency, frequency_perplexity, frequency_table, word_counts
+from compressive_transformer.analysis.frequency import (
+    compare_frequency,
+    frequency_perplexity,
+    frequency_table,
+    word_counts,
+)
 from compressive_transformer.analysis.regions import attention_by_region, bucket_table
 from compressive_transformer.analysis.temporal import empirical_temporal_range
 from compressive_transformer.config import ConfigError

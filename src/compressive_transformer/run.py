@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from compressive_transformer.budget import check_fits
-from compressive_transformer.checkpoint import RESUME_FILES, CheckpointError, load_newest_weights, newest_good_checkpoint
+from compressive_transformer.checkpoint import (
+    RESUME_FILES,
+    CheckpointError,
+    load_newest_weights,
+    newest_good_checkpoint,
+)
 from compressive_transformer.config import (
     ConfigError,
     RunConfig,

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Sequence, Union
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from compressive_transformer.loading import Run
 from compressive_transformer.precision import amp_dtype, inference_amp
 from compressive_transformer.units import texts_size
 
-TextInput = Union[str, Path, Sequence[Union[str, Path]]]
+TextInput = str | Path | Sequence[str | Path]
 # what may change when scoring a user's text; anything else would be ignored, so it is refused
 TEXT_EVAL_KEYS = ("eval.seg_len", "eval.mem_len", "eval.cmem_len", "eval.batch_size", "eval.max_batches")
 
@@ -145,7 +145,7 @@ def evaluate_source(run: Run, source: TextSource, *, progress: bool = True, out:
 
 def check_text_overrides(overrides: Sequence[str], *, split: str | None, what: str) -> None:
     """Refuse what scoring a user's text would silently ignore."""
-    bad = [o for o in overrides if not o.strip().split("=", 1)[0].strip() in TEXT_EVAL_KEYS]
+    bad = [o for o in overrides if o.strip().split("=", 1)[0].strip() not in TEXT_EVAL_KEYS]
     if bad:
         raise ConfigError(f"--set {bad[0]}: has no effect with {what}; only {', '.join(TEXT_EVAL_KEYS)} apply")
     if split is not None and what == "--text":

@@ -17,9 +17,9 @@ import torch
 
 from compressive_transformer.config import ConfigError, to_dict
 from compressive_transformer.generate import Generation, check_sampling, clean_prompt, generate
-from compressive_transformer.precision import inference_amp
 from compressive_transformer.loading import Run
 from compressive_transformer.memory import MemoryState
+from compressive_transformer.precision import inference_amp
 
 MEMORY_FORMAT = "compressive-transformer-memory-v1"
 

@@ -24,8 +24,8 @@ import torch
 from tqdm.auto import tqdm
 
 from compressive_transformer.checkpoint import (
-    CheckpointError,
     Checkpoint,
+    CheckpointError,
     NonFiniteWeights,
     list_checkpoints,
     load_checkpoint,
@@ -43,6 +43,7 @@ from compressive_transformer.models import IGNORE_INDEX, CompressiveTransformerL
 from compressive_transformer.precision import amp_dtype, autocast, describe, inference_amp, resolve_amp
 from compressive_transformer.schedule import learning_rate
 from compressive_transformer.toml_writer import config_text
+
 
 class TrainingError(RuntimeError):
     """Training cannot go on (the loss diverged); the message says what to change."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Union
+from typing import Any, Iterable
 
-Document = Union[str, bytes]
+Document = str | bytes
 LN2 = math.log(2)
 BYTE_LEVEL = ("bytes",)  # tokenizer kinds whose tokens are bytes: no word-level perplexity
 

@@ -19,7 +19,12 @@ from compressive_transformer.analysis.frequency import (
     token_words,
     word_counts,
 )
-from compressive_transformer.analysis.regions import RegionAccumulator, attention_by_region, bucket_attention, bucket_table
+from compressive_transformer.analysis.regions import (
+    RegionAccumulator,
+    attention_by_region,
+    bucket_attention,
+    bucket_table,
+)
 from compressive_transformer.analysis.temporal import empirical_temporal_range
 
 __all__ = [

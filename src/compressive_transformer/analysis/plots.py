@@ -178,7 +178,7 @@ def plot_study_curves(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[fl
     """Per variant (a colour) and seed (a thin line): training loss (smoothed, left) and validation loss (right)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for i, (variant, seeds) in enumerate(curves.items()):
-        for j, (seed, c) in enumerate(seeds.items()):
+        for j, (_seed, c) in enumerate(seeds.items()):
             label = variant if j == 0 else None
             if c.get("loss"):
                 axes[0].plot(c["step"], _smooth(c["loss"], 8), color=f"C{i}", linewidth=0.9, alpha=0.8, label=label)

@@ -96,7 +96,7 @@ class RegionAccumulator:
         return {
             "buckets_per_region": self.buckets,
             "regions": regions,
-            "layers": [_nan_to_none(l) for l in layers],
+            "layers": [_nan_to_none(layer) for layer in layers],
             "average": _nan_to_none(average),
             "region_share": region_share,
             "pairs_counted": [float(c.sum()) for c in self.counts],
@@ -177,7 +177,7 @@ def bucket_table(result: dict[str, Any]) -> str:
         vals = [d[r["name"]][b] for r in regions for b in range(r["buckets"])]
         return f"| {name} | " + " | ".join("-" if v is None else f"{v:.4f}" for v in vals) + " |"
 
-    lines += [row(str(i), l) for i, l in enumerate(result["layers"])] + [row("mean", result["average"])]
+    lines += [row(str(i), layer) for i, layer in enumerate(result["layers"])] + [row("mean", result["average"])]
     return "\n".join(lines)
 
 

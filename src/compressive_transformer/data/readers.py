@@ -16,13 +16,12 @@ import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 from compressive_transformer.config import ConfigError, DataConfig
 
 logger = logging.getLogger(__name__)
 
-Document = Union[str, bytes]
+Document = str | bytes
 SPLITS = ("train", "validation", "test")
 SPLIT_FRACTIONS = (0.90, 0.05, 0.05)
 ENWIK8_SIZE = 100_000_000

@@ -22,7 +22,6 @@ from compressive_transformer.config import ConfigError
 from compressive_transformer.models.io import IGNORE_INDEX  # the target value the loss skips
 
 
-
 @dataclass
 class Batch:
     """One segment of every stream."""

@@ -297,13 +297,19 @@ def run_job(job: Job) -> dict[str, Any]:
 def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
     """Per evaluation and split: bits per character / byte / token, word perplexity, loss by lookback and by word
     frequency, over whole documents with memory carried from each one's start; attention by memory region."""
-    from compressive_transformer.analysis.frequency import bucket_perplexity, token_nll, token_words, word_counts, word_nll
+    from compressive_transformer.analysis.frequency import (
+        bucket_perplexity,
+        token_nll,
+        token_words,
+        word_counts,
+        word_nll,
+    )
     from compressive_transformer.analysis.recurrence import loss_by_lookback
     from compressive_transformer.analysis.regions import attention_by_region
+    from compressive_transformer.checkpoint import latest_checkpoint
     from compressive_transformer.data import read_documents
     from compressive_transformer.machine import machine_info
     from compressive_transformer.metrics import read_metrics
-    from compressive_transformer.checkpoint import latest_checkpoint
     from compressive_transformer.run import load_model, open_run
     from compressive_transformer.units import summary_line, texts_size, units
 

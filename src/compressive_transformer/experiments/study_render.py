@@ -147,7 +147,12 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def plots(summary: dict[str, Any], out: Path) -> list[str]:
     """Training curves, bits per character with intervals, loss-by-lookback deltas, attention profiles."""
-    from compressive_transformer.analysis.plots import plot_attention_regions, plot_study_bars, plot_study_curves, plot_study_lookback
+    from compressive_transformer.analysis.plots import (
+        plot_attention_regions,
+        plot_study_bars,
+        plot_study_curves,
+        plot_study_lookback,
+    )
 
     paths = [plot_study_curves(summary["curves"], out / "curves.png")]
     paths.append(plot_study_bars(summary, out / "bits_per_char.png"))

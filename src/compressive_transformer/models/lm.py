@@ -24,7 +24,7 @@ from compressive_transformer.compression import (
     autoencoder_loss,
     build_compressor,
 )
-from compressive_transformer.config import ModelConfig, PARAMETER_FREE_COMPRESSIONS
+from compressive_transformer.config import PARAMETER_FREE_COMPRESSIONS, ModelConfig
 from compressive_transformer.memory import (
     Eviction,
     LayerMemory,

@@ -1,4 +1,4 @@
-"""Transformer-QL (seeds/004_*.txt): Transformer-XL layers at several temporal scales, pooling between scales, a
+"""Transformer-QL: Transformer-XL layers at several temporal scales, pooling between scales, a
 causal accumulation of every scale's output, and output layers.
 
 Per scale i (0 = finest) a state summarises c**i tokens. The window n_w = n_s + n_m is the same at every scale: scale
@@ -28,8 +28,8 @@ from compressive_transformer.attention import (
 )
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import LayerMemory, MemoryState, empty_layer, update_layer
-from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.block import Block
+from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.models.lm import LMOutput
 
