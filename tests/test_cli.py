@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
+from cli_helpers import assert_one_line_error, cli_run
 
 from compressive_transformer import cli
 from compressive_transformer.checkpoint import list_checkpoints, load_checkpoint
@@ -19,20 +20,6 @@ from compressive_transformer.run import fresh_run_dir, read_run_config
 torch.set_num_threads(1)
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FAST = ["--set", "train.progress=false", "--set", "train.val_batches=2", "--set", "train.steps=4", "--set", "train.checkpoint_every=2"]
-
-
-def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_user_error(code: int, err: str, *fragments: str) -> None:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:
@@ -54,29 +41,29 @@ def test_train_writes_a_complete_run_directory(trained: Path) -> None:
 
 
 def test_evaluate_and_generate(trained: Path, capsys: pytest.CaptureFixture) -> None:
-    code, out, _ = run(capsys, "evaluate", str(trained), "--split", "test", "--set", "eval.mem_len=24")
+    code, out, _ = cli_run(capsys, "evaluate", str(trained), "--split", "test", "--set", "eval.mem_len=24")
     assert code == 0 and "bits/char" in out and (trained / "eval_test.json").is_file()
-    code, out, _ = run(capsys, "generate", str(trained), "--prompt", "def ", "--max-tokens", "30", "--seed", "3", "--top-k", "10", "--top-p", "0.9")
-    again = run(capsys, "generate", str(trained), "--prompt", "def ", "--max-tokens", "30", "--seed", "3", "--top-k", "10", "--top-p", "0.9")[1]
+    code, out, _ = cli_run(capsys, "generate", str(trained), "--prompt", "def ", "--max-tokens", "30", "--seed", "3", "--top-k", "10", "--top-p", "0.9")
+    again = cli_run(capsys, "generate", str(trained), "--prompt", "def ", "--max-tokens", "30", "--seed", "3", "--top-k", "10", "--top-p", "0.9")[1]
     assert code == 0 and out.startswith("def ") and out == again
-    code, out, _ = run(capsys, "generate", str(trained), "--prompt", "x", "--max-tokens", "5", "--temperature", "0")
+    code, out, _ = cli_run(capsys, "generate", str(trained), "--prompt", "x", "--max-tokens", "5", "--temperature", "0")
     assert code == 0 and out.startswith("x")
 
 
 def test_resuming_a_finished_run_changes_nothing(trained: Path, capsys: pytest.CaptureFixture) -> None:
     before = snapshot(trained)
-    code, out, err = run(capsys, "train", "--run-dir", str(trained), "--resume")
+    code, out, err = cli_run(capsys, "train", "--run-dir", str(trained), "--resume")
     assert code == 0, err
     assert "nothing to do" in out and "step 4" in out
     assert snapshot(trained) == before
 
 
 def test_range_prints_temporal_range_and_cost(capsys: pytest.CaptureFixture) -> None:
-    code, out, _ = run(capsys, "range", "--config", str(CONFIGS / "enwik8.toml"))
+    code, out, _ = cli_run(capsys, "range", "--config", str(CONFIGS / "enwik8.toml"))
     assert code == 0
     assert f"max temporal range: {24 * (768 + 3 * 1152)} positions" in out
     assert f"attention cost: {768 * (768 + 768 + 1152)}" in out
-    code, out, _ = run(capsys, "range", "--set", "model.cmem_len=0")
+    code, out, _ = cli_run(capsys, "range", "--set", "model.cmem_len=0")
     assert code == 0 and f"max temporal range: {2 * 16} positions" in out
 
 
@@ -86,18 +73,18 @@ def test_data_download_calls_the_data_package(monkeypatch: pytest.MonkeyPatch, t
 
     calls = []
     monkeypatch.setattr(data, "download", lambda name, directory, **kw: calls.append((name, directory, kw)) or Path(directory) / name)
-    code, out, _ = run(capsys, "data", "download", "pg19", str(tmp_path))
+    code, out, _ = cli_run(capsys, "data", "download", "pg19", str(tmp_path))
     assert code == 0 and calls == [("pg19", tmp_path, {"base_url": None, "limit": None, "manifest": None})] and str(tmp_path / "pg19") in out
-    code, _, _ = run(capsys, "data", "download", "pg19", str(tmp_path), "--limit", "3", "--base-url", "http://mirror.example")
+    code, _, _ = cli_run(capsys, "data", "download", "pg19", str(tmp_path), "--limit", "3", "--base-url", "http://mirror.example")
     assert code == 0 and calls[-1] == ("pg19", tmp_path, {"base_url": "http://mirror.example", "limit": 3, "manifest": None})
-    code, _, _ = run(capsys, "data", "download", "wikitext-2")
+    code, _, _ = cli_run(capsys, "data", "download", "wikitext-2")
     assert code == 0 and calls[-1] == ("wikitext-2", Path("data"), {"base_url": None, "limit": None, "manifest": None})  # data/: where the configs look
 
     def failing(name, directory, **kw):
         raise DownloadError("enwik8: checksum mismatch; delete the file and try again")
 
     monkeypatch.setattr(data, "download", failing)
-    assert_user_error(*run(capsys, "data", "download", "enwik8", str(tmp_path))[::2], "checksum mismatch")
+    assert_one_line_error(*cli_run(capsys, "data", "download", "enwik8", str(tmp_path))[::2], "checksum mismatch")
 
 
 def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -106,12 +93,12 @@ def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(monkeypatch:
     demo_toml = TINY_TOML.replace("[train]", "[train]\nprogress = false").replace("[eval]", "[eval]\nseg_len = 256")
     monkeypatch.setattr(run_module, "DEMO_TOML", demo_toml)
     monkeypatch.chdir(tmp_path)
-    code, out, _ = run(capsys, "demo", "--steps", "3")
+    code, out, _ = cli_run(capsys, "demo", "--steps", "3")
     assert code == 0, out
     assert "validation: loss " in out and "bits/char" in out and "word ppl" not in out and "sample:" in out and "run directory: runs/demo-" in out
     first = next((tmp_path / "runs").iterdir())
     assert (first / "eval_validation.json").is_file()
-    assert_user_error(*run(capsys, "demo", "--steps", "3", "--run-dir", str(first))[::2], "already holds a run")
+    assert_one_line_error(*cli_run(capsys, "demo", "--steps", "3", "--run-dir", str(first))[::2], "already holds a run")
 
 
 def test_fresh_run_dirs_never_collide(tmp_path: Path) -> None:
@@ -126,46 +113,46 @@ def test_fresh_run_dirs_never_collide(tmp_path: Path) -> None:
 
 
 def test_unknown_key_and_impossible_lengths(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert_user_error(*run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "train.bogus=1")[::2], "train.bogus", "unknown key")
-    assert_user_error(*run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "model.n_heads=3")[::2], "model.n_heads")
-    assert_user_error(*run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "model.seg_len=0")[::2], "model.seg_len")
-    assert_user_error(*run(capsys, "train", "--config", str(tmp_path / "missing.toml"))[::2], "missing.toml")
+    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "train.bogus=1")[::2], "train.bogus", "unknown key")
+    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "model.n_heads=3")[::2], "model.n_heads")
+    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "model.seg_len=0")[::2], "model.seg_len")
+    assert_one_line_error(*cli_run(capsys, "train", "--config", str(tmp_path / "missing.toml"))[::2], "missing.toml")
     assert not (tmp_path / "a").exists()
 
 
 def test_missing_or_empty_corpus(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     text = ["--set", "data.format=text"]
-    code, _, err = run(capsys, "train", "--run-dir", str(tmp_path / "a"), *text, "--set", f"data.path={tmp_path / 'nowhere'}")
-    assert_user_error(code, err, "data.path")
+    code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), *text, "--set", f"data.path={tmp_path / 'nowhere'}")
+    assert_one_line_error(code, err, "data.path")
     empty = tmp_path / "empty"
     for split in ("train", "validation", "test"):
         (empty / split).mkdir(parents=True)
         (empty / split / "doc.txt").write_text("")
-    code, _, err = run(capsys, "train", "--run-dir", str(tmp_path / "b"), *text, "--set", f"data.path={empty}")
-    assert_user_error(code, err, "data.path")
+    code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "b"), *text, "--set", f"data.path={empty}")
+    assert_one_line_error(code, err, "data.path")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_bad_arguments_of_evaluate_generate_and_resume(trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert_user_error(*run(capsys, "train", "--resume")[::2], "--run-dir")
-    assert_user_error(*run(capsys, "train", "--resume", "--run-dir", str(tmp_path / "none"))[::2], "not a run directory")
-    assert_user_error(*run(capsys, "generate", str(trained), "--prompt", "")[::2], "prompt")
-    assert_user_error(*run(capsys, "generate", str(trained), "--prompt", "a", "--top-p", "1.5")[::2], "top_p")
-    assert_user_error(*run(capsys, "evaluate", str(tmp_path))[::2], "not a run directory")
-    assert_user_error(*run(capsys, "evaluate", str(trained), "--set", "model.mem_len=3")[::2], "only eval")
+    assert_one_line_error(*cli_run(capsys, "train", "--resume")[::2], "--run-dir")
+    assert_one_line_error(*cli_run(capsys, "train", "--resume", "--run-dir", str(tmp_path / "none"))[::2], "not a run directory")
+    assert_one_line_error(*cli_run(capsys, "generate", str(trained), "--prompt", "")[::2], "prompt")
+    assert_one_line_error(*cli_run(capsys, "generate", str(trained), "--prompt", "a", "--top-p", "1.5")[::2], "top_p")
+    assert_one_line_error(*cli_run(capsys, "evaluate", str(tmp_path))[::2], "not a run directory")
+    assert_one_line_error(*cli_run(capsys, "evaluate", str(trained), "--set", "model.mem_len=3")[::2], "only eval")
 
 
 def test_training_into_an_existing_run_is_refused(trained: Path, capsys: pytest.CaptureFixture) -> None:
     before = snapshot(trained)
-    assert_user_error(*run(capsys, "train", "--run-dir", str(trained), *FAST)[::2], "already holds a run", "--resume")
+    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(trained), *FAST)[::2], "already holds a run", "--resume")
     assert snapshot(trained) == before
 
 
 def test_resume_with_a_different_config_names_the_key(trained: Path, capsys: pytest.CaptureFixture) -> None:
     before = snapshot(trained)
-    code, _, err = run(capsys, "train", "--config", str(CONFIGS / "tiny.toml"), "--set", "model.d_model=48", "--run-dir", str(trained), "--resume")
-    assert_user_error(code, err, "model.d_model")
-    assert_user_error(*run(capsys, "train", "--run-dir", str(trained), "--resume", "--set", "train.seed=5")[::2], "train.seed")
+    code, _, err = cli_run(capsys, "train", "--config", str(CONFIGS / "tiny.toml"), "--set", "model.d_model=48", "--run-dir", str(trained), "--resume")
+    assert_one_line_error(code, err, "model.d_model")
+    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(trained), "--resume", "--set", "train.seed=5")[::2], "train.seed")
     assert snapshot(trained) == before
 
 
@@ -174,11 +161,11 @@ def test_checkpoint_from_another_vocabulary_or_config(trained: Path, tmp_path: P
     assert cli.main(["train", "--run-dir", str(other), *FAST, "--set", "train.steps=1", "--set", "data.tokenizer=words", "--set", "data.min_freq=5"]) == 0
     capsys.readouterr()
     foreign = list_checkpoints(trained)[-1]
-    assert_user_error(*run(capsys, "evaluate", str(other), "--checkpoint", str(foreign))[::2], "another shape or vocabulary")
+    assert_one_line_error(*cli_run(capsys, "evaluate", str(other), "--checkpoint", str(foreign))[::2], "another shape or vocabulary")
     # a checkpoint of another config smuggled into a run: resuming refuses, naming the key
     shutil.copytree(foreign, other / "checkpoints" / "step-00000009")
     before = snapshot(other)
-    assert_user_error(*run(capsys, "train", "--run-dir", str(other), "--resume")[::2], "step-00000009", "another config")
+    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(other), "--resume")[::2], "step-00000009", "another config")
     assert snapshot(other) == before
 
 
@@ -193,12 +180,12 @@ def test_resume_follows_a_moved_corpus_but_refuses_a_different_one(tmp_path: Pat
     moved = tmp_path / "moved"
     corpus.rename(moved)
     capsys.readouterr()
-    code, out, err = run(capsys, "train", "--run-dir", str(run_dir), "--resume", "--set", f"data.path={moved}")
+    code, out, err = cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume", "--set", f"data.path={moved}")
     assert code == 0, err
     assert "resuming" in out and list_checkpoints(run_dir)[-1].name == "step-00000004"
     shutil.rmtree(list_checkpoints(run_dir)[-1])
     (moved / "train" / "doc.txt").write_text("something else entirely. " * 10)
-    assert_user_error(*run(capsys, "train", "--run-dir", str(run_dir), "--resume", "--set", f"data.path={moved}")[::2], "data")
+    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume", "--set", f"data.path={moved}")[::2], "data")
 
 
 def test_failed_checkpoint_write_keeps_the_previous_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
@@ -214,15 +201,15 @@ def test_failed_checkpoint_write_keeps_the_previous_one(tmp_path: Path, monkeypa
             raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(safetensors.torch, "save_file", flaky)
-    code, _, err = run(capsys, "train", "--run-dir", str(run_dir), *FAST)
-    assert_user_error(code, err, "No space left on device")
+    code, _, err = cli_run(capsys, "train", "--run-dir", str(run_dir), *FAST)
+    assert_one_line_error(code, err, "No space left on device")
     monkeypatch.undo()
     ckpts = list_checkpoints(run_dir)
     assert [p.name for p in ckpts] == ["step-00000002"]
     assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
     cfg = read_run_config(run_dir)
     assert load_checkpoint(ckpts[0], model=CompressiveTransformerLM(cfg.model)).step == 2
-    code, out, err = run(capsys, "train", "--run-dir", str(run_dir), "--resume")
+    code, out, err = cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume")
     assert code == 0, err
     assert "step 4" in out and [p.name for p in list_checkpoints(run_dir)] == ["step-00000002", "step-00000004"]
 
@@ -239,8 +226,8 @@ def test_diverging_loss_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         return out
 
     monkeypatch.setattr(CompressiveTransformerLM, "forward", diverging)
-    code, _, err = run(capsys, "train", "--run-dir", str(tmp_path / "run"), *FAST)
-    assert_user_error(code, err, "inf", "step 4", "step-00000002")  # steps 1-3 were fine
+    code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "run"), *FAST)
+    assert_one_line_error(code, err, "inf", "step 4", "step-00000002")  # steps 1-3 were fine
     assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step-00000002"]
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
+from cli_helpers import assert_one_line_error, cli_run
 
 from compressive_transformer import cli
 from compressive_transformer import run as run_module
@@ -45,20 +46,6 @@ torch.set_num_threads(1)
 download_module = importlib.import_module("compressive_transformer.data.download")  # the package re-exports a function of that name
 FAST = ["--set", "train.progress=false", "--set", "train.val_batches=2", "--set", "train.steps=6", "--set", "train.checkpoint_every=2",
         "--set", "train.keep_checkpoints=3", "--set", "eval.max_batches=2"]  # fmt: skip
-
-
-def cli_run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 def weights(ckpt: Path) -> dict[str, torch.Tensor]:
