@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from compressive_transformer.config import ConfigError
-from compressive_transformer.models.io import IGNORE_INDEX  # the target value the loss skips
+from compressive_transformer.constants import IGNORE_INDEX
 
 PAD, SEP, QUERY, MARK = 0, 1, 2, 3
 N_SPECIAL = 4

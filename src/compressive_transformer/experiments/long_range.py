@@ -40,6 +40,7 @@ from compressive_transformer.config import (
 from compressive_transformer.models import CompressiveTransformerLM
 from compressive_transformer.ranges import temporal_range
 from compressive_transformer.schedule import learning_rate
+from compressive_transformer.streaming import Segment, segments, stream
 from compressive_transformer.tasks import (
     IGNORE_INDEX,
     AssociativeRecallConfig,
@@ -171,24 +172,24 @@ def stream_task_batch(
     B, L = tokens.shape
     n_seg = math.ceil(L / seg_len)
     answers = int((targets != IGNORE_INDEX).sum())
-    memory = model.init_memory(B, device=tokens.device)
     predictions = torch.empty_like(tokens)
     nll_total, aux_total = 0.0, 0.0
     aux_layers = torch.zeros(model.cfg.n_layers)
     every = _needs_graph_every_segment(model.cfg)
-    for s in range(n_seg):
-        part = slice(s * seg_len, min((s + 1) * seg_len, L))
-        tgt = targets[:, part]
-        n_here = int((tgt != IGNORE_INDEX).sum())
-        graph = backward and (n_here > 0 or every)
-        with torch.set_grad_enabled(graph):
-            out = model(tokens[:, part], memory=memory, targets=tgt)
-            nll = out.loss * n_here  # the model's loss is a mean over this segment's answers
-            if graph:
-                total = nll / max(answers, 1) + out.aux_loss / n_seg
-                if total.requires_grad:
-                    total.backward()
-        memory = out.memory
+
+    def graph(seg: Segment) -> bool:
+        return backward and (every or bool((seg.targets != IGNORE_INDEX).any()))
+
+    parts = segments(tokens, seg_len, targets)
+    for step in stream(model, parts, batch_size=B, device=tokens.device, eval_mode=False, with_targets=True, grad=graph):
+        out = step.out
+        n_here = int((step.batch.targets != IGNORE_INDEX).sum())
+        nll = out.loss * n_here  # the model's loss is a mean over this segment's answers
+        if graph(step.batch):
+            total = nll / max(answers, 1) + out.aux_loss / n_seg
+            if total.requires_grad:
+                total.backward()
+        part = slice(step.index * seg_len, step.index * seg_len + step.batch.tokens.shape[1])
         predictions[:, part] = out.logits.detach().argmax(-1)
         nll_total += float(nll.detach())
         aux_total += float(out.aux_loss.detach())
