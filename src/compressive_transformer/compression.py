@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.compressor_table import compressor_spec, register_compressor
+from compressive_transformer.registry import compressor_spec, register_compressor
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.precision import full_precision
 
@@ -133,7 +133,7 @@ register_compressor("most_used", lambda cfg: MostUsedCompressor(cfg.compression_
 
 
 def build_compressor(cfg: ModelConfig) -> Compressor:
-    """The compressor ``cfg.compression`` names in :data:`~compressive_transformer.compressor_table.COMPRESSORS`."""
+    """The compressor ``cfg.compression`` names in :data:`~compressive_transformer.registry.COMPRESSORS`."""
     return compressor_spec(cfg.compression).build(cfg)
 
 

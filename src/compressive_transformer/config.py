@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
-from compressive_transformer.compressor_table import COMPRESSORS
+from compressive_transformer.registry import COMPRESSORS, FORMATS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -406,7 +406,6 @@ def load_run_config(path: str | Path | None, overrides: list[str] | tuple[str, .
     return RunConfig.from_raw(apply_overrides(raw, overrides))
 
 
-DATA_FORMATS = ("pydoc", "text", "enwik8", "wikitext", "pg19")
 TOKENIZERS = ("bytes", "words", "bpe", "unigram", "pretrained")
 DEFAULT_SUBWORD_VOCAB = 8192
 
@@ -430,10 +429,11 @@ class DataConfig:
     def __post_init__(self) -> None:
         _check_types(self, "data")
         p = "data."
-        _require(self.format in DATA_FORMATS, p + "format", f"unknown {self.format!r}; use one of {', '.join(DATA_FORMATS)}")
+        _require(self.format in FORMATS, p + "format", f"unknown {self.format!r}; use one of {', '.join(FORMATS)}")
         _require(self.tokenizer in TOKENIZERS, p + "tokenizer", f"unknown {self.tokenizer!r}; use one of {', '.join(TOKENIZERS)}")
+        fmt = FORMATS[self.format]
         _require(
-            self.format == "pydoc" or bool(self.path),
+            not fmt.needs_path or bool(self.path),
             p + "path",
             f"format {self.format!r} needs the file or directory of the corpus; set data.path",
         )
@@ -459,14 +459,15 @@ class DataConfig:
             else "is used only with tokenizer = 'pretrained'; remove it or set tokenizer = 'pretrained'",
         )
         _require(
-            self.format != "enwik8" or self.tokenizer == "bytes",
+            not fmt.tokenizers or self.tokenizer in fmt.tokenizers,
             p + "tokenizer",
-            "enwik8 is modelled byte by byte (it is not all valid UTF-8); set tokenizer = 'bytes'",
+            f"{fmt.tokenizer_reason}; set tokenizer = {' or '.join(repr(t) for t in fmt.tokenizers)}",
         )
+        with_train_file = [name for name, f in FORMATS.items() if f.train_file]
         _require(
-            not self.train_file or self.format == "wikitext",
+            not self.train_file or fmt.train_file,
             p + "train_file",
-            "only the wikitext format has a train_file override; remove it",
+            f"only the {' and '.join(with_train_file)} format has a train_file override; remove it",
         )
 
     @property

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from compressive_transformer.attention import additive_mask, make_positions
-from compressive_transformer.compressor_table import compressor_spec
+from compressive_transformer.registry import compressor_spec
 from compressive_transformer.memory import KVCache, LayerMemory, MemoryState, evicted_count
 from compressive_transformer.models.lm import CompressiveTransformerLM
 

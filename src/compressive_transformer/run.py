@@ -37,6 +37,7 @@ from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_re
 from compressive_transformer.fileio import require_writable, write_text_atomic
 from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
 from compressive_transformer.precision import amp_dtype, inference_amp
+from compressive_transformer.registry import corpus_format
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
 from compressive_transformer.runlock import LOCK_FILE, RunLock
 from compressive_transformer.toml_writer import config_text
@@ -360,8 +361,8 @@ def evaluate_run(
         raise ConfigError(f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run")
     run_dir = Path(run_dir)
     cfg, tokenizer = open_run(run_dir, overrides)
-    if cfg.data.format == "pydoc" and any(o.strip().startswith("data.path") for o in overrides):
-        raise ConfigError("--set data.path: a pydoc run reads no path; score your own text with `evaluate RUN --text FILE`")
+    if not corpus_format(cfg.data.format).needs_path and any(o.strip().startswith("data.path") for o in overrides):
+        raise ConfigError(f"--set data.path: a {cfg.data.format} run reads no path; score your own text with `evaluate RUN --text FILE`")
     if split is not None and any(o.strip().startswith("eval.split") for o in overrides):
         raise ConfigError("--set eval.split: --split is given too and wins; drop one of them")
     split = split or cfg.eval.split

@@ -24,7 +24,7 @@ from compressive_transformer.compression import (
     autoencoder_loss,
     build_compressor,
 )
-from compressive_transformer.compressor_table import compressor_spec
+from compressive_transformer.registry import compressor_spec
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import (
     Eviction,

@@ -26,7 +26,7 @@ from compressive_transformer.attention import (
     make_positions,
     share_positions,
 )
-from compressive_transformer.compressor_table import compressor_spec
+from compressive_transformer.registry import compressor_spec
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import LayerMemory, MemoryState, empty_layer, update_layer
 from compressive_transformer.models.checks import check_inputs, check_memory
