@@ -10,7 +10,7 @@ from conftest import tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressive_transformer.decode import Decoder, unsupported
+from compressive_transformer.models.decode import Decoder, unsupported
 from compressive_transformer.generate import generate
 
 SUPPORTED = [

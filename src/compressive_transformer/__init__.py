@@ -10,7 +10,7 @@ from compressive_transformer.config import (
     load_run_config,
 )
 from compressive_transformer.context import ContextLength, context_length, context_length_from_config
-from compressive_transformer.decode import Decoder
+from compressive_transformer.models.decode import Decoder
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.export import export_run, from_pretrained
 from compressive_transformer.generate import filter_logits, generate

@@ -35,7 +35,7 @@ from compressive_transformer.data.readers import data_root_path
 from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.fileio import require_writable, write_text_atomic
-from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
+from compressive_transformer.models import MemoryModel, build_model
 from compressive_transformer.precision import amp_dtype, inference_amp
 from compressive_transformer.registry import corpus_format
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
@@ -156,7 +156,7 @@ def load_model(
     device: str | None = None,
     threads: int | None = None,
     log: Log | None = _stderr,
-) -> CompressiveTransformerLM | TransformerQL:
+) -> MemoryModel:
     """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint that verifies; newer ones
     that do not are reported through ``log``), on ``device`` (default ``auto``: CUDA where this machine has it, else
     CPU; where the run was trained does not matter) with ``threads`` CPU threads (default: ``train.num_threads``)."""
@@ -171,7 +171,7 @@ def load_model_from(
     device: str | None = None,
     threads: int | None = None,
     log: Log | None = _stderr,
-) -> tuple[CompressiveTransformerLM | TransformerQL, Path]:
+) -> tuple[MemoryModel, Path]:
     """:func:`load_model` and the checkpoint it loaded."""
     if threads is not None and threads < 1:
         raise ConfigError(f"--threads: must be >= 1, got {threads}")

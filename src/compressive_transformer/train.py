@@ -1,4 +1,4 @@
-"""Trainer: the paper's optimisation recipe around :class:`CompressiveTransformerLM`, with exact resume.
+"""Trainer: the paper's optimisation recipe around any :class:`~.models.MemoryModel`, with exact resume.
 
 One *step* is one optimizer update. It consumes ``train.accumulation_at(step)`` batches (the paper reduces the update
 frequency late in training instead of lowering the learning rate), each a segment of every stream, with the model
@@ -39,7 +39,7 @@ from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.machine import thread_warning
 from compressive_transformer.memory import MemoryState, is_row_tensor
 from compressive_transformer.metrics import MetricsLogger
-from compressive_transformer.models import IGNORE_INDEX, CompressiveTransformerLM, TransformerQL, build_model
+from compressive_transformer.models import IGNORE_INDEX, MemoryModel, build_model
 from compressive_transformer.precision import amp_dtype, autocast, describe, inference_amp, resolve_amp
 from compressive_transformer.schedule import learning_rate
 from compressive_transformer.toml_writer import config_text
@@ -127,7 +127,7 @@ def compile_model(module: torch.nn.Module) -> torch.nn.Module:
     return torch.compile(module)
 
 
-def build_optimizer(model: CompressiveTransformerLM | TransformerQL, cfg: RunConfig) -> torch.optim.Adam:
+def build_optimizer(model: MemoryModel, cfg: RunConfig) -> torch.optim.Adam:
     """Adam with one param group for the model and one for the compressor (its lr is scaled by
     ``train.compressor_lr_scale``). ``lr_scale`` rides along in each group so the schedule can set both."""
     t = cfg.train

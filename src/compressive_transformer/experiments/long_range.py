@@ -37,7 +37,7 @@ from compressive_transformer.config import (
     load_toml,
     to_dict,
 )
-from compressive_transformer.models import CompressiveTransformerLM
+from compressive_transformer.models import MemoryModel, build_model
 from compressive_transformer.ranges import temporal_range
 from compressive_transformer.schedule import learning_rate
 from compressive_transformer.streaming import Segment, segments, stream
@@ -156,7 +156,7 @@ def _needs_graph_every_segment(cfg: ModelConfig) -> bool:
 
 
 def stream_task_batch(
-    model: CompressiveTransformerLM,
+    model: MemoryModel,
     tokens: torch.Tensor,
     targets: torch.Tensor,
     *,
@@ -215,14 +215,14 @@ def one_segment_version(task: TaskConfig, seg_len: int) -> TaskConfig:
     return dataclasses.replace(task, seq_len=seg_len, gap=0)
 
 
-def _optimizer(model: CompressiveTransformerLM, sched: TrainConfig) -> torch.optim.Optimizer:
+def _optimizer(model: MemoryModel, sched: TrainConfig) -> torch.optim.Optimizer:
     from compressive_transformer.train import build_optimizer  # the trainer's (model and compressor groups)
 
     return build_optimizer(model, RunConfig(model=model.cfg, train=sched))
 
 
 def train_task(
-    model: CompressiveTransformerLM,
+    model: MemoryModel,
     task: TaskConfig,
     train: TaskTrainConfig,
     *,
@@ -275,7 +275,7 @@ def _eval_configs(task: TaskConfig) -> list[TaskConfig]:
 
 @torch.no_grad()
 def evaluate_task(
-    model: CompressiveTransformerLM,
+    model: MemoryModel,
     task: TaskConfig,
     *,
     per_value: int = 64,
@@ -360,7 +360,7 @@ def _history_summary(history: list[dict[str, Any]], points: int = 50) -> list[di
 def run_one(run: TaskRunConfig, *, log: Log = _quiet) -> dict[str, Any]:
     """Train and evaluate one model on one task; a JSON-ready record."""
     torch.manual_seed(run.train.seed)
-    model = CompressiveTransformerLM(run.model)
+    model = build_model(run.model)
     start = time.perf_counter()
     history = train_task(model, run.task, run.train, log=log)
     train_seconds = time.perf_counter() - start
