@@ -249,7 +249,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_range(args: argparse.Namespace) -> None:
-    from compressive_transformer.ranges import range_report
+    from compressive_transformer.context import range_report
     from compressive_transformer.run import build_config
 
     print(range_report(build_config(args.config, args.overrides).model))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from compressive_transformer.ranges import temporal_range
+from compressive_transformer.context import temporal_range
 from compressive_transformer.streaming import segments, stream
 
 

@@ -38,7 +38,7 @@ from compressive_transformer.config import (
     to_dict,
 )
 from compressive_transformer.models import MemoryModel, build_model
-from compressive_transformer.ranges import temporal_range
+from compressive_transformer.context import temporal_range
 from compressive_transformer.schedule import learning_rate
 from compressive_transformer.streaming import Segment, segments, stream
 from compressive_transformer.tasks import (

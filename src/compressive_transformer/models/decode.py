@@ -27,7 +27,8 @@ from torch import Tensor
 
 from compressive_transformer.attention import additive_mask, make_positions
 from compressive_transformer.registry import compressor_spec
-from compressive_transformer.memory import KVCache, LayerMemory, MemoryState, evicted_count
+from compressive_transformer.kv_cache import KVCache
+from compressive_transformer.memory import LayerMemory, MemoryState, evicted_count
 from compressive_transformer.models.lm import CompressiveTransformerLM
 
 
