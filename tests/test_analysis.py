@@ -20,14 +20,14 @@ from compressive_transformer.analysis import (
     empirical_temporal_range,
     frequency_perplexity,
     held_out_compressibility,
+    plots,
     token_words,
     word_counts,
 )
-from compressive_transformer.analysis import plots
 from compressive_transformer.analysis.frequency import token_nll, word_nll
 from compressive_transformer.analysis.regions import bucket_edges
-from compressive_transformer.data import ByteTokenizer, WordTokenizer
 from compressive_transformer.context import temporal_range
+from compressive_transformer.data import ByteTokenizer, WordTokenizer
 
 
 def uniform_attention(model):

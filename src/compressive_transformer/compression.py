@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.registry import compressor_spec, register_compressor
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.precision import full_precision
+from compressive_transformer.registry import compressor_spec, register_compressor
 
 
 class Compressor(nn.Module):

@@ -13,8 +13,8 @@ from typing import Callable
 import torch
 
 from compressive_transformer.config import ConfigError
-from compressive_transformer.models.decode import Decoder, unsupported
 from compressive_transformer.memory import MemoryState
+from compressive_transformer.models.decode import Decoder, unsupported
 from compressive_transformer.precision import autocast
 
 

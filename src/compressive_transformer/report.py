@@ -25,8 +25,8 @@ from compressive_transformer.analysis.frequency import compare_frequency, freque
 from compressive_transformer.analysis.regions import attention_by_region, bucket_table
 from compressive_transformer.analysis.temporal import empirical_temporal_range
 from compressive_transformer.config import ConfigError
-from compressive_transformer.metrics import read_metrics
 from compressive_transformer.context import temporal_range
+from compressive_transformer.metrics import read_metrics
 
 ANALYSES = ("regions", "compressibility", "temporal", "frequency")
 Log = Callable[[str], None]

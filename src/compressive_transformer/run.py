@@ -37,8 +37,8 @@ from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_re
 from compressive_transformer.fileio import require_writable, write_text_atomic
 from compressive_transformer.models import MemoryModel, build_model
 from compressive_transformer.precision import amp_dtype, inference_amp
-from compressive_transformer.registry import corpus_format
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
+from compressive_transformer.registry import corpus_format
 from compressive_transformer.runlock import LOCK_FILE, RunLock
 from compressive_transformer.toml_writer import config_text
 from compressive_transformer.train import Trainer, TrainSummary, resolve_device, set_threads

@@ -22,7 +22,6 @@ from compressive_transformer.config import ConfigError
 from compressive_transformer.constants import IGNORE_INDEX
 
 
-
 @dataclass
 class Batch:
     """One segment of every stream."""

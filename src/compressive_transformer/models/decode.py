@@ -26,10 +26,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from compressive_transformer.attention import additive_mask, make_positions
-from compressive_transformer.registry import compressor_spec
 from compressive_transformer.kv_cache import KVCache
 from compressive_transformer.memory import LayerMemory, MemoryState, evicted_count
 from compressive_transformer.models.lm import CompressiveTransformerLM
+from compressive_transformer.registry import compressor_spec
 
 
 def unsupported(model: torch.nn.Module) -> str | None:

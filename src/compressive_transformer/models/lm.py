@@ -24,7 +24,6 @@ from compressive_transformer.compression import (
     autoencoder_loss,
     build_compressor,
 )
-from compressive_transformer.registry import compressor_spec
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import (
     Eviction,
@@ -37,6 +36,7 @@ from compressive_transformer.memory import (
 from compressive_transformer.models.block import Block, BlockOutput
 from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
+from compressive_transformer.registry import compressor_spec
 
 
 @dataclass

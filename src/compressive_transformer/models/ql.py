@@ -26,13 +26,13 @@ from compressive_transformer.attention import (
     make_positions,
     share_positions,
 )
-from compressive_transformer.registry import compressor_spec
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import LayerMemory, MemoryState, empty_layer, update_layer
-from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.block import Block
+from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.models.lm import LMOutput
+from compressive_transformer.registry import compressor_spec
 
 
 @dataclass(frozen=True)
