@@ -1,61 +1,7 @@
 """Generated long-range tasks (:mod:`.generators`) and training a model on them (:mod:`.training`)."""
 
-from compressive_transformer.tasks.generators import (
-    IGNORE_INDEX,
-    MARK,
-    PAD,
-    QUERY,
-    SEP,
-    TASKS,
-    AssociativeRecallConfig,
-    Example,
-    PasskeyConfig,
-    SelectiveCopyConfig,
-    TaskConfig,
-    Vocab,
-    accuracy_by_distance,
-    make_batch,
-    make_example,
-    task_config,
-)
-from compressive_transformer.tasks.training import (
-    Log,
-    StreamResult,
-    TaskRunConfig,
-    TaskTrainConfig,
-    bin_counts,
-    evaluate_task,
-    load_task_run_config,
-    one_segment_version,
-    stream_task_batch,
-    train_task,
-)
+from compressive_transformer.tasks import generators, training
+from compressive_transformer.tasks.generators import *  # noqa: F403  (the public names of both modules, as listed there)
+from compressive_transformer.tasks.training import *  # noqa: F403
 
-__all__ = [
-    "IGNORE_INDEX",
-    "PAD",
-    "SEP",
-    "QUERY",
-    "MARK",
-    "Vocab",
-    "PasskeyConfig",
-    "AssociativeRecallConfig",
-    "SelectiveCopyConfig",
-    "TaskConfig",
-    "TASKS",
-    "task_config",
-    "Example",
-    "make_example",
-    "make_batch",
-    "accuracy_by_distance",
-    "Log",
-    "StreamResult",
-    "TaskRunConfig",
-    "TaskTrainConfig",
-    "bin_counts",
-    "evaluate_task",
-    "load_task_run_config",
-    "one_segment_version",
-    "stream_task_batch",
-    "train_task",
-]
+__all__ = [*generators.__all__, *training.__all__]
