@@ -404,6 +404,18 @@ def _where(cfg: DataConfig) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # the built-in formats; download sizes and sha256 as recorded by the HuggingFace ``datasets`` checksums of the same URLs
 
+def _wikitext_source(name: str, size: int, sha256: str) -> Source:
+    """One of the Salesforce WikiText archives: ``<name>/wiki.{train,valid,test}.tokens`` in ``<name>-v1.zip``."""
+    return Source(
+        url="https://s3.amazonaws.com/research.metamind.io/wikitext",
+        filename=f"{name}-v1.zip",
+        size=size,
+        sha256=sha256,
+        members={f"{name}/wiki.{s}.tokens": None for s in ("train", "valid", "test")},
+        target=name,
+    )
+
+
 register_format(CorpusFormat("pydoc", _pydoc_files, _read_pydoc, needs_path=False))
 register_format(CorpusFormat("text", _text_files, _read_text))
 register_format(
@@ -431,22 +443,8 @@ register_format(
         lambda cfg, split: [_wikitext_file(cfg, split)],
         _read_wikitext,
         sources={
-            "wikitext-103": Source(
-                url="https://s3.amazonaws.com/research.metamind.io/wikitext",
-                filename="wikitext-103-v1.zip",
-                size=190_229_076,
-                sha256="242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590",
-                members={f"wikitext-103/wiki.{s}.tokens": None for s in ("train", "valid", "test")},
-                target="wikitext-103",
-            ),
-            "wikitext-2": Source(
-                url="https://s3.amazonaws.com/research.metamind.io/wikitext",
-                filename="wikitext-2-v1.zip",
-                size=4_475_746,
-                sha256="92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c",
-                members={f"wikitext-2/wiki.{s}.tokens": None for s in ("train", "valid", "test")},
-                target="wikitext-2",
-            ),
+            "wikitext-103": _wikitext_source("wikitext-103", 190_229_076, "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"),
+            "wikitext-2": _wikitext_source("wikitext-2", 4_475_746, "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"),
         },
         train_file=True,
     )
