@@ -47,7 +47,9 @@ def _quiet(_: str) -> None:
 
 @dataclass(frozen=True)
 class TaskTrainConfig:
-    """Optimisation of one model on one generated task (Adam, linear warmup then cosine, as the trainer)."""
+    """Optimisation of one model on one generated task: the trainer's schedule, optimizer and clipping
+    (:meth:`schedule` is the :class:`TrainConfig` they read, which also validates these numbers) at sizes that suit
+    the tasks, plus the two things only tasks have (evaluation examples, the one-segment curriculum)."""
 
     steps: int = 300
     batch_size: int = 16
@@ -63,15 +65,13 @@ class TaskTrainConfig:
     curriculum_steps: int = 0
 
     def __post_init__(self) -> None:
-        for key in ("steps", "batch_size", "eval_per_value"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"train.{key}: must be >= 1")
+        self.schedule()  # the trainer's own checks of steps, batch size, learning rates, warm-up and clipping
+        if self.eval_per_value < 1:
+            raise ConfigError("train.eval_per_value: must be >= 1")
         if not 0 <= self.curriculum_steps <= self.steps:
             raise ConfigError("train.curriculum_steps: must lie in [0, steps]")
-        if not 0 <= self.warmup_steps:
-            raise ConfigError("train.warmup_steps: must be >= 0")
-        if not 0 < self.lr_start <= self.lr or not 0 <= self.lr_final <= self.lr:
-            raise ConfigError("train.lr_start / train.lr_final: must lie in (0, lr]")
+        if self.lr_start <= 0:
+            raise ConfigError("train.lr_start: must be > 0 (the warm-up starts there)")
 
     def schedule(self) -> TrainConfig:
         """The trainer's TrainConfig with these numbers, so :func:`schedule.learning_rate` is reused as is."""
