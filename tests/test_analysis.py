@@ -26,8 +26,8 @@ from compressive_transformer.analysis import (
 )
 from compressive_transformer.analysis.frequency import token_nll, word_nll
 from compressive_transformer.analysis.regions import bucket_edges
+from compressive_transformer.context import temporal_range
 from compressive_transformer.data import ByteTokenizer, WordTokenizer
-from compressive_transformer.ranges import temporal_range
 
 
 def uniform_attention(model):

@@ -13,8 +13,8 @@ from conftest import eager_and_compiled_steps, tiny_config, tiny_model
 
 from compressive_transformer import CompressiveTransformerLM
 from compressive_transformer.checkpoint import list_checkpoints
-from compressive_transformer.decode import Decoder
 from compressive_transformer.metrics import read_metrics
+from compressive_transformer.models.decode import Decoder
 from compressive_transformer.presets import TINY_TOML
 from compressive_transformer.run import config_from_text, train_run
 

@@ -10,8 +10,8 @@ from conftest import tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressive_transformer.decode import Decoder, unsupported
 from compressive_transformer.generate import generate
+from compressive_transformer.models.decode import Decoder, unsupported
 
 SUPPORTED = [
     dict(),

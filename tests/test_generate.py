@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from compressive_transformer.config import ConfigError, ModelConfig
-from compressive_transformer.decode import Decoder
 from compressive_transformer.generate import filter_logits, generate, sample_next
 from compressive_transformer.models import CompressiveTransformerLM
+from compressive_transformer.models.decode import Decoder
 
 torch.set_num_threads(1)
 

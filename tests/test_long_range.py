@@ -12,23 +12,20 @@ import torch
 from conftest import tiny_model
 
 from compressive_transformer.config import ConfigError
-from compressive_transformer.experiments.long_range import (
-    PRESETS,
-    TaskTrainConfig,
-    bin_counts,
-    evaluate_task,
-    load_task_run_config,
-    one_segment_version,
-    run_long_range,
-    stream_task_batch,
-    train_task,
-)
+from compressive_transformer.experiments.long_range import PRESETS, run_long_range
 from compressive_transformer.tasks import (
     IGNORE_INDEX,
     AssociativeRecallConfig,
     PasskeyConfig,
     SelectiveCopyConfig,
+    TaskTrainConfig,
+    bin_counts,
+    evaluate_task,
+    load_task_run_config,
     make_batch,
+    one_segment_version,
+    stream_task_batch,
+    train_task,
 )
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "long_range"

@@ -12,8 +12,8 @@ from conftest import tiny_config
 from compressive_transformer import CompressiveTransformerLM, build_model, precision
 from compressive_transformer.config import ConfigError, load_run_config
 from compressive_transformer.data import build_tokenizer, load_corpus, read_documents
-from compressive_transformer.decode import Decoder
 from compressive_transformer.generate import generate
+from compressive_transformer.models.decode import Decoder
 from compressive_transformer.precision import describe, inference_amp, resolve_amp
 from compressive_transformer.presets import TINY_TOML
 from compressive_transformer.run import config_from_text

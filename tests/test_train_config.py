@@ -83,6 +83,7 @@ def test_config_difference_names_the_key() -> None:
 
 
 def test_builtin_presets_match_the_files_in_configs() -> None:
+    assert TINY_TOML == (CONFIGS / "tiny.toml").read_text() and DEMO_TOML == (CONFIGS / "pydoc-cpu.toml").read_text()
     assert build_config(CONFIGS / "tiny.toml") == config_from_text(TINY_TOML)
     assert build_config(CONFIGS / "pydoc-cpu.toml") == config_from_text(DEMO_TOML)
     assert build_config(None) == config_from_text(TINY_TOML)

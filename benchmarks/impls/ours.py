@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from compressive_transformer import CompressiveTransformerLM, ModelConfig
-from compressive_transformer.decode import Decoder
+from compressive_transformer.models.decode import Decoder
 from compressive_transformer.train import compile_model
 
 from . import stamp

@@ -9,15 +9,14 @@ from compressive_transformer.config import (
     TrainConfig,
     load_run_config,
 )
-from compressive_transformer.context import ContextLength, context_length, context_length_from_config
-from compressive_transformer.decode import Decoder
+from compressive_transformer.context import ContextLength, TemporalRange, context_length, context_length_from_config, temporal_range
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.export import export_run, from_pretrained
 from compressive_transformer.generate import filter_logits, generate
 from compressive_transformer.loading import Run, load_run
 from compressive_transformer.memory import LayerMemory, MemoryState
 from compressive_transformer.models import CompressiveTransformerLM, LMOutput, TransformerQL, build_model
-from compressive_transformer.ranges import TemporalRange, temporal_range
+from compressive_transformer.models.decode import Decoder
 from compressive_transformer.text_eval import evaluate_text
 from compressive_transformer.train import Trainer, TrainingError
 from compressive_transformer.units import TextSize, Units, units

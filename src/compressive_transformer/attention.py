@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from compressive_transformer.config import ModelConfig
-from compressive_transformer.memory import KVCache, SlotCache, spare_slots
+from compressive_transformer.kv_cache import KVCache, SlotCache, spare_slots
 
 
 def sinusoid(distances: Tensor, d_model: int) -> Tensor:

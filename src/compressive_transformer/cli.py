@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from compressive_transformer.config import ConfigError
+from compressive_transformer.data.formats import path_formats
 
 EXIT_USER_ERROR = 2
 
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split of the run)")
     p.add_argument("--text", type=Path, nargs="+", metavar="FILE", help="score these files (each one whole, memory carried through it) with the run's tokenizer")
     p.add_argument("--data", type=Path, metavar="DIR", help="score a split of another corpus (with --format)")
-    p.add_argument("--format", choices=("text", "enwik8", "wikitext", "pg19"), help="the corpus format of --data")
+    p.add_argument("--format", choices=path_formats(), help="the corpus format of --data")
     _add_overrides(p, "override an eval key, e.g. --set eval.mem_len=1024 (repeatable)")
     p.add_argument("--checkpoint", type=Path, help="checkpoint directory to evaluate (default: the newest that verifies)")
     p.add_argument("--out", type=Path, help="where to write the result JSON (default: in RUN_DIR, under a name no earlier result holds)")
@@ -220,7 +221,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.text is not None and args.data is not None:
         raise ConfigError("--text and --data: give one of them")
     if args.data is not None and args.format is None:
-        raise ConfigError("--data: needs --format (text, enwik8, wikitext or pg19)")
+        raise ConfigError(f"--data: needs --format ({', '.join(path_formats())})")
     if args.text is not None and args.format is not None:
         raise ConfigError("--format: applies to --data DIR only; drop it with --text")
     check_text_overrides(args.overrides, split=args.split, what="--text" if args.text is not None else "--data")
@@ -248,7 +249,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_range(args: argparse.Namespace) -> None:
-    from compressive_transformer.ranges import range_report
+    from compressive_transformer.context import range_report
     from compressive_transformer.run import build_config
 
     print(range_report(build_config(args.config, args.overrides).model))

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.precision import full_precision
+from compressive_transformer.registry import compressor_spec, register_compressor
 
 
 class Compressor(nn.Module):
@@ -41,7 +42,7 @@ class PoolCompressor(Compressor):
         self.kind = kind
 
     def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
-        return windows.amax(dim=2) if self.kind == "max" else windows.mean(dim=2)
+        return _max(windows) if self.kind == "max" else _mean(windows)
 
 
 class ConvCompressor(Compressor):
@@ -112,17 +113,28 @@ class ConvDecoder(nn.Module):
         return out.transpose(2, 3).reshape(B, G * self.rate, -1)
 
 
+def _max(groups: Tensor) -> Tensor:
+    return groups.amax(dim=2)
+
+
+def _mean(groups: Tensor) -> Tensor:
+    return groups.mean(dim=2)
+
+
+register_compressor("max_pool", lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "max"), trainable=False, scale_pool=_max)
+register_compressor("mean_pool", lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "mean"), trainable=False, scale_pool=_mean)
+register_compressor("conv", lambda cfg: ConvCompressor(cfg.d_model, cfg.compression_rate, cfg.compression_extra_width), trainable=True)
+register_compressor(
+    "dilated_conv",
+    lambda cfg: DilatedConvCompressor(cfg.d_model, cfg.compression_rate, cfg.compression_extra_width, cfg.dilations),
+    trainable=True,
+)
+register_compressor("most_used", lambda cfg: MostUsedCompressor(cfg.compression_rate, 0), trainable=False, needs_usage=True, extra_width=False)
+
+
 def build_compressor(cfg: ModelConfig) -> Compressor:
-    c, e, d = cfg.compression_rate, cfg.compression_extra_width, cfg.d_model
-    if cfg.compression in ("max_pool", "mean_pool"):
-        return PoolCompressor(c, e, "max" if cfg.compression == "max_pool" else "mean")
-    if cfg.compression == "conv":
-        return ConvCompressor(d, c, e)
-    if cfg.compression == "dilated_conv":
-        return DilatedConvCompressor(d, c, e, cfg.dilations)
-    if cfg.compression == "most_used":
-        return MostUsedCompressor(c, 0)
-    raise ValueError(f"unknown compression {cfg.compression!r}")  # ModelConfig validates names first
+    """The compressor ``cfg.compression`` names in :data:`~compressive_transformer.registry.COMPRESSORS`."""
+    return compressor_spec(cfg.compression).build(cfg)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
+from compressive_transformer.registry import COMPRESSORS, FORMATS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on Python 3.10
@@ -29,8 +31,6 @@ class ConfigError(ValueError):
 
 T = TypeVar("T")
 
-COMPRESSIONS = ("max_pool", "mean_pool", "conv", "dilated_conv", "most_used")
-PARAMETER_FREE_COMPRESSIONS = ("max_pool", "mean_pool", "most_used")
 COMPRESSION_LOSSES = ("attention", "autoencoder", "bptt", "none")
 ATTENTION_IMPLS = ("auto", "math", "sdpa")
 NORMS = ("pre", "post")
@@ -144,7 +144,7 @@ class ModelConfig:
         _require(self.mem_len >= 0, p + "mem_len", "must be >= 0")
         _require(self.cmem_len >= 0, p + "cmem_len", "must be >= 0")
         _require(self.compression_rate >= 1, p + "compression_rate", "must be >= 1")
-        _require(self.compression in COMPRESSIONS, p + "compression", f"unknown {self.compression!r}; use one of {', '.join(COMPRESSIONS)}")
+        _require(self.compression in COMPRESSORS, p + "compression", f"unknown {self.compression!r}; use one of {', '.join(COMPRESSORS)}")
         _require(
             self.compression_loss in COMPRESSION_LOSSES,
             p + "compression_loss",
@@ -172,12 +172,13 @@ class ModelConfig:
             self._check_ql()
         _require(self.is_ql or self.droppath == 0.0, p + "droppath", "droppath is a Transformer-QL option; set scales or 0")
         if self.uses_compression:
+            spec = COMPRESSORS[self.compression]
             _require(
-                not (self.compression == "most_used" and self.attn_impl == "sdpa"),
+                not (spec.needs_usage and self.attn_impl == "sdpa"),
                 p + "attn_impl",
-                "compression 'most_used' needs attention weights, which the fused 'sdpa' kernel does not give; use 'math' or 'auto'",
+                f"compression {self.compression!r} needs attention weights, which the fused 'sdpa' kernel does not give; use 'math' or 'auto'",
             )
-            if self.compression in PARAMETER_FREE_COMPRESSIONS:
+            if not spec.trainable:
                 _require(
                     self.compression_loss == "none",
                     p + "compression_loss",
@@ -190,9 +191,9 @@ class ModelConfig:
                     f"compression {self.compression!r} has parameters; train them with 'attention', 'autoencoder' or 'bptt'",
                 )
             _require(
-                self.compression != "most_used" or self.compression_extra_width == 0,
+                spec.extra_width or self.compression_extra_width == 0,
                 p + "compression_extra_width",
-                "most_used keeps whole slots; set compression_extra_width = 0",
+                f"{self.compression} keeps whole slots; set compression_extra_width = 0",
             )
             _require(
                 self.compression_extra_width <= self.mem_len,
@@ -207,10 +208,11 @@ class ModelConfig:
         total = sum(self.scales) + self.output_layers
         _require(self.n_layers == total, p + "n_layers", f"Transformer-QL has sum(scales) + output_layers = {total} layers; set n_layers = {total}")
         _require(self.cmem_len == 0, p + "cmem_len", "Transformer-QL compresses between scales, not into a compressed memory; set cmem_len = 0")
+        pools = [name for name, spec in COMPRESSORS.items() if spec.scale_pool is not None]
         _require(
-            self.compression in ("max_pool", "mean_pool"),
+            COMPRESSORS[self.compression].scale_pool is not None,
             p + "compression",
-            "Transformer-QL pools between scales; use 'max_pool' or 'mean_pool' (with compression_loss = 'none')",
+            f"Transformer-QL pools between scales; use {' or '.join(repr(n) for n in pools)} (with compression_loss = 'none')",
         )
         _require(self.compression_loss == "none", p + "compression_loss", "Transformer-QL's pooling has nothing to train; set 'none'")
         _require(self.compression_extra_width == 0, p + "compression_extra_width", "Transformer-QL pools with window c; set 0")
@@ -242,7 +244,7 @@ class ModelConfig:
 
     @property
     def needs_attention_weights(self) -> bool:
-        return self.uses_compression and self.compression == "most_used"
+        return self.uses_compression and COMPRESSORS[self.compression].needs_usage
 
 
 # "auto": bf16 where the device runs it natively, else fp32 (precision.resolve_amp); "none": fp32
@@ -404,7 +406,6 @@ def load_run_config(path: str | Path | None, overrides: list[str] | tuple[str, .
     return RunConfig.from_raw(apply_overrides(raw, overrides))
 
 
-DATA_FORMATS = ("pydoc", "text", "enwik8", "wikitext", "pg19")
 TOKENIZERS = ("bytes", "words", "bpe", "unigram", "pretrained")
 DEFAULT_SUBWORD_VOCAB = 8192
 
@@ -428,10 +429,11 @@ class DataConfig:
     def __post_init__(self) -> None:
         _check_types(self, "data")
         p = "data."
-        _require(self.format in DATA_FORMATS, p + "format", f"unknown {self.format!r}; use one of {', '.join(DATA_FORMATS)}")
+        _require(self.format in FORMATS, p + "format", f"unknown {self.format!r}; use one of {', '.join(FORMATS)}")
         _require(self.tokenizer in TOKENIZERS, p + "tokenizer", f"unknown {self.tokenizer!r}; use one of {', '.join(TOKENIZERS)}")
+        fmt = FORMATS[self.format]
         _require(
-            self.format == "pydoc" or bool(self.path),
+            not fmt.needs_path or bool(self.path),
             p + "path",
             f"format {self.format!r} needs the file or directory of the corpus; set data.path",
         )
@@ -457,14 +459,15 @@ class DataConfig:
             else "is used only with tokenizer = 'pretrained'; remove it or set tokenizer = 'pretrained'",
         )
         _require(
-            self.format != "enwik8" or self.tokenizer == "bytes",
+            not fmt.tokenizers or self.tokenizer in fmt.tokenizers,
             p + "tokenizer",
-            "enwik8 is modelled byte by byte (it is not all valid UTF-8); set tokenizer = 'bytes'",
+            f"{fmt.tokenizer_reason}; set tokenizer = {' or '.join(repr(t) for t in fmt.tokenizers)}",
         )
+        with_train_file = [name for name, f in FORMATS.items() if f.train_file]
         _require(
-            not self.train_file or self.format == "wikitext",
+            not self.train_file or fmt.train_file,
             p + "train_file",
-            "only the wikitext format has a train_file override; remove it",
+            f"only the {' and '.join(with_train_file)} format has a train_file override; remove it",
         )
 
     @property

@@ -7,6 +7,7 @@ them, and longer evaluation memories are how the papers report their best number
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -19,8 +20,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from compressive_transformer.constants import IGNORE_INDEX
 from compressive_transformer.data import StreamBatcher
 from compressive_transformer.fileio import write_text_atomic
+from compressive_transformer.streaming import stream
 from compressive_transformer.units import LN2, TextSize, Units, summary_line, units
 
 
@@ -91,34 +94,26 @@ def evaluate(
     cmem_len = cfg.cmem_len if cmem_len is None else cmem_len
     device = torch.device(device) if device is not None else next(model.parameters()).device
     batcher = StreamBatcher(corpus, batch_size=batch_size, seg_len=seg_len, shuffle=False, repeat=False)
-    was_training = model.training
-    model.eval()
-    memory = model.init_memory(batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device)
-    total_nll, tokens, segments, complete = 0.0, 0, 0, True
-    start = time.perf_counter()
     total = len(batcher) if not max_batches else min(max_batches, len(batcher))
+    complete = total == len(batcher)
+    total_nll, tokens, segments = 0.0, 0, 0
+    start = time.perf_counter()
     bar = tqdm(total=total, desc=f"eval {split}", unit="seg", disable=not progress, leave=False)
+    batches = itertools.islice(batcher, total)
+    steps = stream(model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device, amp_dtype=amp_dtype)
     try:
-        for batch in batcher:
-            if max_batches and segments >= max_batches:
-                complete = False
-                break
-            if bool(batch.reset.any()):
-                memory = memory.reset(batch.reset.to(device))
-            targets = batch.targets.to(device)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                out = model(batch.tokens.to(device), memory=memory, input_mask=batch.input_mask.to(device))
-            memory = out.memory
-            nll = F.cross_entropy(out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum")
+        for step in steps:
+            targets = step.batch.targets.to(device)
+            nll = F.cross_entropy(step.out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
             total_nll += float(nll)
-            tokens += int((targets != -100).sum())
+            tokens += int((targets != IGNORE_INDEX).sum())
             segments += 1
             bar.update(1)
             if tokens:
                 bar.set_postfix(bits_per_token=f"{total_nll / tokens / LN2:.3f}")
     finally:
+        steps.close()
         bar.close()
-        model.train(was_training)
     size = size if size is not None else getattr(corpus, "size", None)
     if size is None:
         size = TextSize(words=int(getattr(corpus, "num_words", 0) or 0))

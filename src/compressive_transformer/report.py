@@ -30,8 +30,8 @@ from compressive_transformer.analysis.frequency import (
 from compressive_transformer.analysis.regions import attention_by_region, bucket_table
 from compressive_transformer.analysis.temporal import empirical_temporal_range
 from compressive_transformer.config import ConfigError
+from compressive_transformer.context import temporal_range
 from compressive_transformer.metrics import read_metrics
-from compressive_transformer.ranges import temporal_range
 
 ANALYSES = ("regions", "compressibility", "temporal", "frequency")
 Log = Callable[[str], None]

@@ -40,9 +40,10 @@ from compressive_transformer.data.readers import data_root_path
 from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.fileio import require_writable, write_text_atomic
-from compressive_transformer.models import CompressiveTransformerLM, TransformerQL, build_model
+from compressive_transformer.models import MemoryModel, build_model
 from compressive_transformer.precision import amp_dtype, inference_amp
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
+from compressive_transformer.registry import corpus_format
 from compressive_transformer.runlock import LOCK_FILE, RunLock
 from compressive_transformer.toml_writer import config_text
 from compressive_transformer.train import Trainer, TrainSummary, resolve_device, set_threads
@@ -160,7 +161,7 @@ def load_model(
     device: str | None = None,
     threads: int | None = None,
     log: Log | None = _stderr,
-) -> CompressiveTransformerLM | TransformerQL:
+) -> MemoryModel:
     """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint that verifies; newer ones
     that do not are reported through ``log``), on ``device`` (default ``auto``: CUDA where this machine has it, else
     CPU; where the run was trained does not matter) with ``threads`` CPU threads (default: ``train.num_threads``)."""
@@ -175,7 +176,7 @@ def load_model_from(
     device: str | None = None,
     threads: int | None = None,
     log: Log | None = _stderr,
-) -> tuple[CompressiveTransformerLM | TransformerQL, Path]:
+) -> tuple[MemoryModel, Path]:
     """:func:`load_model` and the checkpoint it loaded."""
     if threads is not None and threads < 1:
         raise ConfigError(f"--threads: must be >= 1, got {threads}")
@@ -365,8 +366,8 @@ def evaluate_run(
         raise ConfigError(f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run")
     run_dir = Path(run_dir)
     cfg, tokenizer = open_run(run_dir, overrides)
-    if cfg.data.format == "pydoc" and any(o.strip().startswith("data.path") for o in overrides):
-        raise ConfigError("--set data.path: a pydoc run reads no path; score your own text with `evaluate RUN --text FILE`")
+    if not corpus_format(cfg.data.format).needs_path and any(o.strip().startswith("data.path") for o in overrides):
+        raise ConfigError(f"--set data.path: a {cfg.data.format} run reads no path; score your own text with `evaluate RUN --text FILE`")
     if split is not None and any(o.strip().startswith("eval.split") for o in overrides):
         raise ConfigError("--set eval.split: --split is given too and wins; drop one of them")
     split = split or cfg.eval.split

@@ -1,4 +1,4 @@
-"""Trainer: the paper's optimisation recipe around :class:`CompressiveTransformerLM`, with exact resume.
+"""Trainer: the paper's optimisation recipe around any :class:`~.models.MemoryModel`, with exact resume.
 
 One *step* is one optimizer update. It consumes ``train.accumulation_at(step)`` batches (the paper reduces the update
 frequency late in training instead of lowering the learning rate), each a segment of every stream, with the model
@@ -32,14 +32,14 @@ from compressive_transformer.checkpoint import (
     report_fallback,
     save_checkpoint,
 )
-from compressive_transformer.config import ConfigError, RunConfig
+from compressive_transformer.config import ConfigError, RunConfig, TrainConfig
 from compressive_transformer.data import StreamBatcher
 from compressive_transformer.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.machine import thread_warning
 from compressive_transformer.memory import MemoryState, is_row_tensor
 from compressive_transformer.metrics import MetricsLogger
-from compressive_transformer.models import IGNORE_INDEX, CompressiveTransformerLM, TransformerQL, build_model
+from compressive_transformer.models import IGNORE_INDEX, MemoryModel, build_model
 from compressive_transformer.precision import amp_dtype, autocast, describe, inference_amp, resolve_amp
 from compressive_transformer.schedule import learning_rate
 from compressive_transformer.toml_writer import config_text
@@ -128,10 +128,9 @@ def compile_model(module: torch.nn.Module) -> torch.nn.Module:
     return torch.compile(module)
 
 
-def build_optimizer(model: CompressiveTransformerLM | TransformerQL, cfg: RunConfig) -> torch.optim.Adam:
+def build_optimizer(model: MemoryModel, t: TrainConfig) -> torch.optim.Adam:
     """Adam with one param group for the model and one for the compressor (its lr is scaled by
     ``train.compressor_lr_scale``). ``lr_scale`` rides along in each group so the schedule can set both."""
-    t = cfg.train
     groups = [{"params": model.parameters_of("model"), "name": "model", "lr_scale": 1.0}]
     compressor = model.parameters_of("compressor")
     if compressor:
@@ -200,7 +199,7 @@ class Trainer:
         if self.dist.active:  # gradients are averaged over ranks; compressors only see gradient once they compress
             wrapped = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
         self.forward = compile_model(wrapped) if t.compile else wrapped
-        self.optimizer = build_optimizer(self.model, cfg)
+        self.optimizer = build_optimizer(self.model, t)
         self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
         self.eval_amp = inference_amp(cfg, self.device)
         self.amp_dtype = amp_dtype(self.amp)

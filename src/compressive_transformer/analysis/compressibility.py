@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from compressive_transformer.analysis.streaming import stream_batches
+from compressive_transformer.streaming import stream as stream_segments
 
 
 def compressibility_over_training(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -44,26 +45,16 @@ def held_out_compressibility(
         return {"per_layer": [], "segments": [], "loss": cfg.compression_loss, "applicable": False}
     applicable = cfg.compression_loss in ("attention", "autoencoder")
     seg_len = seg_len or cfg.seg_len
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    memory = model.init_memory(batch_size, device=device)
     sums = [0.0] * cfg.n_layers
     counts = [0] * cfg.n_layers
-    try:
-        for batch in stream_batches(stream, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments):
-            if bool(batch.reset.any()):
-                memory = memory.reset(batch.reset.to(device))
-            T = batch.tokens.shape[1]
-            # the model skips its auxiliary losses when no gradient is wanted unless asked for them
-            out = model(batch.tokens.to(device), memory=memory, input_mask=batch.input_mask.to(device), compression_loss=applicable)
-            for i, (old, new) in enumerate(zip(memory.layers, out.memory.layers)):
-                if old.fill + T - new.fill > 0:  # this layer evicted (and compressed) a group this segment
-                    sums[i] += float(out.aux_losses[i])
-                    counts[i] += 1
-            memory = out.memory
-    finally:
-        model.train(was_training)
+    batches = stream_batches(stream, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments)
+    # the model skips its auxiliary losses when no gradient is wanted unless asked for them
+    for step in stream_segments(model, batches, batch_size=batch_size, compression_loss=applicable):
+        T = step.batch.tokens.shape[1]
+        for i, (old, new) in enumerate(zip(step.memory.layers, step.out.memory.layers)):
+            if old.fill + T - new.fill > 0:  # this layer evicted (and compressed) a group this segment
+                sums[i] += float(step.out.aux_losses[i])
+                counts[i] += 1
     per_layer = [s / c if c and applicable else None for s, c in zip(sums, counts)]
     return {"per_layer": per_layer, "segments": counts, "loss": cfg.compression_loss, "applicable": applicable}
 

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from compressive_transformer.analysis.streaming import stream_batches
+from compressive_transformer.streaming import stream
 
 # (name, lowest count, highest count) inclusive-exclusive: [lo, hi)
 WIKITEXT_BUCKETS: tuple[tuple[str, float, float], ...] = (
@@ -120,26 +121,16 @@ def token_nll(
     model's lengths unless given); NaN where it was not predicted (a document's first token, or beyond
     ``max_segments``)."""
     seg_len = seg_len or model.cfg.seg_len
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     nll = np.full(len(tw.ids), np.nan)
-    memory = model.init_memory(batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device)
-
     source = SimpleNamespace(tokens=tw.ids, doc_offsets=tw.doc_offsets)
-    try:
-        for batch in stream_batches(source, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments, track_positions=True):
-            if bool(batch.reset.any()):
-                memory = memory.reset(batch.reset.to(device))
-            out = model(batch.tokens.to(device), memory=memory, input_mask=batch.input_mask.to(device))
-            memory = out.memory
-            has = batch.target_positions >= 0
-            logp = F.log_softmax(out.logits.float(), dim=-1).cpu()
-            tgt = batch.targets.clamp(min=0)
-            values = -logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-            nll[batch.target_positions[has].numpy()] = values[has].double().numpy()
-    finally:
-        model.train(was_training)
+    batches = stream_batches(source, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments, track_positions=True)
+    for step in stream(model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len):
+        batch = step.batch
+        has = batch.target_positions >= 0
+        logp = F.log_softmax(step.out.logits.float(), dim=-1).cpu()
+        tgt = batch.targets.clamp(min=0)
+        values = -logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+        nll[batch.target_positions[has].numpy()] = values[has].double().numpy()
     return nll
 
 

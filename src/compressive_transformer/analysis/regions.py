@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from compressive_transformer.analysis.streaming import stream_batches
+from compressive_transformer.streaming import stream as stream_segments
 
 REGIONS = ("compressed", "memory", "segment")
 
@@ -139,26 +140,16 @@ def attention_by_region(
     """
     cfg = model.cfg
     seg_len = seg_len or cfg.seg_len
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    memory = model.init_memory(batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device)
-    first = memory.layers[0]
+    first = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len).layers[0]  # the lengths this stream reads
     if warmup_segments is None:
         warmup_segments = math.ceil((first.mem_len + cfg.compression_rate * first.cmem_len) / seg_len)
     acc = RegionAccumulator(buckets)
-    try:
-        for i, batch in enumerate(stream_batches(stream, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments + warmup_segments)):
-            if bool(batch.reset.any()):
-                memory = memory.reset(batch.reset.to(device))
-            x_mask = batch.input_mask.to(device)
-            out = model(batch.tokens.to(device), memory=memory, input_mask=x_mask, need_weights=True)
-            if i >= warmup_segments:
-                layer0 = memory.layers[0]
-                acc.add(out.attentions, layer0.cmem_mask.cpu(), layer0.mem_mask.cpu(), batch.input_mask.cpu())
-            memory = out.memory
-    finally:
-        model.train(was_training)
+    batches = stream_batches(stream, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments + warmup_segments)
+    i = -1
+    for i, step in enumerate(stream_segments(model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len, need_weights=True)):
+        if i >= warmup_segments:
+            layer0 = step.memory.layers[0]
+            acc.add(step.out.attentions, layer0.cmem_mask.cpu(), layer0.mem_mask.cpu(), step.batch.input_mask.cpu())
     if acc.sizes is None:
         raise ValueError(f"the stream has no segment after the {warmup_segments} warm-up segments; give a longer stream or fewer warm-up segments")
     result = acc.result()

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from compressive_transformer.ranges import temporal_range
+from compressive_transformer.context import temporal_range
+from compressive_transformer.streaming import segments, stream
 
 
 def default_distances(length: int, reach: int, seg_len: int, *, points: int = 24) -> list[int]:
@@ -33,11 +34,9 @@ def default_distances(length: int, reach: int, seg_len: int, *, points: int = 24
 @torch.no_grad()
 def _probe(model: torch.nn.Module, rows: torch.Tensor, seg_len: int) -> torch.Tensor:
     """Log-probabilities at the last position of each row, streaming (B, N) in segments from an empty memory."""
-    memory = model.init_memory(rows.shape[0], device=rows.device)
     out = None
-    for s in range(0, rows.shape[1], seg_len):
-        out = model(rows[:, s : s + seg_len], memory=memory)
-        memory = out.memory
+    for step in stream(model, segments(rows, seg_len), batch_size=rows.shape[0], device=rows.device):
+        out = step.out
     return F.log_softmax(out.logits[:, -1], dim=-1)
 
 

@@ -3,7 +3,7 @@
 Every file is streamed to a temp file beside its destination, checked (size, checksum, archive integrity) and only
 then moved into place with ``os.replace``; a file already in place that verifies is never fetched again. A failed
 check deletes the temp file and raises a one-line :class:`DownloadError`. ``SOURCES`` is the table of known
-locations and checksums (tests patch it to point at a local server).
+locations and checksums, filled by the corpus formats (tests patch it to point at a local server).
 
 The single-archive corpora (enwik8, WikiText) are pinned here by size and sha256. PG-19 is ~28,750 objects of a
 bucket: its file list comes from the bucket's listing, every name in it must have PG-19's shape
@@ -59,34 +59,8 @@ class Source:
     bucket: str = ""  # PG-19: the public GCS bucket
 
 
-# Sizes and sha256 as recorded by the HuggingFace ``datasets`` checksums of the same URLs.
-SOURCES: dict[str, Source] = {
-    "enwik8": Source(
-        url="http://mattmahoney.net/dc",
-        filename="enwik8.zip",
-        size=36_445_475,
-        sha256="547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc",
-        members={"enwik8": 100_000_000},
-        target="enwik8",
-    ),
-    "wikitext-103": Source(
-        url="https://s3.amazonaws.com/research.metamind.io/wikitext",
-        filename="wikitext-103-v1.zip",
-        size=190_229_076,
-        sha256="242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590",
-        members={f"wikitext-103/wiki.{s}.tokens": None for s in ("train", "valid", "test")},
-        target="wikitext-103",
-    ),
-    "wikitext-2": Source(
-        url="https://s3.amazonaws.com/research.metamind.io/wikitext",
-        filename="wikitext-2-v1.zip",
-        size=4_475_746,
-        sha256="92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c",
-        members={f"wikitext-2/wiki.{s}.tokens": None for s in ("train", "valid", "test")},
-        target="wikitext-2",
-    ),
-    "pg19": Source(url="https://storage.googleapis.com", bucket="deepmind-gutenberg", target="pg19"),
-}
+# download name -> source; each corpus format registers its own (data.formats.register_format)
+SOURCES: dict[str, Source] = {}
 
 
 def download(

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.data.download import Source
+from compressive_transformer.data.formats import register_format
+from compressive_transformer.registry import CorpusFormat, corpus_format
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +68,7 @@ def check_split(split: str) -> str:
 def read_split(cfg: DataConfig, split: str) -> RawSplit:
     """Read one split of the corpus ``cfg`` describes; user mistakes raise a one-line :class:`ConfigError`."""
     check_split(split)
-    reader = {"pydoc": _read_pydoc, "text": _read_text, "enwik8": _read_enwik8, "wikitext": _read_wikitext, "pg19": _read_pg19}
-    raw = reader[cfg.format](cfg, split)
+    raw = corpus_format(cfg.format).read(cfg, split)
     if not raw.documents:
         raise ConfigError(f"data.path: the {split} split of {_where(cfg)} has no documents; point data.path at a non-empty corpus")
     return raw
@@ -80,33 +82,17 @@ def read_documents(cfg: DataConfig, split: str) -> list[Document]:
 def source_files(cfg: DataConfig, split: str) -> list[Path]:
     """The files a split is read from, without reading them (the token cache fingerprints their size and mtime)."""
     check_split(split)
-    if cfg.format == "pydoc":
-        import pydoc_data.topics
-
-        return [Path(pydoc_data.topics.__file__)]
-    if cfg.format == "text":
-        root = _existing(cfg)
-        if root.is_file():
-            return [root]
-        split_dirs = _text_split_dirs(root)
-        if split_dirs:
-            return _txt_files(split_dirs[split])
-        everything = _txt_files(root)
-        if len(everything) < 3:
-            raise ConfigError(
-                f"data.path: {root} holds {len(everything)} .txt file(s); a directory needs at least 3 (one per split) "
-                "or train/ validation/ test/ subdirectories"
-            )
-        return _by_fraction(everything, split)
-    if cfg.format == "enwik8":
-        return [_enwik8_file(cfg)]
-    if cfg.format == "wikitext":
-        return [_wikitext_file(cfg, split)]
-    return _pg19_books(cfg, split)
+    return corpus_format(cfg.format).files(cfg, split)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # pydoc: the help topics shipped with every Python
+
+
+def _pydoc_files(cfg: DataConfig, split: str) -> list[Path]:
+    import pydoc_data.topics
+
+    return [Path(pydoc_data.topics.__file__)]
 
 
 def _read_pydoc(cfg: DataConfig, split: str) -> RawSplit:
@@ -146,6 +132,22 @@ def _read_text(cfg: DataConfig, split: str) -> RawSplit:
     files = source_files(cfg, split)
     docs = [_decode(f.read_bytes(), f, cfg) for f in files]
     return RawSplit(split, docs, [f.stem for f in files], sum(map(count_words, docs)), tuple(files))
+
+
+def _text_files(cfg: DataConfig, split: str) -> list[Path]:
+    root = _existing(cfg)
+    if root.is_file():
+        return [root]
+    split_dirs = _text_split_dirs(root)
+    if split_dirs:
+        return _txt_files(split_dirs[split])
+    everything = _txt_files(root)
+    if len(everything) < 3:
+        raise ConfigError(
+            f"data.path: {root} holds {len(everything)} .txt file(s); a directory needs at least 3 (one per split) "
+            "or train/ validation/ test/ subdirectories"
+        )
+    return _by_fraction(everything, split)
 
 
 def _text_split_dirs(root: Path) -> dict[str, Path] | None:
@@ -395,4 +397,62 @@ def _existing(cfg: DataConfig) -> Path:
 
 
 def _where(cfg: DataConfig) -> str:
-    return "the pydoc corpus" if cfg.format == "pydoc" else f"{cfg.format} corpus {cfg.path}"
+    return f"{cfg.format} corpus {cfg.path}" if corpus_format(cfg.format).needs_path else f"the {cfg.format} corpus"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the built-in formats; download sizes and sha256 as recorded by the HuggingFace ``datasets`` checksums of the same URLs
+
+def _wikitext_source(name: str, size: int, sha256: str) -> Source:
+    """One of the Salesforce WikiText archives: ``<name>/wiki.{train,valid,test}.tokens`` in ``<name>-v1.zip``."""
+    return Source(
+        url="https://s3.amazonaws.com/research.metamind.io/wikitext",
+        filename=f"{name}-v1.zip",
+        size=size,
+        sha256=sha256,
+        members={f"{name}/wiki.{s}.tokens": None for s in ("train", "valid", "test")},
+        target=name,
+    )
+
+
+register_format(CorpusFormat("pydoc", _pydoc_files, _read_pydoc, needs_path=False))
+register_format(CorpusFormat("text", _text_files, _read_text))
+register_format(
+    CorpusFormat(
+        "enwik8",
+        lambda cfg, split: [_enwik8_file(cfg)],
+        _read_enwik8,
+        sources={
+            "enwik8": Source(
+                url="http://mattmahoney.net/dc",
+                filename="enwik8.zip",
+                size=36_445_475,
+                sha256="547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc",
+                members={"enwik8": 100_000_000},
+                target="enwik8",
+            ),
+        },
+        tokenizers=("bytes",),
+        tokenizer_reason="enwik8 is modelled byte by byte (it is not all valid UTF-8)",
+    )
+)
+register_format(
+    CorpusFormat(
+        "wikitext",
+        lambda cfg, split: [_wikitext_file(cfg, split)],
+        _read_wikitext,
+        sources={
+            "wikitext-103": _wikitext_source("wikitext-103", 190_229_076, "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"),
+            "wikitext-2": _wikitext_source("wikitext-2", 4_475_746, "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"),
+        },
+        train_file=True,
+    )
+)
+register_format(
+    CorpusFormat(
+        "pg19",
+        _pg19_books,
+        _read_pg19,
+        sources={"pg19": Source(url="https://storage.googleapis.com", bucket="deepmind-gutenberg", target="pg19")},
+    )
+)

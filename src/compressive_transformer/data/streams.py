@@ -19,8 +19,7 @@ import numpy as np
 import torch
 
 from compressive_transformer.config import ConfigError
-from compressive_transformer.models.io import IGNORE_INDEX  # the target value the loss skips
-
+from compressive_transformer.constants import IGNORE_INDEX
 
 @dataclass
 class Batch:

@@ -23,17 +23,9 @@ import torch
 
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
 from compressive_transformer.config import ConfigError, to_dict
-from compressive_transformer.experiments.long_range import (
-    ABLATION_MODELS,
-    PRESETS,
-    Log,
-    Preset,
-    TaskRunConfig,
-    _split_accuracy,
-    describe_model,
-    run_one,
-    train_config,
-)
+from compressive_transformer.experiments.long_range import ABLATION_MODELS, PRESETS, Preset, describe_model, run_one, train_config
+from compressive_transformer.experiments.long_range_report import split_accuracy
+from compressive_transformer.tasks import Log, TaskRunConfig
 
 SUMMARY_FILE = "seeds.json"
 BASELINE = "ct-conv-attention"  # the paper's best cell: paired differences are taken against it
@@ -147,7 +139,7 @@ def summarise(records: Sequence[dict[str, Any]], preset: Preset, *, seeds: Seque
     per: dict[str, dict[str, dict[str, dict[int, float]]]] = {}  # task -> model -> metric -> seed -> value
     info: dict[str, dict[str, Any]] = {}
     for r in records:
-        within, beyond = _split_accuracy(r, reach)
+        within, beyond = split_accuracy(r, reach)
         values = per.setdefault(r["task"], {}).setdefault(r["name"], {"all": {}, "within": {}, "beyond": {}})
         values["all"][r["seed"]], values["within"][r["seed"]], values["beyond"][r["seed"]] = r["overall_accuracy"], within, beyond
         info[r["name"]] = {"compression": r["model"]["compression"], "compression_loss": r["model"]["compression_loss"],

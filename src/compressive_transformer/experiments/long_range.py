@@ -1,321 +1,39 @@
-"""Generated long-range tasks streamed through a model segment by segment, and the equal-attention-cost experiment.
-
-Every example is fed in segments of ``n_s`` tokens with memory carried from segment to segment (never the whole
-sequence in one window) and emptied between examples (a fresh ``model.init_memory(B)`` per batch of examples). The
-loss is the cross-entropy at answer positions only, plus the auxiliary compression loss; accuracy is measured per
-distance on fresh examples drawn from a seed the training stream never uses.
+"""The equal-attention-cost experiment on the generated long-range tasks.
 
 :func:`run_long_range` trains Transformer-XL and the Compressive Transformer at equal attention cost
 (``n_s (n_s + n_m + n_cm)``), plus, optionally, every compression function x compression loss of the paper's
-ablation, and writes ``results.json`` (accuracy by distance, attention cost, theoretical range, the command) with a
-plot beside it.
+ablation, and writes ``results.json`` (accuracy by distance, attention cost, theoretical range, the command) with
+plots and tables beside it. Training one model on one task is :mod:`compressive_transformer.tasks.training`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import json
-import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from compressive_transformer.config import (
-    ConfigError,
-    ModelConfig,
-    RunConfig,
-    TrainConfig,
-    apply_overrides,
-    from_dict,
-    load_toml,
-    to_dict,
-)
-from compressive_transformer.models import CompressiveTransformerLM
-from compressive_transformer.ranges import temporal_range
-from compressive_transformer.schedule import learning_rate
+from compressive_transformer.config import ConfigError, ModelConfig, to_dict
+from compressive_transformer.context import temporal_range
+from compressive_transformer.experiments.long_range_report import binned, write_long_range_outputs
+from compressive_transformer.experiments.long_range_results import RESULTS_FILE, locked_results
+from compressive_transformer.models import build_model
 from compressive_transformer.tasks import (
-    IGNORE_INDEX,
     AssociativeRecallConfig,
     PasskeyConfig,
     SelectiveCopyConfig,
     TaskConfig,
-    make_batch,
-    task_config,
+    bin_counts,
+    evaluate_task,
+    load_task_run_config,
+    train_task,
 )
-
-Log = Callable[[str], None]
-RESULTS_FILE = "results.json"
-
-
-def _quiet(_: str) -> None:
-    pass
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# configuration of one (model, task) run
-
-
-@dataclass(frozen=True)
-class TaskTrainConfig:
-    """Optimisation of one model on one generated task (Adam, linear warmup then cosine, as the trainer)."""
-
-    steps: int = 300
-    batch_size: int = 16
-    lr: float = 1e-3
-    lr_start: float = 1e-5
-    lr_final: float = 1e-5
-    warmup_steps: int = 30
-    grad_clip: float = 1.0  # the paper's 0.1 is for large LMs; these tiny models train faster at 1.0
-    eval_per_value: int = 64  # evaluation examples per distance (passkey) or gap (recall); x4 for selective copy
-    seed: int = 0
-    # the first steps train on one-segment examples (every distance up to n_s): retrieval is learnt there in a few
-    # hundred steps, among few distractors, and carries over to memory; without it the full task sits at chance
-    curriculum_steps: int = 0
-
-    def __post_init__(self) -> None:
-        for key in ("steps", "batch_size", "eval_per_value"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"train.{key}: must be >= 1")
-        if not 0 <= self.curriculum_steps <= self.steps:
-            raise ConfigError("train.curriculum_steps: must lie in [0, steps]")
-        if not 0 <= self.warmup_steps:
-            raise ConfigError("train.warmup_steps: must be >= 0")
-        if not 0 < self.lr_start <= self.lr or not 0 <= self.lr_final <= self.lr:
-            raise ConfigError("train.lr_start / train.lr_final: must lie in (0, lr]")
-
-    def schedule(self) -> TrainConfig:
-        """The trainer's TrainConfig with these numbers, so :func:`schedule.learning_rate` is reused as is."""
-        return TrainConfig(
-            seed=self.seed, steps=self.steps, batch_size=self.batch_size, lr=self.lr, lr_start=self.lr_start,
-            lr_final=self.lr_final, warmup_steps=min(self.warmup_steps, self.steps), grad_clip=self.grad_clip,
-            device="cpu", progress=False,
-        )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class TaskRunConfig:
-    model: ModelConfig
-    task: TaskConfig
-    train: TaskTrainConfig
-
-    def __post_init__(self) -> None:
-        if self.model.vocab_size < self.task.vocab_size:
-            raise ConfigError(
-                f"model.vocab_size: {self.model.vocab_size} is smaller than the task's vocabulary "
-                f"({self.task.vocab_size}); raise it"
-            )
-        if self.model.input_dim:
-            raise ConfigError("model.input_dim: the generated tasks are token sequences; set input_dim = 0")
-
-
-def load_task_run_config(path: str | Path, overrides: Sequence[str] = ()) -> TaskRunConfig:
-    """A ``configs/long_range/*.toml`` file: ``[model]``, ``[task]`` (with ``name``) and ``[train]`` tables."""
-    raw = apply_overrides(load_toml(path), list(overrides))
-    unknown = sorted(set(raw) - {"model", "task", "train"})
-    if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown section; a task config has [model], [task] and [train]")
-    task_raw = dict(raw.get("task", {}))
-    name = task_raw.pop("name", None)
-    if name is None:
-        raise ConfigError("task.name: missing; use passkey, associative_recall or selective_copy")
-    task_raw = {k: tuple(v) if isinstance(v, list) else v for k, v in task_raw.items()}
-    task = task_config(name, **task_raw)
-    model_raw = dict(raw.get("model", {}))
-    model_raw.setdefault("vocab_size", task.vocab_size)
-    return TaskRunConfig(
-        model=from_dict(ModelConfig, model_raw, "model"),
-        task=task,
-        train=from_dict(TaskTrainConfig, raw.get("train", {}), "train"),
-    )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# streaming one batch of examples
-
-
-@dataclass
-class StreamResult:
-    predictions: torch.Tensor  # (B, L) arg-max prediction at every position
-    nll: float  # summed cross-entropy over answer positions (nats)
-    answers: int
-    aux_loss: float  # mean over segments of the (layer-averaged) compression loss
-    aux_losses: list[float]  # per layer, mean over segments
-
-
-def _needs_graph_every_segment(cfg: ModelConfig) -> bool:
-    """The local compression losses train the compressor in every segment that evicts, answers or not."""
-    return cfg.uses_compression and cfg.compression_loss in ("attention", "autoencoder")
-
-
-def stream_task_batch(
-    model: CompressiveTransformerLM,
-    tokens: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    seg_len: int,
-    backward: bool = False,
-) -> StreamResult:
-    """Feed (B, L) examples in segments of ``seg_len`` from an empty memory, carrying memory across segments.
-
-    With ``backward`` the loss (answer NLL / answers + compression loss / segments) is back-propagated segment by
-    segment: memories are detached between segments, so each segment's graph is independent and none is kept
-    longer than needed. Segments without answers run without a graph unless a local compression loss needs one.
-    """
-    B, L = tokens.shape
-    n_seg = math.ceil(L / seg_len)
-    answers = int((targets != IGNORE_INDEX).sum())
-    memory = model.init_memory(B, device=tokens.device)
-    predictions = torch.empty_like(tokens)
-    nll_total, aux_total = 0.0, 0.0
-    aux_layers = torch.zeros(model.cfg.n_layers)
-    every = _needs_graph_every_segment(model.cfg)
-    for s in range(n_seg):
-        part = slice(s * seg_len, min((s + 1) * seg_len, L))
-        tgt = targets[:, part]
-        n_here = int((tgt != IGNORE_INDEX).sum())
-        graph = backward and (n_here > 0 or every)
-        with torch.set_grad_enabled(graph):
-            out = model(tokens[:, part], memory=memory, targets=tgt)
-            nll = out.loss * n_here  # the model's loss is a mean over this segment's answers
-            if graph:
-                total = nll / max(answers, 1) + out.aux_loss / n_seg
-                if total.requires_grad:
-                    total.backward()
-        memory = out.memory
-        predictions[:, part] = out.logits.detach().argmax(-1)
-        nll_total += float(nll.detach())
-        aux_total += float(out.aux_loss.detach())
-        aux_layers += out.aux_losses.detach().float().cpu()
-    return StreamResult(predictions, nll_total, answers, aux_total / n_seg, (aux_layers / n_seg).tolist())
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# training and evaluation
-
-
-def one_segment_version(task: TaskConfig, seg_len: int) -> TaskConfig:
-    """The task shrunk to one segment, with every distance (gap) that fits: the curriculum's first stage."""
-    if isinstance(task, PasskeyConfig):
-        return dataclasses.replace(task, seq_len=seg_len, distances=tuple(range(2, seg_len - 1)))
-    if isinstance(task, AssociativeRecallConfig):
-        longest = seg_len - 3 * task.n_pairs - 1
-        if longest < 0:
-            raise ConfigError(f"train.curriculum_steps: {task.n_pairs} pairs do not fit in one segment of {seg_len}")
-        return dataclasses.replace(task, seq_len=seg_len, gaps=tuple(range(0, longest + 1)))
-    if seg_len < 2 * task.n_tokens + 1:
-        raise ConfigError(f"train.curriculum_steps: {task.n_tokens} tokens to copy do not fit in one segment of {seg_len}")
-    return dataclasses.replace(task, seq_len=seg_len, gap=0)
-
-
-def _optimizer(model: CompressiveTransformerLM, sched: TrainConfig) -> torch.optim.Optimizer:
-    from compressive_transformer.train import build_optimizer  # the trainer's (model and compressor groups)
-
-    return build_optimizer(model, RunConfig(model=model.cfg, train=sched))
-
-
-def train_task(
-    model: CompressiveTransformerLM,
-    task: TaskConfig,
-    train: TaskTrainConfig,
-    *,
-    seg_len: int | None = None,
-    log: Log = _quiet,
-    log_every: int = 25,
-) -> list[dict[str, Any]]:
-    """Train ``model`` on freshly generated batches of ``task`` (seeded by ``train.seed``); returns per-step metrics."""
-    seg_len = seg_len or model.cfg.seg_len
-    sched = train.schedule()
-    optimizer = _optimizer(model, sched)
-    rng = np.random.default_rng(train.seed)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    short = one_segment_version(task, seg_len) if train.curriculum_steps else task
-    history: list[dict[str, Any]] = []
-    model.train()
-    start = time.perf_counter()
-    for step in range(train.steps):
-        lr = learning_rate(sched, step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_scale", 1.0)
-        tokens, targets, _ = make_batch(short if step < train.curriculum_steps else task, train.batch_size, rng)
-        tgt = torch.from_numpy(targets)
-        res = stream_task_batch(model, torch.from_numpy(tokens), tgt, seg_len=seg_len, backward=True)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, train.grad_clip if train.grad_clip > 0 else float("inf")))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        mask = tgt != IGNORE_INDEX
-        acc = float((res.predictions[mask] == tgt[mask]).float().mean())
-        loss = res.nll / max(res.answers, 1)
-        if not math.isfinite(loss):
-            raise RuntimeError(f"the task loss became {loss} at step {step + 1}; lower train.lr")
-        record = {"step": step + 1, "loss": loss, "accuracy": acc, "aux_loss": res.aux_loss, "aux_losses": res.aux_losses,
-                  "lr": lr, "grad_norm": grad_norm, "seconds": time.perf_counter() - start}  # fmt: skip
-        history.append(record)
-        if (step + 1) % log_every == 0 or step + 1 == train.steps:
-            log(f"  step {step + 1}/{train.steps} loss {loss:.3f} acc {acc:.3f} aux {res.aux_loss:.4f} ({record['seconds']:.0f} s)")
-    model.eval()
-    return history
-
-
-def _eval_configs(task: TaskConfig) -> list[TaskConfig]:
-    """One config per distance (passkey) or gap (recall), so each gets the same number of examples."""
-    if isinstance(task, PasskeyConfig):
-        return [dataclasses.replace(task, distances=(d,)) for d in sorted(set(task.distances))]
-    if isinstance(task, AssociativeRecallConfig):
-        return [dataclasses.replace(task, gaps=(g,)) for g in sorted(set(task.gaps))]
-    return [task]
-
-
-@torch.no_grad()
-def evaluate_task(
-    model: CompressiveTransformerLM,
-    task: TaskConfig,
-    *,
-    per_value: int = 64,
-    seed: int = 0,
-    batch_size: int = 64,
-    seg_len: int | None = None,
-) -> dict[int, tuple[int, int]]:
-    """``{distance: (correct, total)}`` on fresh examples (seed offset from training), streamed with memory."""
-    seg_len = seg_len or model.cfg.seg_len
-    was_training = model.training
-    model.eval()
-    counts: dict[int, list[int]] = {}
-    rng = np.random.default_rng(1_000_003 + seed)  # never the training stream's generator
-    configs = _eval_configs(task)
-    n = per_value * (4 if isinstance(task, SelectiveCopyConfig) else 1)
-    for cfg in configs:
-        done = 0
-        while done < n:
-            b = min(batch_size, n - done)
-            tokens, targets, distances = make_batch(cfg, b, rng)
-            res = stream_task_batch(model, torch.from_numpy(tokens), torch.from_numpy(targets), seg_len=seg_len)
-            mask = targets != IGNORE_INDEX
-            correct = res.predictions.numpy()[mask] == targets[mask]
-            for d, ok in zip(distances[mask].tolist(), correct.tolist()):
-                c = counts.setdefault(int(d), [0, 0])
-                c[0] += int(ok)
-                c[1] += 1
-            done += b
-    model.train(was_training)
-    return {d: (c[0], c[1]) for d, c in sorted(counts.items())}
-
-
-def bin_counts(counts: dict[int, tuple[int, int]], width: int) -> dict[int, float]:
-    """Accuracy per distance bin ``[k*width, (k+1)*width)``, keyed by the bin's centre; for tasks whose distances
-    are spread out (selective copy) so each point of the plot averages enough answers."""
-    bins: dict[int, list[int]] = {}
-    for d, (ok, n) in counts.items():
-        b = bins.setdefault(d // width, [0, 0])
-        b[0] += ok
-        b[1] += n
-    return {k * width + width // 2: ok / n for k, (ok, n) in sorted(bins.items())}
+from compressive_transformer.tasks.training import Log, TaskRunConfig, TaskTrainConfig, _quiet
 
 
 def describe_model(cfg: ModelConfig) -> dict[str, Any]:
@@ -359,7 +77,7 @@ def _history_summary(history: list[dict[str, Any]], points: int = 50) -> list[di
 def run_one(run: TaskRunConfig, *, log: Log = _quiet) -> dict[str, Any]:
     """Train and evaluate one model on one task; a JSON-ready record."""
     torch.manual_seed(run.train.seed)
-    model = CompressiveTransformerLM(run.model)
+    model = build_model(run.model)
     start = time.perf_counter()
     history = train_task(model, run.task, run.train, log=log)
     train_seconds = time.perf_counter() - start
@@ -540,7 +258,7 @@ def run_long_range(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     command = experiment_command(p.name, out_dir, tasks, models, seed, budget)
-    with _locked_results(out) as results:  # fail early on a results file of another preset
+    with locked_results(out) as results:  # fail early on a results file of another preset
         if results.get("preset") not in (None, p.name):
             raise ConfigError(f"{out / RESULTS_FILE}: holds results of preset {results['preset']!r}; use another --out for preset {p.name!r}")
     for task_name in tasks:
@@ -549,111 +267,15 @@ def run_long_range(
             log(f"{task_name} / {model_name}: {train.steps} steps, {describe_model(runs[model_name])['attention_cost']} query-key pairs per segment")
             record = run_one(TaskRunConfig(runs[model_name], all_tasks[task_name], train), log=log)
             record.update({"name": model_name, "command": command})
-            with _locked_results(out) as results:  # other processes may be adding their runs to the same file
+            with locked_results(out) as results:  # other processes may be adding their runs to the same file
                 results.update({"preset": p.name, "preset_config": dataclasses.asdict(p), "seed": seed})
                 entries = [e for e in results.get("runs", []) if not (e["task"] == task_name and e["name"] == model_name)]
                 results["runs"] = entries + [record]
-            key = "accuracy_binned" if _binned(task_name) else "accuracy"
+            key = "accuracy_binned" if binned(task_name) else "accuracy"
             log("  accuracy by distance: " + ", ".join(f"{d}: {a:.2f}" for d, a in record[key].items()))
-    with _locked_results(out) as results:
-        write_long_range_outputs(out, results)
+    with locked_results(out) as results:
+        write_long_range_outputs(out, results, ("txl", "ct", *ABLATION_MODELS))
     return results
 
 
-@contextlib.contextmanager
-def _locked_results(out: Path) -> Iterator[dict[str, Any]]:
-    """Read results.json under an exclusive lock, let the caller change it, write it back atomically."""
-    path = out / RESULTS_FILE
-    fd = os.open(out, os.O_RDONLY)  # the directory itself is the lock: no stray lock file beside the results
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        before = json.dumps(results, sort_keys=True)
-        yield results
-        if json.dumps(results, sort_keys=True) != before:
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
-    finally:
-        os.close(fd)
-
-
-def write_long_range_outputs(out: Path, results: dict[str, Any]) -> None:
-    """The plots (one per task: accuracy against distance with each model's range) and the markdown tables."""
-    from compressive_transformer.analysis.plots import plot_accuracy_by_distance
-
-    for task, entries in _by_task(results).items():
-        main = [e for e in entries if not e["name"].startswith("ct-")]
-        if main:
-            plot_accuracy_by_distance(main, out / f"{task}.png", title=f"{task}: equal attention cost", binned=_binned(task))
-        cells = [e for e in entries if e["name"].startswith("ct-")]
-        if cells:
-            plot_accuracy_by_distance(cells + [e for e in main if e["name"] == "txl"], out / f"{task}_ablation.png",
-                                      title=f"{task}: compression fn x loss", binned=_binned(task))  # fmt: skip
-    (out / "results.md").write_text(results_markdown(results), encoding="utf-8")
-
-
-def _binned(task: str) -> bool:
-    """Recall and copy answers spread over many distances: tables and plots pool them per segment-wide bin."""
-    return task != "passkey"
-
-
-def _split_accuracy(entry: dict[str, Any], txl_reach: int) -> tuple[float, float]:
-    """Mean accuracy over answers within / beyond ``txl_reach``."""
-    within, beyond = [0, 0], [0, 0]
-    for d, (ok, n) in entry["counts"].items():
-        side = within if int(d) <= txl_reach else beyond
-        side[0] += ok
-        side[1] += n
-    return (within[0] / within[1] if within[1] else float("nan"), beyond[0] / beyond[1] if beyond[1] else float("nan"))
-
-
-def _order(name: str) -> tuple[int, int]:
-    """txl, ct, then the ablation cells in the order of ABLATION."""
-    if name in ("txl", "ct"):
-        return (0, ("txl", "ct").index(name))
-    return (1, ABLATION_MODELS.index(name) if name in ABLATION_MODELS else len(ABLATION_MODELS))
-
-
-def _by_task(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    for e in sorted(results.get("runs", []), key=lambda e: _order(e["name"])):
-        by_task.setdefault(e["task"], []).append(e)
-    return by_task
-
-
-def results_markdown(results: dict[str, Any]) -> str:
-    """Accuracy-by-distance tables per task and the ablation table (compression fn x loss)."""
-    lines = [f"# Long-range tasks at equal attention cost (preset `{results.get('preset')}`, seed {results.get('seed')})", ""]
-    by_task = _by_task(results)
-    for task, entries in by_task.items():
-        key = "accuracy_binned" if _binned(task) else "accuracy"
-        dists = sorted({int(d) for e in entries for d in e[key]})
-        lines += [f"## {task}", "", "accuracy by distance" + (" (bins of one segment, centres shown)" if key == "accuracy_binned" else ""), ""]
-        lines.append("| model | attention cost | max range l(n_m + c n_cm) | steps | " + " | ".join(str(d) for d in dists) + " |")
-        lines.append("|---|---|---|---|" + "---|" * len(dists))
-        for e in entries:
-            m = e["model"]
-            row = [e["name"], str(m["attention_cost"]), str(m["max_range"]), str(e["train"]["steps"])]
-            row += [f"{e[key][str(d)]:.2f}" if str(d) in e[key] else "" for d in dists]
-            lines.append("| " + " | ".join(row) + " |")
-        lines.append("")
-        cells = [e for e in entries if e["name"].startswith("ct-")]
-        txl = next((e for e in entries if e["name"] == "txl"), None)
-        main_ct = next((e for e in entries if e["name"] == "ct"), None)
-        if cells and main_ct and not any(e["name"] == "ct-conv-attention" for e in cells):
-            cells.append(main_ct)  # the main model is the conv x attention cell (at its own, larger budget)
-        if cells:
-            reach = txl["model"]["max_range_last_position"] if txl else cells[0]["model"]["seg_len"] * 5 - 1
-            lines += [f"### ablation: compression fn x loss ({task})", "",
-                      f"accuracy on answers within / beyond Transformer-XL's reach ({reach} tokens back from the answer)", "",
-                      "| compression fn | compression loss | within | beyond | all | steps |", "|---|---|---|---|---|---|"]  # fmt: skip
-            for e in cells + ([txl] if txl else []):
-                w, b = _split_accuracy(e, reach)
-                fn = e["model"]["compression"] or "(Transformer-XL, n_m = 2k)"
-                loss = e["model"]["compression_loss"] or "-"
-                lines.append(f"| {fn} | {loss} | {w:.2f} | {b:.2f} | {e['overall_accuracy']:.2f} | {e['train']['steps']} |")
-            lines.append("")
-    commands = sorted({e["command"] for e in results.get("runs", [])})
-    lines += ["Produced by:", ""] + [f"    {c}" for c in commands] + [""]
-    return "\n".join(lines)
+__all__ = ["ABLATION", "ABLATION_MODELS", "PRESETS", "Preset", "describe_model", "run_long_range", "run_one", "run_task", "train_config"]

@@ -1,18 +1,29 @@
-"""The model family: the shared block, the Compressive Transformer / Transformer-XL LM, and Transformer-QL."""
+"""The model family: the shared block, the Compressive Transformer / Transformer-XL LM, and Transformer-QL, behind
+the :class:`MemoryModel` protocol and the table of model kinds."""
 
 from __future__ import annotations
 
-from compressive_transformer.config import ModelConfig
+from compressive_transformer.constants import IGNORE_INDEX
 from compressive_transformer.models.block import Block
-from compressive_transformer.models.io import IGNORE_INDEX
+from compressive_transformer.models.kinds import MODEL_KINDS, ModelKind, build_model, model_kind, register_model
 from compressive_transformer.models.lm import CompressiveTransformerLM, LMOutput
+from compressive_transformer.models.protocol import MemoryModel
 from compressive_transformer.models.ql import TransformerQL, ql_scales
 
+register_model("compressive", CompressiveTransformerLM, lambda cfg: True)
+register_model("transformer-ql", TransformerQL, lambda cfg: cfg.is_ql)
 
-def build_model(cfg: ModelConfig) -> CompressiveTransformerLM | TransformerQL:
-    """The model a configuration describes: Transformer-QL when ``scales`` is set, else the Compressive
-    Transformer (Transformer-XL when ``cmem_len = 0``)."""
-    return TransformerQL(cfg) if cfg.is_ql else CompressiveTransformerLM(cfg)
-
-
-__all__ = ["Block", "CompressiveTransformerLM", "TransformerQL", "LMOutput", "IGNORE_INDEX", "build_model", "ql_scales"]
+__all__ = [
+    "Block",
+    "CompressiveTransformerLM",
+    "IGNORE_INDEX",
+    "LMOutput",
+    "MODEL_KINDS",
+    "MemoryModel",
+    "ModelKind",
+    "TransformerQL",
+    "build_model",
+    "model_kind",
+    "ql_scales",
+    "register_model",
+]

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from compressive_transformer.attention import AttentionOutput, Positions, RelativeAttention
 from compressive_transformer.config import ModelConfig
-from compressive_transformer.memory import KVCache
+from compressive_transformer.kv_cache import KVCache
 from compressive_transformer.models.io import dropout
 
 

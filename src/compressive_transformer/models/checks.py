@@ -11,9 +11,8 @@ import torch
 from torch import Tensor
 
 from compressive_transformer.config import ModelConfig
+from compressive_transformer.constants import IGNORE_INDEX
 from compressive_transformer.memory import KEY_ALIGN, MemoryState
-
-IGNORE_INDEX = -100
 
 
 def _tracing() -> bool:

@@ -8,8 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from compressive_transformer.config import ModelConfig
-
-IGNORE_INDEX = -100
+from compressive_transformer.constants import IGNORE_INDEX
 
 
 def dropout(p: float) -> nn.Module:

@@ -24,7 +24,7 @@ from compressive_transformer.compression import (
     autoencoder_loss,
     build_compressor,
 )
-from compressive_transformer.config import PARAMETER_FREE_COMPRESSIONS, ModelConfig
+from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import (
     Eviction,
     LayerMemory,
@@ -36,6 +36,7 @@ from compressive_transformer.memory import (
 from compressive_transformer.models.block import Block, BlockOutput
 from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
+from compressive_transformer.registry import compressor_spec
 
 
 @dataclass
@@ -60,7 +61,7 @@ class CompressiveTransformerLM(nn.Module):
         share_positions([b.attn for b in self.blocks], cfg.share_positions)
         self.output = OutputLayer(cfg, self.input)
 
-        trained = cfg.uses_compression and cfg.compression not in PARAMETER_FREE_COMPRESSIONS
+        trained = cfg.uses_compression and compressor_spec(cfg.compression).trainable
         self.compressors = nn.ModuleList(build_compressor(cfg) for _ in range(cfg.n_layers)) if cfg.uses_compression else None
         self.decoders = (
             nn.ModuleList(ConvDecoder(d, cfg.compression_rate) for _ in range(cfg.n_layers))
@@ -110,7 +111,7 @@ class CompressiveTransformerLM(nn.Module):
             cmem_len=cmem_len,
             compression_rate=cfg.compression_rate,
             window=comp.window if comp is not None else 1,
-            track_usage=cmem_len > 0 and cfg.compression == "most_used",
+            track_usage=cmem_len > 0 and compressor_spec(cfg.compression).needs_usage,
             keep_windows=cmem_len > 0 and cfg.compression_loss == "bptt",
             context=comp.context if comp is not None else 0,
             device=device,

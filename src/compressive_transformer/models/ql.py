@@ -32,6 +32,7 @@ from compressive_transformer.models.block import Block
 from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.models.lm import LMOutput
+from compressive_transformer.registry import compressor_spec
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ class TransformerQL(nn.Module):
     ) -> tuple[Tensor, list[LayerMemory], list[Tensor]]:
         """One full segment (B, n_s, d) through every scale, the accumulation and the output layers."""
         cfg, c = self.cfg, self.cfg.compression_rate
+        pool = compressor_spec(cfg.compression).scale_pool  # config validation made sure there is one
         new = list(states)
         attentions: list[Tensor] = []
         windows: list[tuple[Tensor, Tensor]] = []  # per scale: its outputs [memory; segment] and their validity
@@ -181,7 +183,7 @@ class TransformerQL(nn.Module):
                 below, below_mask = windows[-1]
                 B, W, d = below.shape
                 pooled = below.view(B, W // c, c, d)
-                pooled = pooled.amax(dim=2) if cfg.compression == "max_pool" else pooled.mean(dim=2)
+                pooled = pool(pooled)
                 x, x_mask = pooled[:, -scale.seg :], below_mask.view(B, W // c, c).all(-1)[:, -scale.seg :]
             x = self._blocks(range(layer, layer + n_blocks), x, x_mask, new, scale.shift, attentions, need_weights)
             layer += n_blocks

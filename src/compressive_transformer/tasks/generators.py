@@ -5,8 +5,8 @@ accuracy by distance can be set against a model's context length (:mod:`compress
 
 Conventions shared by every task:
 
-- ``targets`` is aligned with ``tokens`` (as :class:`~compressive_transformer.models.lm.CompressiveTransformerLM`
-  expects): ``targets[i]`` is what the model's output at position ``i`` (having read ``tokens[: i + 1]``) must be.
+- ``targets`` is aligned with ``tokens`` (as a :class:`~compressive_transformer.models.MemoryModel` expects):
+  ``targets[i]`` is what the model's output at position ``i`` (having read ``tokens[: i + 1]``) must be.
   It is ``-100`` everywhere except at answer positions.
 - The *distance* of an answer at position ``a`` whose information token sits at position ``p`` is ``a - p``: the
   information is the ``d``-th token back, so an output can reach it exactly when its context length (past tokens it
@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from compressive_transformer.config import ConfigError
-from compressive_transformer.models.io import IGNORE_INDEX  # the target value the loss skips
+from compressive_transformer.constants import IGNORE_INDEX
 
 PAD, SEP, QUERY, MARK = 0, 1, 2, 3
 N_SPECIAL = 4

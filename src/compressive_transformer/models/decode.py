@@ -26,8 +26,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from compressive_transformer.attention import additive_mask, make_positions
-from compressive_transformer.memory import KVCache, LayerMemory, MemoryState, evicted_count
+from compressive_transformer.kv_cache import KVCache
+from compressive_transformer.memory import LayerMemory, MemoryState, evicted_count
 from compressive_transformer.models.lm import CompressiveTransformerLM
+from compressive_transformer.registry import compressor_spec
 
 
 def unsupported(model: torch.nn.Module) -> str | None:
@@ -41,8 +43,10 @@ def unsupported(model: torch.nn.Module) -> str | None:
         return "same_length windows"
     if cfg.uses_compression and cfg.cmem_positions != "separate":
         return "shared compressed positions (their distances move with the memory's fill)"
-    if cfg.uses_compression and (cfg.compression == "most_used" or cfg.compression_loss == "bptt"):
-        return "most_used / bptt compression (attention usage or compression windows are tracked)"
+    if cfg.uses_compression and compressor_spec(cfg.compression).needs_usage:
+        return f"{cfg.compression} compression (the attention usage of memory slots is tracked)"
+    if cfg.uses_compression and cfg.compression_loss == "bptt":
+        return "bptt compression (compression windows are tracked)"
     return None
 
 

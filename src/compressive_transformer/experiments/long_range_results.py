@@ -1,0 +1,34 @@
+"""``results.json`` of the long-range experiment: read, changed and written back under an exclusive lock, so several
+processes can add their runs to one file."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+RESULTS_FILE = "results.json"
+
+
+@contextlib.contextmanager
+def locked_results(out: Path) -> Iterator[dict[str, Any]]:
+    """Read results.json under an exclusive lock, let the caller change it, write it back atomically."""
+    path = out / RESULTS_FILE
+    fd = os.open(out, os.O_RDONLY)  # the directory itself is the lock: no stray lock file beside the results
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        before = json.dumps(results, sort_keys=True)
+        yield results
+        if json.dumps(results, sort_keys=True) != before:
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["RESULTS_FILE", "locked_results"]
