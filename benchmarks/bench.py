@@ -51,8 +51,15 @@ def machine_info() -> dict:
 
     cpu, flags = cpu_model_and_flags()
     bf16 = [f for f in flags if f in CPU_BF16_FLAGS]
-    return {"cpu": cpu, "cpu_flags": flags, "bf16_flags": bf16, "has_bf16_instructions": bool(bf16),
-            "nproc": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}  # fmt: skip
+    return {
+        "cpu": cpu,
+        "cpu_flags": flags,
+        "bf16_flags": bf16,
+        "has_bf16_instructions": bool(bf16),
+        "nproc": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def member_key(impl: str, precision: str) -> str:
@@ -95,13 +102,34 @@ def loadavg() -> list[float]:
         return []
 
 
-def child(python: str, impl: str, phase: str, workload: str, a, build_kw: dict | None = None, timeout: int = 1800,
-          extra: tuple[str, ...] = ()) -> dict:
+def child(
+    python: str,
+    impl: str,
+    phase: str,
+    workload: str,
+    a,
+    build_kw: dict | None = None,
+    timeout: int = 1800,
+    extra: tuple[str, ...] = (),
+) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads), PYTHONDONTWRITEBYTECODE="1")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = [python, "-m", "benchmarks.child", "--impl", impl, "--phase", phase, "--workload", workload,
-               "--threads", str(a.threads), "--out", str(out)]  # fmt: skip
+        cmd = [
+            python,
+            "-m",
+            "benchmarks.child",
+            "--impl",
+            impl,
+            "--phase",
+            phase,
+            "--workload",
+            workload,
+            "--threads",
+            str(a.threads),
+            "--out",
+            str(out),
+        ]
         if a.steps is not None:
             cmd += ["--steps", str(a.steps)]
         if a.warmup is not None:
@@ -135,12 +163,35 @@ def interleaved(impls: list, phase: str, w, a) -> dict[str, dict]:
     members = [m if len(m) == 4 else (*m, "none") for m in members]
     impls = [key for key, _, _, _ in members]
     for impl, name, spec, amp in members:
-        cmd = [python_for(name, a), "-m", "benchmarks.child", "--impl", name, "--phase", phase, "--workload", spec,
-               "--threads", str(a.threads), "--serve", "--amp", amp, "--out", str(Path(tmp) / f"{impl}.json")]  # fmt: skip
+        cmd = [
+            python_for(name, a),
+            "-m",
+            "benchmarks.child",
+            "--impl",
+            name,
+            "--phase",
+            phase,
+            "--workload",
+            spec,
+            "--threads",
+            str(a.threads),
+            "--serve",
+            "--amp",
+            amp,
+            "--out",
+            str(Path(tmp) / f"{impl}.json"),
+        ]
         if a.warmup is not None:
             cmd += ["--warmup", str(a.warmup)]
-        procs[impl] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True, env=env, cwd=str(HERE.parent))  # fmt: skip
+        procs[impl] = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(HERE.parent),
+        )
     failed: dict[str, str] = {}
 
     def ask(impl: str, cmd: str) -> str | None:
@@ -153,14 +204,16 @@ def interleaved(impls: list, phase: str, w, a) -> dict[str, dict]:
                     return line[3:].strip()
         except (BrokenPipeError, OSError):
             pass
-        failed[impl] = ((p.stderr.read() if p.poll() is not None else "") or "child exited").strip().splitlines()[-1][:400]
+        failed[impl] = (
+            ((p.stderr.read() if p.poll() is not None else "") or "child exited").strip().splitlines()[-1][:400]
+        )
         return None
 
     for impl in impls:  # memories filled and warm-up, one at a time
         ask(impl, "fill")
     live = [i for i in impls if i not in failed]
     for k in range(steps):
-        order = live[k % len(live):] + live[: k % len(live)] if live else []
+        order = live[k % len(live) :] + live[: k % len(live)] if live else []
         for impl in order:
             if impl not in failed:
                 ask(impl, "step")
@@ -221,7 +274,10 @@ def derive(res: dict, w: workloads.Workload) -> None:
             ph = r.get(phase) or {}
             if ph.get("min_s"):
                 ph["tokens_per_s_best"] = ph["tokens_per_step"] / ph["min_s"]
-        for phase, flops in (("train", workloads.train_flops_per_token(w)), ("eval", workloads.forward_flops_per_token(w))):
+        for phase, flops in (
+            ("train", workloads.train_flops_per_token(w)),
+            ("eval", workloads.forward_flops_per_token(w)),
+        ):
             tps = get(r, phase, "tokens_per_s")
             if tps:
                 r[phase]["model_tflops_per_token"] = flops / 1e12
@@ -260,7 +316,13 @@ def targets(impls: dict[str, dict]) -> dict:
             t[target] = {"met": None, "note": "not measured"}
             return
         rv = value / ref
-        t[target] = {"value": rv, "goal": goal, "vs": ref_name, "met": rv >= goal if higher else rv <= goal, "note": note}
+        t[target] = {
+            "value": rv,
+            "goal": goal,
+            "vs": ref_name,
+            "met": rv >= goal if higher else rv <= goal,
+            "note": note,
+        }
         # the same ratio from each side's fastest step (less sensitive to outside load)
         if target.startswith(("train", "eval")) and ref_name:
             phase = target.split("_")[0]
@@ -269,11 +331,23 @@ def targets(impls: dict[str, dict]) -> dict:
                 t[target]["value_best_step"] = a_ / b_
 
     v, p = best_peer(("train", "tokens_per_s"))
-    ratio("train_vs_fastest_peer", get(ours, "train", "tokens_per_s"), v, p, 1.4,
-          note="lucidrains as shipped freezes its k/v weights (cheaper step)")  # fmt: skip
+    ratio(
+        "train_vs_fastest_peer",
+        get(ours, "train", "tokens_per_s"),
+        v,
+        p,
+        1.4,
+        note="lucidrains as shipped freezes its k/v weights (cheaper step)",
+    )
     v2, p2 = best_peer(("train", "tokens_per_s"), peers=PEERS)
     ratio("train_vs_fastest_peer_incl_fixed", get(ours, "train", "tokens_per_s"), v2, p2, 1.4)
-    ratio("train_vs_ours_txl", get(ours, "train", "tokens_per_s"), get(impls.get("ours_txl", {}), "train", "tokens_per_s"), "ours_txl", 0.9)
+    ratio(
+        "train_vs_ours_txl",
+        get(ours, "train", "tokens_per_s"),
+        get(impls.get("ours_txl", {}), "train", "tokens_per_s"),
+        "ours_txl",
+        0.9,
+    )
     v, p = best_peer(("eval", "tokens_per_s"))
     ratio("eval_vs_fastest_peer", get(ours, "eval", "tokens_per_s"), v, p, 1.6)
     for phase in ("train", "eval"):
@@ -282,14 +356,24 @@ def targets(impls: dict[str, dict]) -> dict:
     pp = get(ours, "generate", "per_prompt") or []
     if len(pp) >= 2:
         growth = pp[-1]["ms_per_token_median"] / pp[0]["ms_per_token_median"]
-        t["generation_cost_constant"] = {"value": growth, "goal": 1.15, "met": growth <= 1.15,
-                                         "note": f"median ms/token after {pp[-1]['prompt']} vs after {pp[0]['prompt']} tokens"}  # fmt: skip
+        t["generation_cost_constant"] = {
+            "value": growth,
+            "goal": 1.15,
+            "met": growth <= 1.15,
+            "note": f"median ms/token after {pp[-1]['prompt']} vs after {pp[0]['prompt']} tokens",
+        }
     for peer in SHIPPED_PEERS:
         ref = get(impls.get(peer, {}), "generate", "long", "tokens_per_s")
         ratio(f"generation_vs_{peer}", get(ours, "generate", "long", "tokens_per_s"), ref, peer, 10.0)
         if "ours_compiled" in impls:
-            ratio(f"generation_compiled_vs_{peer}", get(impls["ours_compiled"], "generate", "long", "tokens_per_s"), ref, peer, 10.0,
-                  note="decoder step under torch.compile; its compilation is in the warm-up (first_call_s)")  # fmt: skip
+            ratio(
+                f"generation_compiled_vs_{peer}",
+                get(impls["ours_compiled"], "generate", "long", "tokens_per_s"),
+                ref,
+                peer,
+                10.0,
+                note="decoder step under torch.compile; its compilation is in the warm-up (first_call_s)",
+            )
     mfu = get(ours, "train", "mfu")
     if mfu is not None:
         t["train_mfu"] = {"value": mfu, "goal": 0.75, "met": mfu >= 0.75}
@@ -312,14 +396,26 @@ def markdown(res: dict, w: workloads.Workload) -> str:
         f"n_s {w.seg_len}, n_m {w.mem_len}, n_cm {w.cmem_len}, c {w.rate}, batch {w.batch}; "
         f"ours_txl: n_m {w.mem_len + w.cmem_len}, n_cm 0. Medians over {res['steps']} steps after "
         f"{w.fill_segments} memory-filling + {res['warmup']} warm-up steps; "
-        + ("train/eval steps of all implementations interleaved (step k of each before step k+1 of any); "
-           if res.get("interleave") else "")
+        + (
+            "train/eval steps of all implementations interleaved (step k of each before step k+1 of any); "
+            if res.get("interleave")
+            else ""
+        )
         + f"{res['rounds']} round(s) ({res['gen_rounds']} with generation), median round. "
         f"Generation batch {w.gen_batch}.",
         "",
     ]
     prompts = list(w.gen_prompts)
-    head = ["impl", "params", "train tok/s (best step)", "train MFU", "eval tok/s (best step)", "eval MFU", "peak RSS train MB", "peak RSS eval MB"]
+    head = [
+        "impl",
+        "params",
+        "train tok/s (best step)",
+        "train MFU",
+        "eval tok/s (best step)",
+        "eval MFU",
+        "peak RSS train MB",
+        "peak RSS eval MB",
+    ]
     if prompts:
         head += [f"gen ms/tok after {p} (median; mean)" for p in prompts] + [f"gen tok/s ({w.gen_long} new)"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -331,12 +427,19 @@ def markdown(res: dict, w: workloads.Workload) -> str:
                 row += ["error", ""]
             else:
                 best = ph.get("tokens_per_s_best")
-                row += [fmt(ph.get("tokens_per_s")) + (f" ({best:.0f})" if best else ""),
-                        fmt(ph.get("mfu") and 100 * ph["mfu"], ".1f") + ("%" if ph.get("mfu") else "")]  # fmt: skip
+                row += [
+                    fmt(ph.get("tokens_per_s")) + (f" ({best:.0f})" if best else ""),
+                    fmt(ph.get("mfu") and 100 * ph["mfu"], ".1f") + ("%" if ph.get("mfu") else ""),
+                ]
         row += [fmt(get(r, "train", "peak_rss_mb")), fmt(get(r, "eval", "peak_rss_mb"))]
         if prompts:
             pp = {x["prompt"]: x for x in get(r, "generate", "per_prompt") or []}
-            row += [f'{fmt(get(pp, p, "ms_per_token_median"), ".1f")}; {fmt(get(pp, p, "ms_per_token_mean"), ".1f")}' if p in pp else "–" for p in prompts]
+            row += [
+                f"{fmt(get(pp, p, 'ms_per_token_median'), '.1f')}; {fmt(get(pp, p, 'ms_per_token_mean'), '.1f')}"
+                if p in pp
+                else "–"
+                for p in prompts
+            ]
             row += [fmt(get(r, "generate", "long", "tokens_per_s"), ".1f")]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
@@ -346,12 +449,17 @@ def markdown(res: dict, w: workloads.Workload) -> str:
             if "error" in r.get(phase, {}):
                 notes.append(f"- `{name}` {phase}: error `{r[phase]['error']}`")
         if get(r, "train", "frozen_kv_layers"):
-            notes.append(f"- `{name}`: {r['train']['frozen_kv_layers']}/{w.n_layers} layers had `to_kv.weight.requires_grad == False`"
-                         " during the timed steps (its in-place `detach_()`), so no k/v weight gradients were computed.")
+            notes.append(
+                f"- `{name}`: {r['train']['frozen_kv_layers']}/{w.n_layers} layers had `to_kv.weight.requires_grad == False`"
+                " during the timed steps (its in-place `detach_()`), so no k/v weight gradients were computed."
+            )
     if notes:
         lines += ["Notes:", *notes, ""]
-    titles = {"targets": "Targets, fp32", "targets_bf16": "Targets, bf16 autocast",
-              "targets_best": "Targets, every implementation at its faster precision"}  # fmt: skip
+    titles = {
+        "targets": "Targets, fp32",
+        "targets_bf16": "Targets, bf16 autocast",
+        "targets_best": "Targets, every implementation at its faster precision",
+    }
     for name, title in titles.items():
         if res.get(name):
             if len([n for n in titles if res.get(n)]) > 1:
@@ -367,11 +475,17 @@ def bf16_lines(res: dict) -> list[str]:
     m, cmp = res["machine"], res.get("matmul_precisions")
     if "bf16_flags" not in m:
         return []
-    has = f"has bf16 instructions ({', '.join(m['bf16_flags'])})" if m["bf16_flags"] else "has no bf16 instructions (bf16 is emulated)"
+    has = (
+        f"has bf16 instructions ({', '.join(m['bf16_flags'])})"
+        if m["bf16_flags"]
+        else "has no bf16 instructions (bf16 is emulated)"
+    )
     line = f"The CPU {has}."
     if cmp and cmp.get("bf16_gflops") and cmp.get("fp32_gflops"):
-        line += (f" A {cmp['n']}x{cmp['n']} matmul: fp32 {cmp['fp32_gflops']:.1f} GFLOP/s, bf16 {cmp['bf16_gflops']:.1f} "
-                 f"GFLOP/s ({cmp['bf16_gflops'] / cmp['fp32_gflops']:.2f}x fp32).")  # fmt: skip
+        line += (
+            f" A {cmp['n']}x{cmp['n']} matmul: fp32 {cmp['fp32_gflops']:.1f} GFLOP/s, bf16 {cmp['bf16_gflops']:.1f} "
+            f"GFLOP/s ({cmp['bf16_gflops'] / cmp['fp32_gflops']:.2f}x fp32)."
+        )
     return [line, ""]
 
 
@@ -381,8 +495,10 @@ def target_table(targets_: dict) -> list[str]:
         if v.get("met") is None:
             lines.append(f"| {k} | – | | | not measured | |")
             continue
-        lines.append(f"| {k} | {v['value']:.3g} | {'<=' if k.startswith('peak') or k.startswith('generation_cost') else '>='} {v['goal']} "
-                     f"| {v.get('vs', '')} | {'yes' if v['met'] else 'NO'} | {fmt(v.get('value_best_step'), '.3g')} |")  # fmt: skip
+        lines.append(
+            f"| {k} | {v['value']:.3g} | {'<=' if k.startswith('peak') or k.startswith('generation_cost') else '>='} {v['goal']} "
+            f"| {v.get('vs', '')} | {'yes' if v['met'] else 'NO'} | {fmt(v.get('value_best_step'), '.3g')} |"
+        )
     return lines + [""]
 
 
@@ -390,8 +506,12 @@ def describe(phase: str, r: dict) -> str:
     if "error" in r:
         return "ERROR " + r["error"]
     if phase == "generate" and "long" in r:
-        return f"gen tok/s={r['long']['tokens_per_s']:.1f}, ms/tok=" + ",".join(f"{x['ms_per_token_mean']:.2f}" for x in r["per_prompt"])
-    return ", ".join(f"{k}={r[k]:.4g}" for k in ("tokens_per_s", "median_s", "peak_rss_mb") if isinstance(r.get(k), (int, float)))
+        return f"gen tok/s={r['long']['tokens_per_s']:.1f}, ms/tok=" + ",".join(
+            f"{x['ms_per_token_mean']:.2f}" for x in r["per_prompt"]
+        )
+    return ", ".join(
+        f"{k}={r[k]:.4g}" for k in ("tokens_per_s", "median_s", "peak_rss_mb") if isinstance(r.get(k), (int, float))
+    )
 
 
 def pick_median(phase: str, rs: list[dict]) -> dict:
@@ -417,15 +537,31 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps after the memories are full")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results"))
-    ap.add_argument("--rounds", type=int, default=1, help="repeat every measurement round-robin; report the median round")
-    ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=True,
-                    help="train/eval: all implementations alive at once, their timed steps interleaved (default)")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="repeat every measurement round-robin; report the median round"
+    )
+    ap.add_argument(
+        "--interleave",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="train/eval: all implementations alive at once, their timed steps interleaved (default)",
+    )
     ap.add_argument("--gen-rounds", type=int, default=1, help="rounds that include the (slow) generation phase")
-    ap.add_argument("--one-process", action=argparse.BooleanOptionalAction, default=None,
-                    help="all phases of an implementation in one child (default: only for the tiny smoke workload)")
-    ap.add_argument("--report-only", default=None, metavar="JSON", help="rebuild targets and markdown from a results JSON")
-    ap.add_argument("--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)")
-    ap.add_argument("--precisions", default="fp32", help="comma-separated: fp32 and/or bf16 (torch.autocast around every step)")
+    ap.add_argument(
+        "--one-process",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="all phases of an implementation in one child (default: only for the tiny smoke workload)",
+    )
+    ap.add_argument(
+        "--report-only", default=None, metavar="JSON", help="rebuild targets and markdown from a results JSON"
+    )
+    ap.add_argument(
+        "--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)"
+    )
+    ap.add_argument(
+        "--precisions", default="fp32", help="comma-separated: fp32 and/or bf16 (torch.autocast around every step)"
+    )
     a = ap.parse_args()
 
     if a.report_only:
@@ -456,12 +592,26 @@ def main() -> None:
 
     import torch
 
-    res = {"workload": w.to_dict(), "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "machine": machine_info(), "torch": torch.__version__, "threads": a.threads, "load_start": loadavg(),
-           "steps": w.steps if a.steps is None else a.steps, "warmup": w.warmup if a.warmup is None else a.warmup, "rounds": a.rounds, "interleave": a.interleave, "gen_rounds": min(a.gen_rounds, a.rounds),
-           "precisions": precisions, "impls": {}}  # fmt: skip
+    res = {
+        "workload": w.to_dict(),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_info(),
+        "torch": torch.__version__,
+        "threads": a.threads,
+        "load_start": loadavg(),
+        "steps": w.steps if a.steps is None else a.steps,
+        "warmup": w.warmup if a.warmup is None else a.warmup,
+        "rounds": a.rounds,
+        "interleave": a.interleave,
+        "gen_rounds": min(a.gen_rounds, a.rounds),
+        "precisions": precisions,
+        "impls": {},
+    }
     py0 = python_for("ours", a)
-    print(f"[bench] {w.name}: impls {impls}, precisions {precisions}, phases {phases}, load {res['load_start']}", flush=True)
+    print(
+        f"[bench] {w.name}: impls {impls}, precisions {precisions}, phases {phases}, load {res['load_start']}",
+        flush=True,
+    )
     mm_runs = [child(py0, "matmul", "matmul", w.name, a)]
     res["matmul_precisions"] = matmul_precisions(py0, w, a)
     one_process = a.one_process if a.one_process is not None else w.name == "tiny"
@@ -470,21 +620,30 @@ def main() -> None:
     meta: dict[str, dict] = {key: {} for key in keys}
     if a.interleave and not one_process:
         for phase in [p for p in phases if p in ("train", "eval")]:
-            members = [(key, i, w.name, PRECISIONS[p]) for key, (i, p) in keys.items() if phase in ONLY_PHASES.get(i, phases)]
+            members = [
+                (key, i, w.name, PRECISIONS[p]) for key, (i, p) in keys.items() if phase in ONLY_PHASES.get(i, phases)
+            ]
             t0 = time.perf_counter()
             for impl, r in interleaved(members, phase, w, a).items():
                 runs[impl][phase].append(r)
                 for k in ("label", "param_count", "config", "loaded_packages"):
                     if k in r:
                         meta[impl][k] = r[k]
-                print(f"[bench] interleaved {impl:17s} {phase:8s} {time.perf_counter() - t0:6.1f}s  {describe(phase, r)}", flush=True)
+                print(
+                    f"[bench] interleaved {impl:17s} {phase:8s} {time.perf_counter() - t0:6.1f}s  {describe(phase, r)}",
+                    flush=True,
+                )
         phases_seq = [p for p in phases if p not in ("train", "eval")]
     else:
         phases_seq = phases
-    for rnd in range(a.rounds if phases_seq else 0):  # round-robin, so a burst of outside load hits every implementation alike
+    for rnd in range(
+        a.rounds if phases_seq else 0
+    ):  # round-robin, so a burst of outside load hits every implementation alike
         for key, (impl, precision) in keys.items():
             py = python_for(impl, a)
-            mine = [p for p in phases_seq if p in ONLY_PHASES.get(impl, phases) and (p != "generate" or rnd < a.gen_rounds)]
+            mine = [
+                p for p in phases_seq if p in ONLY_PHASES.get(impl, phases) and (p != "generate" or rnd < a.gen_rounds)
+            ]
             todo = [("all", mine)] if one_process else [(p, [p]) for p in mine]
             for run_phase, covered in todo:
                 t0 = time.perf_counter()
@@ -495,22 +654,37 @@ def main() -> None:
                 for phase in covered:
                     r = out.get(phase, out) if run_phase == "all" and "error" not in out else out
                     runs[key][phase].append(r)
-                    print(f"[bench] r{rnd} {key:17s} {phase:8s} {time.perf_counter() - t0:6.1f}s  {describe(phase, r)}", flush=True)
+                    print(
+                        f"[bench] r{rnd} {key:17s} {phase:8s} {time.perf_counter() - t0:6.1f}s  {describe(phase, r)}",
+                        flush=True,
+                    )
         if a.rounds > 1:
             mm_runs.append(child(py0, "matmul", "matmul", w.name, a))
     mm_runs.append(child(py0, "matmul", "matmul", w.name, a))
     for key in keys:
         res["impls"][key] = {**meta[key], **{p: pick_median(p, rs) for p, rs in runs[key].items() if rs}}
     g = [m["gflops_median"] for m in mm_runs if "gflops_median" in m]
-    res["matmul"] = {"n": mm_runs[0].get("size", w.matmul_n), "before": g[0] if g else float("nan"),
-                     "after": g[-1] if g else float("nan"), "gflops": max(g) if g else float("nan"), "runs": mm_runs,
-                     "note": "MFU uses the largest median of the runs (the least-disturbed measurement)"}  # fmt: skip
+    res["matmul"] = {
+        "n": mm_runs[0].get("size", w.matmul_n),
+        "before": g[0] if g else float("nan"),
+        "after": g[-1] if g else float("nan"),
+        "gflops": max(g) if g else float("nan"),
+        "runs": mm_runs,
+        "note": "MFU uses the largest median of the runs (the least-disturbed measurement)",
+    }
     if "bf16" in precisions:  # bf16 members' MFU is against the bf16 rate at the same size
         mm = child(py0, "matmul", "matmul", w.name, a, extra=("--matmul-dtype", "bfloat16"))
-        res["matmul_bf16"] = {"n": mm.get("size", w.matmul_n), "gflops": mm.get("gflops_median", float("nan")), "runs": [mm]}
+        res["matmul_bf16"] = {
+            "n": mm.get("size", w.matmul_n),
+            "gflops": mm.get("gflops_median", float("nan")),
+            "runs": [mm],
+        }
     res["load_end"] = loadavg()
-    res["flops"] = {"matmul_params": workloads.matmul_params(w), "train_per_token": workloads.train_flops_per_token(w),
-                    "forward_per_token": workloads.forward_flops_per_token(w)}  # fmt: skip
+    res["flops"] = {
+        "matmul_params": workloads.matmul_params(w),
+        "train_per_token": workloads.train_flops_per_token(w),
+        "forward_per_token": workloads.forward_flops_per_token(w),
+    }
     derive(res, w)
     workloads.write_report(Path(a.out), w.name, res, markdown(res, w).splitlines())
 

@@ -56,7 +56,13 @@ def matmul_rate(n: int, repeats: int, device: str = "cpu", dtype: str = "float32
         times.append(stamp() - t0)
     s = summary(times)
     flops = 2.0 * n**3
-    return {**s, "size": n, "dtype": dtype, "gflops_median": flops / s["median_s"] / 1e9, "gflops_best": flops / s["min_s"] / 1e9}
+    return {
+        **s,
+        "size": n,
+        "dtype": dtype,
+        "gflops_median": flops / s["median_s"] / 1e9,
+        "gflops_best": flops / s["min_s"] / 1e9,
+    }
 
 
 def batches(w, n: int, seed: int, batch: int, seg_len: int, device: str = "cpu"):
@@ -64,7 +70,10 @@ def batches(w, n: int, seed: int, batch: int, seg_len: int, device: str = "cpu")
 
     g = torch.Generator().manual_seed(seed)
     stream = torch.randint(0, w.vocab, (batch, n * seg_len + 1), generator=g).to(device)
-    return [(stream[:, i * seg_len : (i + 1) * seg_len], stream[:, i * seg_len + 1 : (i + 1) * seg_len + 1]) for i in range(n)]
+    return [
+        (stream[:, i * seg_len : (i + 1) * seg_len], stream[:, i * seg_len + 1 : (i + 1) * seg_len + 1])
+        for i in range(n)
+    ]
 
 
 def under_autocast(fn, device: str, amp: str):
@@ -99,7 +108,10 @@ def warmed_up(impl, w, phase: str, steps: int, warmup: int, device: str = "cpu",
     eval_step = under_autocast(impl.eval_step, device, amp)
     fill = w.fill_segments
     n_warm = fill + warmup
-    data = [impl.prepare(x, y) for x, y in batches(w, n_warm + steps, seed=0, batch=w.batch, seg_len=w.seg_len, device=device)]
+    data = [
+        impl.prepare(x, y)
+        for x, y in batches(w, n_warm + steps, seed=0, batch=w.batch, seg_len=w.seg_len, device=device)
+    ]
     impl.reset()
     t0 = time.perf_counter()
     for i, b in enumerate(data[:n_warm]):
@@ -117,8 +129,14 @@ def run_steps(impl, w, phase: str, steps: int, warmup: int, device: str = "cpu",
         times.append(time.perf_counter() - t0)
     s = summary(times)
     tokens = w.batch * w.seg_len
-    out = {**s, "tokens_per_step": tokens, "tokens_per_s": tokens / s["median_s"], "warmup_steps": n_warm,
-           "warmup_s": warm_s, "last_loss": losses[-1]}  # fmt: skip
+    out = {
+        **s,
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens / s["median_s"],
+        "warmup_steps": n_warm,
+        "warmup_s": warm_s,
+        "last_loss": losses[-1],
+    }
     if hasattr(impl, "frozen_kv"):
         out["frozen_kv_layers"] = impl.frozen_kv()
     return out
@@ -142,9 +160,14 @@ def run_profile(impl, w, phase: str, steps: int, warmup: int, device: str = "cpu
         wall = time.perf_counter() - t0
     ops = {e.key: e.self_cpu_time_total / 1e3 / steps for e in prof.key_averages()}
     calls = {e.key: e.count / steps for e in prof.key_averages()}
-    return {"profiled_phase": phase, "steps": steps, "wall_ms_per_step": 1e3 * wall / steps,
-            "unprofiled_ms_per_step": 1e3 * plain / steps,
-            "self_ms_per_step": dict(sorted(ops.items(), key=lambda kv: -kv[1])), "calls_per_step": calls}
+    return {
+        "profiled_phase": phase,
+        "steps": steps,
+        "wall_ms_per_step": 1e3 * wall / steps,
+        "unprofiled_ms_per_step": 1e3 * plain / steps,
+        "self_ms_per_step": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
+        "calls_per_step": calls,
+    }
 
 
 def serve_steps(impl, w, phase: str, warmup: int, device: str = "cpu", amp: str = "none") -> dict:
@@ -156,7 +179,9 @@ def serve_steps(impl, w, phase: str, warmup: int, device: str = "cpu", amp: str 
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "fill":
-            step, extra, _ = warmed_up(impl, w, phase, 1, warmup, device, amp)  # timed steps reuse one batch (memory still moves)
+            step, extra, _ = warmed_up(
+                impl, w, phase, 1, warmup, device, amp
+            )  # timed steps reuse one batch (memory still moves)
             print("@@ ok", flush=True)
         elif cmd == "step":
             t0 = time.perf_counter()
@@ -168,8 +193,15 @@ def serve_steps(impl, w, phase: str, warmup: int, device: str = "cpu", amp: str 
             break
     s = summary(times)
     tokens = w.batch * w.seg_len
-    out = {**s, "tokens_per_step": tokens, "tokens_per_s": tokens / s["median_s"], "warmup_steps": n_warm,
-           "last_loss": losses[-1], "interleaved": True, "step_times_s": times}  # fmt: skip
+    out = {
+        **s,
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens / s["median_s"],
+        "warmup_steps": n_warm,
+        "last_loss": losses[-1],
+        "interleaved": True,
+        "step_times_s": times,
+    }
     if hasattr(impl, "frozen_kv"):
         out["frozen_kv_layers"] = impl.frozen_kv()
     return out
@@ -193,9 +225,16 @@ def run_generate(impl, w, device: str = "cpu", amp: str = "none") -> dict:
         stamps = impl.generate(prompt, w.gen_new)
         dts = [b - a for a, b in zip(stamps, stamps[1:])]
         s = summary(dts)
-        per_prompt.append({"prompt": p, "new": w.gen_new, "ms_per_token_median": 1e3 * s["median_s"],
-                           "ms_per_token_mean": 1e3 * (stamps[-1] - stamps[0]) / (len(stamps) - 1),
-                           "ms_per_token_p25": 1e3 * s["p25_s"], "ms_per_token_p75": 1e3 * s["p75_s"]})  # fmt: skip
+        per_prompt.append(
+            {
+                "prompt": p,
+                "new": w.gen_new,
+                "ms_per_token_median": 1e3 * s["median_s"],
+                "ms_per_token_mean": 1e3 * (stamps[-1] - stamps[0]) / (len(stamps) - 1),
+                "ms_per_token_p25": 1e3 * s["p25_s"],
+                "ms_per_token_p75": 1e3 * s["p75_s"],
+            }
+        )
     prompt = torch.randint(0, w.vocab, (w.gen_batch, w.gen_long_prompt), generator=g).to(device)
     stamps = impl.generate(prompt, w.gen_long)
     elapsed = stamps[-1] - stamps[0]  # tokens 2..N (the first comes with reading the prompt)
@@ -203,15 +242,28 @@ def run_generate(impl, w, device: str = "cpu", amp: str = "none") -> dict:
     # Per-token cost over the long run in quarters: constant cost gives four equal numbers.
     q = (len(stamps) - 1) // 4
     quarters = [1e3 * (stamps[(i + 1) * q] - stamps[i * q]) / q for i in range(4)] if q > 0 else []
-    return {"batch": w.gen_batch, "per_prompt": per_prompt, "first_call_s": first_call_s,
-            "long": {"prompt": w.gen_long_prompt, "new": w.gen_long, "seconds": elapsed, "tokens_per_s": tps,
-                     "ms_per_token_by_quarter": quarters}}  # fmt: skip
+    return {
+        "batch": w.gen_batch,
+        "per_prompt": per_prompt,
+        "first_call_s": first_call_s,
+        "long": {
+            "prompt": w.gen_long_prompt,
+            "new": w.gen_long,
+            "seconds": elapsed,
+            "tokens_per_s": tps,
+            "ms_per_token_by_quarter": quarters,
+        },
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--impl", required=True)
-    ap.add_argument("--phase", required=True, choices=["train", "eval", "generate", "matmul", "build", "all", "profile_train", "profile_eval", "quality"])
+    ap.add_argument(
+        "--phase",
+        required=True,
+        choices=["train", "eval", "generate", "matmul", "build", "all", "profile_train", "profile_eval", "quality"],
+    )
     ap.add_argument("--workload", required=True, help="name, or a JSON object of Workload fields")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
@@ -220,11 +272,22 @@ def main() -> None:
     ap.add_argument("--matmul-n", type=int, default=0, help="0: the workload's matmul_n")
     ap.add_argument("--serve", action="store_true", help="interleaved mode: timed steps on request (see serve_steps)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N: where the model, data and memories live")
-    ap.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast of every phase's steps (train, eval, generate, profile, quality)")
-    ap.add_argument("--seed", type=int, default=0, help="quality: the seed of the initial weights and of the data order")
+    ap.add_argument(
+        "--amp",
+        default="none",
+        choices=["none", "bf16", "fp16"],
+        help="autocast of every phase's steps (train, eval, generate, profile, quality)",
+    )
+    ap.add_argument(
+        "--seed", type=int, default=0, help="quality: the seed of the initial weights and of the data order"
+    )
     ap.add_argument("--budget", type=float, default=600.0, help="quality: seconds of training (wall clock)")
-    ap.add_argument("--data", default="", help="quality: a PG-19-layout directory (train/ and validation/ of .txt books)")
-    ap.add_argument("--val-segments", type=int, default=256, help="quality: validation segments per stream (0: the whole split)")
+    ap.add_argument(
+        "--data", default="", help="quality: a PG-19-layout directory (train/ and validation/ of .txt books)"
+    )
+    ap.add_argument(
+        "--val-segments", type=int, default=256, help="quality: validation segments per stream (0: the whole split)"
+    )
     ap.add_argument("--matmul-dtype", default="float32", help="dtype of the --phase matmul product")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -246,8 +309,15 @@ def main() -> None:
         w = w.replace(vocab=256)  # the PG-19 sample as bytes, whatever vocabulary the workload's random tokens use
     steps = w.steps if a.steps is None else a.steps
     warmup = w.warmup if a.warmup is None else a.warmup
-    result: dict = {"impl": a.impl, "phase": a.phase, "threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "python": sys.executable, "device": a.device, "amp": a.amp}  # fmt: skip
+    result: dict = {
+        "impl": a.impl,
+        "phase": a.phase,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": sys.executable,
+        "device": a.device,
+        "amp": a.amp,
+    }
     cuda = a.device.startswith("cuda")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # fp32 means fp32
@@ -260,10 +330,20 @@ def main() -> None:
         t0 = time.perf_counter()
         impl = mod.build(w, **json.loads(a.build_kw))
         impl.model.to(a.device)  # in place: the optimizer built with the model keeps the same parameters
-        result.update(label=getattr(mod, "LABEL", a.impl), module_file=mod.__file__, param_count=impl.param_count,
-                      config=getattr(impl, "config", {}), build_s=time.perf_counter() - t0,
-                      rss_after_import_mb=rss_start, rss_after_build_mb=rss_mb("VmRSS"))  # fmt: skip
-        peers = {name: sys.modules[name].__file__ for name in ("compressive_transformer", "compressive_transformer_pytorch", "labml_nn") if name in sys.modules}  # fmt: skip
+        result.update(
+            label=getattr(mod, "LABEL", a.impl),
+            module_file=mod.__file__,
+            param_count=impl.param_count,
+            config=getattr(impl, "config", {}),
+            build_s=time.perf_counter() - t0,
+            rss_after_import_mb=rss_start,
+            rss_after_build_mb=rss_mb("VmRSS"),
+        )
+        peers = {
+            name: sys.modules[name].__file__
+            for name in ("compressive_transformer", "compressive_transformer_pytorch", "labml_nn")
+            if name in sys.modules
+        }
         result["loaded_packages"] = peers
         if a.phase in ("train", "eval") and a.serve:
             result.update(serve_steps(impl, w, a.phase, warmup, a.device, a.amp))
@@ -276,8 +356,18 @@ def main() -> None:
         elif a.phase == "quality":
             from benchmarks.quality import run_quality
 
-            result.update(run_quality(impl, w, data=Path(a.data), seed=a.seed, budget_s=a.budget,
-                                      val_segments=a.val_segments, device=a.device, amp=a.amp))  # fmt: skip
+            result.update(
+                run_quality(
+                    impl,
+                    w,
+                    data=Path(a.data),
+                    seed=a.seed,
+                    budget_s=a.budget,
+                    val_segments=a.val_segments,
+                    device=a.device,
+                    amp=a.amp,
+                )
+            )
         elif a.phase == "all":  # every phase in this one process (peak RSS is cumulative; the GPU's peak is not)
             for phase in ("train", "eval", "generate"):
                 if (phase == "train" and not w.train) or (phase == "generate" and not w.gen_prompts):
@@ -286,7 +376,11 @@ def main() -> None:
                     impl.reset()
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats(a.device)
-                r = run_steps(impl, w, phase, steps, warmup, a.device, a.amp) if phase != "generate" else run_generate(impl, w, a.device, a.amp)
+                r = (
+                    run_steps(impl, w, phase, steps, warmup, a.device, a.amp)
+                    if phase != "generate"
+                    else run_generate(impl, w, a.device, a.amp)
+                )
                 result[phase] = {**r, "peak_rss_mb": rss_mb("VmHWM"), "cumulative_rss": True}
                 if cuda:
                     result[phase]["peak_cuda_mb"] = torch.cuda.max_memory_allocated(a.device) / 2**20

@@ -51,21 +51,34 @@ def ratios(res: dict) -> list[str]:
             best = max(peers, key=peers.get) if peers else None
             for mine in ("ours", "ours+compile"):
                 if tps.get(mine) and best:
-                    lines.append(f"- {amp}, {phase}: {mine} = {tps[mine] / peers[best]:.2f}x {best}"
-                                 + (f", {tps[mine] / tps['ours_txl']:.2f}x ours_txl" if tps.get("ours_txl") else ""))  # fmt: skip
+                    lines.append(
+                        f"- {amp}, {phase}: {mine} = {tps[mine] / peers[best]:.2f}x {best}"
+                        + (f", {tps[mine] / tps['ours_txl']:.2f}x ours_txl" if tps.get("ours_txl") else "")
+                    )
     return lines
 
 
 def markdown(res: dict, w: workloads.Workload) -> str:
     prompts = list(w.gen_prompts)
-    head = ["implementation", "precision", "params", "train tok/s", "train MFU", "eval tok/s", "eval MFU",
-            "peak GPU MiB train / eval", *[f"ms/token after {p}" for p in prompts], f"gen tok/s ({w.gen_long} new)"]  # fmt: skip
+    head = [
+        "implementation",
+        "precision",
+        "params",
+        "train tok/s",
+        "train MFU",
+        "eval tok/s",
+        "eval MFU",
+        "peak GPU MiB train / eval",
+        *[f"ms/token after {p}" for p in prompts],
+        f"gen tok/s ({w.gen_long} new)",
+    ]
     lines = [
         f"## GPU, workload `{w.name}` ({res['date']}, {res['gpu']}, torch {res['torch']})",
         "",
         f"d_model {w.d_model}, {w.n_layers} layers, {w.n_heads} heads, d_ff {w.d_ff}, n_s {w.seg_len}, n_m {w.mem_len}, "
         f"n_cm {w.cmem_len}, c {w.rate}, batch {w.batch}; medians of {res['steps']} steps. Matmul rate "
-        + ", ".join(f"{k}: {v:.0f} GFLOP/s" for k, v in res["matmul_gflops"].items()) + ".",
+        + ", ".join(f"{k}: {v:.0f} GFLOP/s" for k, v in res["matmul_gflops"].items())
+        + ".",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -78,17 +91,25 @@ def markdown(res: dict, w: workloads.Workload) -> str:
                 continue
             gen = {p["prompt"]: p["ms_per_token_mean"] for p in get(r, "generate", "per_prompt") or []}
             cells = [
-                key, amp, f"{r.get('param_count', 0) / 1e6:.2f} M",
-                fmt(get(r, "train", "tokens_per_s")), fmt(mfu(get(r, "train", "tokens_per_s"), res["flops"]["train_per_token"], rate), ".1%"),
-                fmt(get(r, "eval", "tokens_per_s")), fmt(mfu(get(r, "eval", "tokens_per_s"), res["flops"]["forward_per_token"], rate), ".1%"),
+                key,
+                amp,
+                f"{r.get('param_count', 0) / 1e6:.2f} M",
+                fmt(get(r, "train", "tokens_per_s")),
+                fmt(mfu(get(r, "train", "tokens_per_s"), res["flops"]["train_per_token"], rate), ".1%"),
+                fmt(get(r, "eval", "tokens_per_s")),
+                fmt(mfu(get(r, "eval", "tokens_per_s"), res["flops"]["forward_per_token"], rate), ".1%"),
                 f"{fmt(get(r, 'train', 'peak_cuda_mb'))} / {fmt(get(r, 'eval', 'peak_cuda_mb'))}",
-                *[fmt(gen.get(p), ".2f") for p in prompts], fmt(get(r, "generate", "long", "tokens_per_s"), ".0f"),
-            ]  # fmt: skip
+                *[fmt(gen.get(p), ".2f") for p in prompts],
+                fmt(get(r, "generate", "long", "tokens_per_s"), ".0f"),
+            ]
             lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *ratios(res)]
     if any(get(r, "train", "frozen_kv_layers") for runs in res["runs"].values() for r in runs.values()):
-        lines += ["", "compressive-transformer-pytorch as shipped freezes its key/value weights after the first "
-                  "compression (`lucidrains`), which makes its training step cheaper; `lucidrains_fixed` trains them."]  # fmt: skip
+        lines += [
+            "",
+            "compressive-transformer-pytorch as shipped freezes its key/value weights after the first "
+            "compression (`lucidrains`), which makes its training step cheaper; `lucidrains_fixed` trains them.",
+        ]
     return "\n".join(lines)
 
 
@@ -101,7 +122,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None, help="timed steps per phase (default: the workload's)")
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--threads", type=int, default=4, help="CPU threads of each child (they launch the kernels)")
-    ap.add_argument("--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)")
+    ap.add_argument(
+        "--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)"
+    )
     ap.add_argument("--out", default=str(HERE / "results" / "gpu"))
     a = ap.parse_args()
     w = workloads.get(a.workload)
@@ -121,10 +144,20 @@ def main() -> None:
         raise SystemExit(f"--device {a.device}: no CUDA device here; use --device cpu for a smoke run of this harness")
     dev = ("--device", a.device)
     py0 = python_for("ours", a)
-    res = {"workload": w.to_dict(), "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "machine": machine_info(), "gpu": torch.cuda.get_device_name(a.device) if cuda else "cpu", "torch": torch.__version__,
-           "steps": w.steps if a.steps is None else a.steps, "matmul_gflops": {}, "runs": {},
-           "flops": {"train_per_token": workloads.train_flops_per_token(w), "forward_per_token": workloads.forward_flops_per_token(w)}}  # fmt: skip
+    res = {
+        "workload": w.to_dict(),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_info(),
+        "gpu": torch.cuda.get_device_name(a.device) if cuda else "cpu",
+        "torch": torch.__version__,
+        "steps": w.steps if a.steps is None else a.steps,
+        "matmul_gflops": {},
+        "runs": {},
+        "flops": {
+            "train_per_token": workloads.train_flops_per_token(w),
+            "forward_per_token": workloads.forward_flops_per_token(w),
+        },
+    }
     for amp in amps:
         m = child(py0, "matmul", "matmul", w.name, a, extra=(*dev, "--matmul-dtype", MATMUL_DTYPE[amp]))
         res["matmul_gflops"][MATMUL_DTYPE[amp]] = m.get("gflops_median")
@@ -136,7 +169,10 @@ def main() -> None:
             t0 = time.perf_counter()
             r = child(python_for(impl, a), impl, "all", w.name, a, build_kw, extra=(*dev, "--amp", amp))
             res["runs"][amp][key] = r
-            summary = r.get("error") or f"train {fmt(get(r, 'train', 'tokens_per_s'))} tok/s, eval {fmt(get(r, 'eval', 'tokens_per_s'))} tok/s"
+            summary = (
+                r.get("error")
+                or f"train {fmt(get(r, 'train', 'tokens_per_s'))} tok/s, eval {fmt(get(r, 'eval', 'tokens_per_s'))} tok/s"
+            )
             print(f"[gpu] {amp:4s} {key:17s} {time.perf_counter() - t0:6.1f}s  {summary}", flush=True)
     workloads.write_report(Path(a.out), w.name, res, markdown(res, w).splitlines())
 

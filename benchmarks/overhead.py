@@ -69,7 +69,11 @@ def training_breakdown(w, steps: int) -> dict:
             times[k].append(time.perf_counter() - t0)
     xl = statistics.median(times["transformer_xl"])
     return {
-        k: {"median_ms": statistics.median(t) * 1e3, "min_ms": min(t) * 1e3, "vs_transformer_xl": statistics.median(t) / xl}
+        k: {
+            "median_ms": statistics.median(t) * 1e3,
+            "min_ms": min(t) * 1e3,
+            "vs_transformer_xl": statistics.median(t) / xl,
+        }
         for k, t in times.items()
     }
 
@@ -95,10 +99,19 @@ def forward_cost_by_length(w, lengths: list[int], repeats: int) -> dict:
 
 
 def main() -> None:
-    a, w = in_process_script(__doc__, HERE / "results", steps=(16, "timed training steps per variant"), repeats=(30, "timed forwards per length"))
+    a, w = in_process_script(
+        __doc__,
+        HERE / "results",
+        steps=(16, "timed training steps per variant"),
+        repeats=(30, "timed forwards per length"),
+    )
     lengths = [t for t in (1, 8, 32, 64, 128) if t <= w.seg_len]
-    result = {"workload": w.to_dict(), "threads": a.threads, "training": training_breakdown(w, a.steps),
-              "forward_ms_by_length": forward_cost_by_length(w, lengths, a.repeats)}  # fmt: skip
+    result = {
+        "workload": w.to_dict(),
+        "threads": a.threads,
+        "training": training_breakdown(w, a.steps),
+        "forward_ms_by_length": forward_cost_by_length(w, lengths, a.repeats),
+    }
     tr, fw = result["training"], result["forward_ms_by_length"]
     lines = [
         f"# Compression overhead and batch-1 forward cost (`{a.workload}`, {a.threads} threads)",
@@ -106,8 +119,14 @@ def main() -> None:
         "| training step | median ms | min ms | / Transformer-XL |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {k} | {v['median_ms']:.1f} | {v['min_ms']:.1f} | {v['vs_transformer_xl']:.3f} |" for k, v in tr.items()]
-    lines += ["", "| new tokens per forward (batch 1, full memories) | ms per forward | ms per token |", "|---|---|---|"]
+    lines += [
+        f"| {k} | {v['median_ms']:.1f} | {v['min_ms']:.1f} | {v['vs_transformer_xl']:.3f} |" for k, v in tr.items()
+    ]
+    lines += [
+        "",
+        "| new tokens per forward (batch 1, full memories) | ms per forward | ms per token |",
+        "|---|---|---|",
+    ]
     lines += [f"| {T} | {ms:.2f} | {ms / T:.3f} |" for T, ms in fw.items()]
     write_report(a.out, "overhead", result, lines)
 

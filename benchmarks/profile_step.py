@@ -26,25 +26,109 @@ from benchmarks.bench import child, python_for
 
 HERE = Path(__file__).resolve().parent
 
-MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::baddbmm_", "aten::addbmm", "aten::_mkl_linear",
-          "aten::mkldnn_convolution", "aten::convolution_backward"}  # a convolution is a matmul over windows
-SOFTMAX = {"aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax", "aten::_log_softmax_backward_data",
-           "aten::nll_loss_forward", "aten::nll_loss_backward", "aten::nll_loss2d_forward", "aten::nll_loss2d_backward"}  # fmt: skip
+MATMUL = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::baddbmm_",
+    "aten::addbmm",
+    "aten::_mkl_linear",
+    "aten::mkldnn_convolution",
+    "aten::convolution_backward",
+}  # a convolution is a matmul over windows
+SOFTMAX = {
+    "aten::_softmax",
+    "aten::_softmax_backward_data",
+    "aten::_log_softmax",
+    "aten::_log_softmax_backward_data",
+    "aten::nll_loss_forward",
+    "aten::nll_loss_backward",
+    "aten::nll_loss2d_forward",
+    "aten::nll_loss2d_backward",
+}
 NORM = {"aten::native_layer_norm", "aten::native_layer_norm_backward"}
-COPY = {"aten::copy_", "aten::cat", "aten::clone", "aten::index_copy_", "aten::index_select", "aten::index",
-        "aten::index_put_", "aten::_index_put_impl_", "aten::gather", "aten::scatter", "aten::scatter_add_",
-        "aten::stack", "aten::_to_copy", "aten::as_strided_scatter", "aten::narrow_copy", "aten::roll",
-        "aten::index_add_", "aten::embedding_dense_backward", "aten::embedding_backward", "aten::masked_scatter_"}  # fmt: skip
-VIEW = {"aten::view", "aten::as_strided", "aten::slice", "aten::select", "aten::transpose", "aten::t", "aten::permute",
-        "aten::expand", "aten::unsqueeze", "aten::reshape", "aten::_unsafe_view", "aten::squeeze", "aten::detach",
-        "aten::alias", "aten::split", "aten::chunk", "aten::narrow", "aten::unbind", "aten::split_with_sizes",
-        "aten::_reshape_alias", "aten::unflatten", "aten::flatten", "aten::contiguous", "aten::view_as", "aten::expand_as",
-        "aten::lift_fresh", "aten::detach_", "aten::result_type", "aten::empty", "aten::empty_strided",
-        "aten::empty_like", "aten::resize_", "aten::set_", "aten::linear", "aten::matmul", "aten::einsum",
-        "aten::layer_norm", "aten::softmax", "aten::log_softmax", "aten::cross_entropy_loss", "aten::nll_loss",
-        "aten::nll_loss_nd", "aten::dropout", "aten::embedding", "aten::scaled_dot_product_attention"}  # fmt: skip
-CATEGORIES = ("matmul & convolution", "fused attention", "softmax & loss", "layer norm", "copies & layout", "optimizer",
-              "elementwise & reductions", "views, allocation & op wrappers", "autograd & framework", "not in any op")  # fmt: skip
+COPY = {
+    "aten::copy_",
+    "aten::cat",
+    "aten::clone",
+    "aten::index_copy_",
+    "aten::index_select",
+    "aten::index",
+    "aten::index_put_",
+    "aten::_index_put_impl_",
+    "aten::gather",
+    "aten::scatter",
+    "aten::scatter_add_",
+    "aten::stack",
+    "aten::_to_copy",
+    "aten::as_strided_scatter",
+    "aten::narrow_copy",
+    "aten::roll",
+    "aten::index_add_",
+    "aten::embedding_dense_backward",
+    "aten::embedding_backward",
+    "aten::masked_scatter_",
+}
+VIEW = {
+    "aten::view",
+    "aten::as_strided",
+    "aten::slice",
+    "aten::select",
+    "aten::transpose",
+    "aten::t",
+    "aten::permute",
+    "aten::expand",
+    "aten::unsqueeze",
+    "aten::reshape",
+    "aten::_unsafe_view",
+    "aten::squeeze",
+    "aten::detach",
+    "aten::alias",
+    "aten::split",
+    "aten::chunk",
+    "aten::narrow",
+    "aten::unbind",
+    "aten::split_with_sizes",
+    "aten::_reshape_alias",
+    "aten::unflatten",
+    "aten::flatten",
+    "aten::contiguous",
+    "aten::view_as",
+    "aten::expand_as",
+    "aten::lift_fresh",
+    "aten::detach_",
+    "aten::result_type",
+    "aten::empty",
+    "aten::empty_strided",
+    "aten::empty_like",
+    "aten::resize_",
+    "aten::set_",
+    "aten::linear",
+    "aten::matmul",
+    "aten::einsum",
+    "aten::layer_norm",
+    "aten::softmax",
+    "aten::log_softmax",
+    "aten::cross_entropy_loss",
+    "aten::nll_loss",
+    "aten::nll_loss_nd",
+    "aten::dropout",
+    "aten::embedding",
+    "aten::scaled_dot_product_attention",
+}
+CATEGORIES = (
+    "matmul & convolution",
+    "fused attention",
+    "softmax & loss",
+    "layer norm",
+    "copies & layout",
+    "optimizer",
+    "elementwise & reductions",
+    "views, allocation & op wrappers",
+    "autograd & framework",
+    "not in any op",
+)
 
 
 def category(op: str) -> str:
@@ -87,7 +171,9 @@ def report(results: dict[str, dict], phase: str, w, speedups: tuple[float, ...])
         cells = [f"{groups[n][c]:.1f} ({groups[n][c] / ok[n]['wall_ms_per_step']:.0%})" for n in names]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     lines.append("| **profiled step** | " + " | ".join(f"**{ok[n]['wall_ms_per_step']:.1f}**" for n in names) + " |")
-    lines.append("| the same steps unprofiled | " + " | ".join(f"{ok[n]['unprofiled_ms_per_step']:.1f}" for n in names) + " |")
+    lines.append(
+        "| the same steps unprofiled | " + " | ".join(f"{ok[n]['unprofiled_ms_per_step']:.1f}" for n in names) + " |"
+    )
     for k, v in results.items():
         if "error" in v:
             lines += ["", f"- `{k}`: {v['error']}"]
@@ -95,15 +181,26 @@ def report(results: dict[str, dict], phase: str, w, speedups: tuple[float, ...])
     peers = [n for n in names if not n.startswith("ours")]
     if ours and peers:
         mm = groups[ours]["matmul & convolution"]
-        lines += ["", f"What `{ours}` may spend on everything but matmuls ({mm:.1f} ms) to be r times faster than a peer:", ""]
-        lines += ["| peer | peer step ms (unprofiled) | " + " | ".join(f"r = {s:g}" for s in speedups) + " | ours now |", "|---|---|" + "---|" * (len(speedups) + 1)]
+        lines += [
+            "",
+            f"What `{ours}` may spend on everything but matmuls ({mm:.1f} ms) to be r times faster than a peer:",
+            "",
+        ]
+        lines += [
+            "| peer | peer step ms (unprofiled) | " + " | ".join(f"r = {s:g}" for s in speedups) + " | ours now |",
+            "|---|---|" + "---|" * (len(speedups) + 1),
+        ]
         rest = ok[ours]["unprofiled_ms_per_step"] - mm
         for p in peers:
             t = ok[p]["unprofiled_ms_per_step"]
             lines.append(f"| {p} | {t:.1f} | " + " | ".join(f"{t / s - mm:.1f}" for s in speedups) + f" | {rest:.1f} |")
     for n in names:
         top = list(ok[n]["self_ms_per_step"].items())[:12]
-        lines += ["", f"`{n}`, the 12 costliest operators: " + ", ".join(f"{op.removeprefix('aten::')} {ms:.1f}" for op, ms in top)]
+        lines += [
+            "",
+            f"`{n}`, the 12 costliest operators: "
+            + ", ".join(f"{op.removeprefix('aten::')} {ms:.1f}" for op, ms in top),
+        ]
     return lines
 
 
@@ -115,7 +212,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="profiled steps per implementation")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)")
+    ap.add_argument(
+        "--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)"
+    )
     ap.add_argument("--amp", default="none", choices=["none", "bf16"], help="autocast of the profiled steps")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     a = ap.parse_args()
@@ -126,7 +225,9 @@ def main() -> None:
         results[impl] = child(python_for(impl, a), impl, f"profile_{a.phase}", a.workload, a, extra=("--amp", a.amp))
     lines = report(results, a.phase, w, speedups=(1.0, 1.4, 1.6))
     name = f"profile_{a.phase}" + ("" if a.amp == "none" else f"_{a.amp}")
-    workloads.write_report(a.out, name, {"workload": w.to_dict(), "phase": a.phase, "amp": a.amp, "results": results}, lines)
+    workloads.write_report(
+        a.out, name, {"workload": w.to_dict(), "phase": a.phase, "amp": a.amp, "results": results}, lines
+    )
 
 
 if __name__ == "__main__":

@@ -61,8 +61,9 @@ def row_segments(stream, *, batch: int, seg_len: int, starts: list[int]):
         offset += seg_len
 
 
-def run_quality(impl, w, *, data: Path, seed: int, budget_s: float, val_segments: int, device: str = "cpu",
-                amp: str = "none") -> dict[str, Any]:  # fmt: skip
+def run_quality(
+    impl, w, *, data: Path, seed: int, budget_s: float, val_segments: int, device: str = "cpu", amp: str = "none"
+) -> dict[str, Any]:
     """Train ``impl`` on the train books for ``budget_s`` seconds (the clock includes every step, warm-up and
     allocation included, since a user waits for them too), then its mean validation loss in bits per byte."""
     import torch
@@ -90,15 +91,24 @@ def run_quality(impl, w, *, data: Path, seed: int, budget_s: float, val_segments
     evaluate = under_autocast(impl.eval_step, device, amp)
     impl.reset()
     t1 = time.perf_counter()
-    val_losses = [evaluate(impl.prepare(x.to(device), y.to(device))) for x, y in (next(val_batches) for _ in range(n_val))]
+    val_losses = [
+        evaluate(impl.prepare(x.to(device), y.to(device))) for x, y in (next(val_batches) for _ in range(n_val))
+    ]
     val_loss = sum(val_losses) / len(val_losses)  # equal-sized segments: the mean of the means is the mean
     every = max(1, len(losses) // CURVE_POINTS)
     return {
-        "seed": seed, "budget_s": budget_s, "train_s": train_s, "steps": len(losses),
-        "tokens_trained": len(losses) * w.batch * w.seg_len, "last_train_loss": losses[-1],
-        "val_loss": val_loss, "val_bpc": val_loss / math.log(2), "val_tokens": n_val * w.batch * w.seg_len,
-        "val_s": time.perf_counter() - t1, "curve": {"step": list(range(1, len(losses) + 1, every)), "loss": losses[::every]},
-    }  # fmt: skip
+        "seed": seed,
+        "budget_s": budget_s,
+        "train_s": train_s,
+        "steps": len(losses),
+        "tokens_trained": len(losses) * w.batch * w.seg_len,
+        "last_train_loss": losses[-1],
+        "val_loss": val_loss,
+        "val_bpc": val_loss / math.log(2),
+        "val_tokens": n_val * w.batch * w.seg_len,
+        "val_s": time.perf_counter() - t1,
+        "curve": {"step": list(range(1, len(losses) + 1, every)), "loss": losses[::every]},
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -112,15 +122,30 @@ def run_key(impl: str, precision: str, seed: int) -> str:
 def settings(a: argparse.Namespace) -> dict[str, Any]:
     """What decides a run's result besides implementation, precision and seed: a stored run is reused only if these
     match."""
-    return {"workload": a.workload, "budget_s": a.budget, "threads": a.threads, "val_segments": a.val_segments,
-            "data": str(Path(a.data).resolve())}  # fmt: skip
+    return {
+        "workload": a.workload,
+        "budget_s": a.budget,
+        "threads": a.threads,
+        "val_segments": a.val_segments,
+        "data": str(Path(a.data).resolve()),
+    }
 
 
 def run_one(a: argparse.Namespace, impl: str, precision: str, seed: int, path: Path) -> dict[str, Any]:
     from benchmarks.bench import child, python_for
 
-    extra = ("--amp", PRECISIONS[precision], "--seed", str(seed), "--budget", str(a.budget), "--data", str(a.data),
-             "--val-segments", str(a.val_segments))  # fmt: skip
+    extra = (
+        "--amp",
+        PRECISIONS[precision],
+        "--seed",
+        str(seed),
+        "--budget",
+        str(a.budget),
+        "--data",
+        str(a.data),
+        "--val-segments",
+        str(a.val_segments),
+    )
     timeout = int(a.budget * 3 + 1800)
     r = child(python_for(impl, a), impl, "quality", a.workload, a, timeout=timeout, extra=extra)
     record = {"impl": impl, "precision": precision, "seed": seed, "settings": settings(a), **r}
@@ -142,11 +167,13 @@ def aggregate(records: list[dict[str, Any]]) -> dict[str, Any]:
     for key, rs in groups.items():
         rs.sort(key=lambda r: r["seed"])
         out[key] = {
-            "impl": rs[0]["impl"], "precision": rs[0]["precision"], "seeds": [r["seed"] for r in rs],
+            "impl": rs[0]["impl"],
+            "precision": rs[0]["precision"],
+            "seeds": [r["seed"] for r in rs],
             "val_bpc": mean_interval([r["val_bpc"] for r in rs]).to_dict(),
             "steps": mean_interval([r["steps"] for r in rs]).to_dict(),
             "per_seed_val_bpc": {str(r["seed"]): r["val_bpc"] for r in rs},
-        }  # fmt: skip
+        }
     return out
 
 
@@ -170,7 +197,9 @@ def markdown(summary: dict[str, Any], records: list[dict[str, Any]], meta: dict[
     ]
     for _key, s in sorted(summary.items(), key=lambda kv: kv[1]["val_bpc"]["mean"]):
         per_seed = ", ".join(f"{v:.3f}" for v in s["per_seed_val_bpc"].values())
-        lines.append(f"| {s['impl']} | {s['precision']} | {len(s['seeds'])} | {iv(s['val_bpc'], 3)} | {iv(s['steps'], 0)} | {per_seed} |")
+        lines.append(
+            f"| {s['impl']} | {s['precision']} | {len(s['seeds'])} | {iv(s['val_bpc'], 3)} | {iv(s['steps'], 0)} | {per_seed} |"
+        )
     errors = [r for r in records if "error" in r]
     if errors:
         lines += ["", "Runs that failed (tried again on the next sweep):"]
@@ -186,8 +215,13 @@ def plot(summary: dict[str, Any], records: list[dict[str, Any]], path: Path) -> 
     keys = sorted(summary)
     for i, key in enumerate(keys):
         for r in (r for r in records if f"{r.get('impl')}@{r.get('precision')}" == key and "curve" in r):
-            left.plot(r["curve"]["step"], [v / math.log(2) for v in r["curve"]["loss"]], color=f"C{i}", alpha=0.6,
-                      label=key if r["seed"] == summary[key]["seeds"][0] else None)  # fmt: skip
+            left.plot(
+                r["curve"]["step"],
+                [v / math.log(2) for v in r["curve"]["loss"]],
+                color=f"C{i}",
+                alpha=0.6,
+                label=key if r["seed"] == summary[key]["seeds"][0] else None,
+            )
     left.set_xlabel("step")
     left.set_ylabel("training loss (bits per byte)")
     left.grid(alpha=0.3)
@@ -205,7 +239,9 @@ def plot(summary: dict[str, Any], records: list[dict[str, Any]], path: Path) -> 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", default="reference", help="a workload of benchmarks/workloads.py (model shape, batch, lr)")
+    ap.add_argument(
+        "--workload", default="reference", help="a workload of benchmarks/workloads.py (model shape, batch, lr)"
+    )
     ap.add_argument("--impl", default=",".join(DEFAULT_IMPLS), help="comma-separated implementations")
     ap.add_argument("--precisions", default="fp32,bf16", help="comma-separated: fp32 and/or bf16")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (at least 3 for an interval worth reading)")
@@ -214,7 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="PG-19-layout directory: train/ and validation/ of .txt")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results"))
-    ap.add_argument("--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)")
+    ap.add_argument(
+        "--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)"
+    )
     a = ap.parse_args(argv)
     a.steps = a.warmup = None  # bench.child's optional step counts: a quality run is bounded by its budget instead
 
@@ -248,13 +286,19 @@ def main(argv: list[str] | None = None) -> None:
                         continue
                 r = run_one(a, impl, precision, seed, path)
                 records.append(r)
-                got = f"val BPC {r['val_bpc']:.4f} after {r['steps']} steps" if "val_bpc" in r else f"ERROR {r['error']}"
+                got = (
+                    f"val BPC {r['val_bpc']:.4f} after {r['steps']} steps" if "val_bpc" in r else f"ERROR {r['error']}"
+                )
                 print(f"[quality] {path.stem}: {got}", flush=True)
     from benchmarks.bench import machine_info
 
     summary = aggregate(records)
     meta = {**settings(a), "machine": machine_info(), "threads": a.threads}
-    result = {"meta": meta, "summary": summary, "runs": [run_key(r["impl"], r["precision"], r["seed"]) for r in records]}
+    result = {
+        "meta": meta,
+        "summary": summary,
+        "runs": [run_key(r["impl"], r["precision"], r["seed"]) for r in records],
+    }
     lines = markdown(summary, records, meta)
     workloads.write_report(root.parent, "quality", result, lines)
     if summary:

@@ -49,7 +49,12 @@ def _time(shape_a: list, shape_b: list, repeats: int) -> float:
 
 
 def main() -> None:
-    a, w = in_process_script(__doc__, HERE / "results", steps=(2, "profiled training steps (after the memories are full)"), repeats=(30, "timings per distinct matmul shape"))
+    a, w = in_process_script(
+        __doc__,
+        HERE / "results",
+        steps=(2, "profiled training steps (after the memories are full)"),
+        repeats=(30, "timings per distinct matmul shape"),
+    )
     impl = ours.build(w)
     x, y = torch.randint(0, w.vocab, (w.batch, w.seg_len)), torch.randint(0, w.vocab, (w.batch, w.seg_len))
     for _ in range(w.fill_segments + 1):
@@ -101,7 +106,10 @@ def main() -> None:
         "| op | A | B | calls/step | ms each | GFLOP/s |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [f"| {r['op']} | {r['a']} | {r['b']} | {r['calls_per_step']:g} | {r['ms']:.3f} | {r['gflops']:.1f} |" for r in rows]
+    lines += [
+        f"| {r['op']} | {r['a']} | {r['b']} | {r['calls_per_step']:g} | {r['ms']:.3f} | {r['gflops']:.1f} |"
+        for r in rows
+    ]
     write_report(a.out, "roofline", result, lines)
 
 

@@ -37,16 +37,24 @@ def linear_fit(xs: list[float], ys: list[float]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--width", default="reference", choices=sorted(workloads.WORKLOADS), help="widths/batch from this workload")
+    ap.add_argument(
+        "--width", default="reference", choices=sorted(workloads.WORKLOADS), help="widths/batch from this workload"
+    )
     ap.add_argument("--totals", default="128,256,512,1024,2048", help="n_m + n_cm values")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--python", default=None)
-    ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=True,
-                    help="all points alive at once, timed steps interleaved (default; steadier under outside load)")
-    ap.add_argument("--report-only", default=None, metavar="JSON", help="rebuild fits, markdown and plot from a scaling JSON")
+    ap.add_argument(
+        "--interleave",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="all points alive at once, timed steps interleaved (default; steadier under outside load)",
+    )
+    ap.add_argument(
+        "--report-only", default=None, metavar="JSON", help="rebuild fits, markdown and plot from a scaling JSON"
+    )
     a = ap.parse_args()
     base = workloads.get(a.width)
     if a.report_only:
@@ -57,8 +65,14 @@ def main() -> None:
     totals = [int(t) for t in a.totals.split(",")]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    res = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(),
-           "threads": a.threads, "width": a.width, "load_start": loadavg(), "points": []}  # fmt: skip
+    res = {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_info(),
+        "threads": a.threads,
+        "width": a.width,
+        "load_start": loadavg(),
+        "points": [],
+    }
     specs = {}
     for total in totals:
         # ours_txl.build turns (n_m, n_cm) into (n_m + n_cm, 0), so both get the same workload.
@@ -74,8 +88,14 @@ def main() -> None:
             w, spec = specs[total]
             t0 = time.perf_counter()
             r = pre[f"{impl}@{total}"] if a.interleave else child(python_for(impl, a), impl, "train", spec, a)
-            pt = {"impl": impl, "total": total, "attn_keys": w.seg_len + total, "mem_len": w.mem_len if impl == "ours" else total,
-                  "cmem_len": w.cmem_len if impl == "ours" else 0, **{k: r.get(k) for k in ("median_s", "p25_s", "p75_s", "tokens_per_s", "peak_rss_mb", "error")}}  # fmt: skip
+            pt = {
+                "impl": impl,
+                "total": total,
+                "attn_keys": w.seg_len + total,
+                "mem_len": w.mem_len if impl == "ours" else total,
+                "cmem_len": w.cmem_len if impl == "ours" else 0,
+                **{k: r.get(k) for k in ("median_s", "p25_s", "p75_s", "tokens_per_s", "peak_rss_mb", "error")},
+            }
             res["points"].append(pt)
             msg = pt["error"] or f"{pt['median_s']:.3f} s/step"
             print(f"[scaling] T={total:5d} {impl:9s} {time.perf_counter() - t0:5.1f}s  {msg}", flush=True)
@@ -92,19 +112,28 @@ def report(res: dict, totals: list[int], base, a, out: Path) -> None:
     ratios = []
     for total in totals:
         o = [p["median_s"] for p in res["points"] if p["impl"] == "ours" and p["total"] == total and p.get("median_s")]
-        x = [p["median_s"] for p in res["points"] if p["impl"] == "ours_txl" and p["total"] == total and p.get("median_s")]
+        x = [
+            p["median_s"]
+            for p in res["points"]
+            if p["impl"] == "ours_txl" and p["total"] == total and p.get("median_s")
+        ]
         if o and x:
             ratios.append({"total": total, "ours_over_txl_time": o[0] / x[0]})
     res["ours_over_txl"] = ratios
     (out / "scaling.json").write_text(json.dumps(res, indent=1))
 
-    lines = [f"### Scaling sweep ({res['width']} widths) — {res['date']}", "",
-             f"{res['machine']['cpu']} ({res['machine']['nproc']} cores), {res['threads']} threads, load {res['load_start']} / {res['load_end']}. "
-             "Median seconds per training step (forward + backward + Adam)"
-             + (", all points' steps interleaved" if res.get("interleaved") else "") + ", batch "
-             f"{base.batch} x n_s {base.seg_len}.", "",
-             "| n_m + n_cm | keys per query | ours (n_m = n_cm = T/2) s/step | Transformer-XL (n_m = T) s/step | ours / XL |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"### Scaling sweep ({res['width']} widths) — {res['date']}",
+        "",
+        f"{res['machine']['cpu']} ({res['machine']['nproc']} cores), {res['threads']} threads, load {res['load_start']} / {res['load_end']}. "
+        "Median seconds per training step (forward + backward + Adam)"
+        + (", all points' steps interleaved" if res.get("interleaved") else "")
+        + ", batch "
+        f"{base.batch} x n_s {base.seg_len}.",
+        "",
+        "| n_m + n_cm | keys per query | ours (n_m = n_cm = T/2) s/step | Transformer-XL (n_m = T) s/step | ours / XL |",
+        "|---|---|---|---|---|",
+    ]
     for total in totals:
         o = next((p for p in res["points"] if p["impl"] == "ours" and p["total"] == total), {})
         x = next((p for p in res["points"] if p["impl"] == "ours_txl" and p["total"] == total), {})
@@ -114,7 +143,9 @@ def report(res: dict, totals: list[int], base, a, out: Path) -> None:
     for impl in ("ours", "ours_txl"):
         fit = res.get(f"fit_{impl}")
         if fit:
-            lines.append(f"\nLinear fit {impl}: {1e3 * fit['intercept_s']:.1f} ms + {1e6 * fit['slope_s_per_slot']:.1f} us x T, R^2 = {fit['r2']:.4f}")
+            lines.append(
+                f"\nLinear fit {impl}: {1e3 * fit['intercept_s']:.1f} ms + {1e6 * fit['slope_s_per_slot']:.1f} us x T, R^2 = {fit['r2']:.4f}"
+            )
     md = "\n".join(lines) + "\n"
     (out / "scaling.md").write_text(md)
     print(md)
@@ -128,7 +159,10 @@ def report(res: dict, totals: list[int], base, a, out: Path) -> None:
         print("matplotlib not installed; no plot")
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    for impl, label, mk in (("ours", "ours, compressive (n_m = n_cm = T/2)", "o"), ("ours_txl", "ours, Transformer-XL (n_m = T)", "s")):
+    for impl, label, mk in (
+        ("ours", "ours, compressive (n_m = n_cm = T/2)", "o"),
+        ("ours_txl", "ours, Transformer-XL (n_m = T)", "s"),
+    ):
         pts = [p for p in res["points"] if p["impl"] == impl and p.get("median_s")]
         if not pts:
             continue
@@ -139,8 +173,13 @@ def report(res: dict, totals: list[int], base, a, out: Path) -> None:
         fit = res.get(f"fit_{impl}")
         if fit:
             fx = [0, max(xs)]
-            ax.plot(fx, [1e3 * (fit["intercept_s"] + fit["slope_s_per_slot"] * x) for x in fx], "--", color=line[0].get_color(),
-                    label=f"fit: {1e3 * fit['intercept_s']:.0f} ms + {1e6 * fit['slope_s_per_slot']:.0f} us/slot (R²={fit['r2']:.3f})")  # fmt: skip
+            ax.plot(
+                fx,
+                [1e3 * (fit["intercept_s"] + fit["slope_s_per_slot"] * x) for x in fx],
+                "--",
+                color=line[0].get_color(),
+                label=f"fit: {1e3 * fit['intercept_s']:.0f} ms + {1e6 * fit['slope_s_per_slot']:.0f} us/slot (R²={fit['r2']:.3f})",
+            )
     ax.set_xlabel("n_m + n_cm (memory slots per layer)")
     ax.set_ylabel("ms per training step")
     ax.set_title(f"Training step vs memory size ({res['width']} widths, {res['threads']} threads)")

@@ -68,13 +68,43 @@ WORKLOADS: dict[str, Workload] = {
     "long_memory": Workload("long_memory", mem_len=512, cmem_len=1024, train=False, steps=10, gen_prompts=()),
     # A GPU-sized model (benchmarks/gpu.py): the reference is far too small to keep a GPU busy.
     "gpu": Workload(
-        "gpu", d_model=512, n_layers=8, n_heads=8, d_ff=2048, seg_len=512, mem_len=512, cmem_len=512, batch=16,
-        steps=10, warmup=3, gen_prompts=(512, 4096), gen_new=32, gen_long=500, gen_long_prompt=512, matmul_n=8192,
+        "gpu",
+        d_model=512,
+        n_layers=8,
+        n_heads=8,
+        d_ff=2048,
+        seg_len=512,
+        mem_len=512,
+        cmem_len=512,
+        batch=16,
+        steps=10,
+        warmup=3,
+        gen_prompts=(512, 4096),
+        gen_new=32,
+        gen_long=500,
+        gen_long_prompt=512,
+        matmul_n=8192,
     ),
     # Seconds-long smoke test of the whole harness.
     "tiny": Workload(
-        "tiny", vocab=64, d_model=32, n_layers=2, n_heads=2, d_ff=128, seg_len=16, mem_len=16, cmem_len=8, rate=2,
-        batch=2, steps=2, warmup=1, gen_prompts=(16, 64), gen_new=4, gen_long=16, gen_long_prompt=16, matmul_n=512,
+        "tiny",
+        vocab=64,
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        d_ff=128,
+        seg_len=16,
+        mem_len=16,
+        cmem_len=8,
+        rate=2,
+        batch=2,
+        steps=2,
+        warmup=1,
+        gen_prompts=(16, 64),
+        gen_new=4,
+        gen_long=16,
+        gen_long_prompt=16,
+        matmul_n=512,
     ),
 }
 
@@ -109,7 +139,9 @@ def train_flops_per_token(w: Workload, attn_len: int | None = None) -> float:
     return 3.0 * forward_flops_per_token(w, attn_len)
 
 
-def in_process_script(doc: str, out: Path, *, steps: tuple[int, str], repeats: tuple[int, str]) -> tuple[argparse.Namespace, Workload]:
+def in_process_script(
+    doc: str, out: Path, *, steps: tuple[int, str], repeats: tuple[int, str]
+) -> tuple[argparse.Namespace, Workload]:
     """Arguments and set-up shared by the single-process measurement scripts (overhead.py, roofline.py): the
     workload, threads (set), a fixed seed, ``--steps`` / ``--repeats`` with the script's defaults and help."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -23,9 +23,19 @@ def missing_data_reason(path: Path) -> str:
 
 def tiny_config(**overrides) -> ModelConfig:
     base = dict(
-        vocab_size=32, d_model=16, n_layers=2, n_heads=2, d_ff=32, seg_len=8, mem_len=8, cmem_len=4,
-        compression_rate=2, compression="conv", compression_loss="attention", dropout=0.0,
-    )  # fmt: skip
+        vocab_size=32,
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        d_ff=32,
+        seg_len=8,
+        mem_len=8,
+        cmem_len=4,
+        compression_rate=2,
+        compression="conv",
+        compression_loss="attention",
+        dropout=0.0,
+    )
     base.update(overrides)
     return ModelConfig(**base)
 

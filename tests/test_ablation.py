@@ -21,11 +21,15 @@ def _quiet(_: str) -> None:
 
 
 def _accuracies(out):
-    return {(c.parent.name, c.name): json.loads(c.read_text())["overall_accuracy"] for c in (out / "cells").rglob("*.json")}
+    return {
+        (c.parent.name, c.name): json.loads(c.read_text())["overall_accuracy"] for c in (out / "cells").rglob("*.json")
+    }
 
 
 def test_every_model_trains_for_the_same_budget():
-    cells = plan_cells(PRESETS["full"], tasks=("passkey",), models=("txl", "ct", "ablation"), seeds=(0, 1, 2), budget=None)
+    cells = plan_cells(
+        PRESETS["full"], tasks=("passkey",), models=("txl", "ct", "ablation"), seeds=(0, 1, 2), budget=None
+    )
     assert len(cells) == 11 * 3 and {run.train.steps for _, run in cells} == {PRESETS["full"].ablation_steps}
     assert len({run.train.curriculum_steps for _, run in cells}) == 1
     cells = plan_cells(PRESETS["full"], tasks=("passkey",), models=("ct-dilated_conv-bptt",), seeds=(4,), budget=40)
@@ -88,7 +92,10 @@ def test_parallel_cells_equal_sequential_ones(tmp_path):
 
 
 def test_cli_seeds_and_parallel(tmp_path, capsys):
-    assert main(["task", "long-range", "--preset", "quick", "--models", "txl", "--seeds", "0,1", "--out", str(tmp_path)]) == 0
+    assert (
+        main(["task", "long-range", "--preset", "quick", "--models", "txl", "--seeds", "0,1", "--out", str(tmp_path)])
+        == 0
+    )
     assert (tmp_path / "seeds.md").is_file() and len(list((tmp_path / "cells").rglob("*.json"))) == 2
     assert "--seeds 0,1" in json.loads((tmp_path / "seeds.json").read_text())["command"]
     assert main(["task", "long-range", "--preset", "quick", "--parallel", "2", "--out", str(tmp_path)]) != 0
@@ -100,8 +107,10 @@ def test_cli_seeds_and_parallel(tmp_path, capsys):
 def test_ordering_against_the_paper():
     assert spearman([1, 2, 3], [1, 2, 3]) == 1.0 and spearman([1, 2, 3], [3, 2, 1]) == -1.0
     iv = lambda m, h: {"mean": m, "half_width": h, "low": m - h, "high": m + h, "n": 3}  # noqa: E731
-    rows = {f"ct-{fn}-{loss}": {"compression": fn, "compression_loss": loss, "all": iv(0.1 * (i + 1), 0.01)}
-            for i, (fn, loss, _) in enumerate(PAPER_ABLATION)}  # the paper's best is our worst  # fmt: skip
+    rows = {
+        f"ct-{fn}-{loss}": {"compression": fn, "compression_loss": loss, "all": iv(0.1 * (i + 1), 0.01)}
+        for i, (fn, loss, _) in enumerate(PAPER_ABLATION)
+    }  # the paper's best is our worst
     text = "\n".join(ordering_table(rows))
     assert "over the 7 cells both have: -1.00" in text
     assert text.splitlines()[2].startswith("| 1 | conv × bptt | 0.700 ± 0.010 | yes | 7 | 0.996 |")
@@ -127,13 +136,24 @@ def test_study_ordering_ranks_lower_bits_first_and_reads_the_variants_cells():
 
     iv = lambda m: {"mean": m, "half_width": 0.01, "low": m - 0.01, "high": m + 0.01, "n": 3}  # noqa: E731
     results = {
-        "title": "t", "seeds": [0, 1, 2],
-        "variants": {"txl": {"compression": "-"}, "a": {"compression": "conv + attention"},
-                     "b": {"compression": "max_pool + none"}, "c": {"compression": "conv + bptt"}},
-        "metrics": {"train/validation": {}, "train/test": {
-            "txl": {"bits_per_token": {"interval": iv(1.0)}}, "a": {"bits_per_token": {"interval": iv(2.0)}},
-            "b": {"bits_per_token": {"interval": iv(1.5)}}, "c": {"bits_per_token": {"interval": iv(1.505)}}}},
-    }  # fmt: skip
+        "title": "t",
+        "seeds": [0, 1, 2],
+        "variants": {
+            "txl": {"compression": "-"},
+            "a": {"compression": "conv + attention"},
+            "b": {"compression": "max_pool + none"},
+            "c": {"compression": "conv + bptt"},
+        },
+        "metrics": {
+            "train/validation": {},
+            "train/test": {
+                "txl": {"bits_per_token": {"interval": iv(1.0)}},
+                "a": {"bits_per_token": {"interval": iv(2.0)}},
+                "b": {"bits_per_token": {"interval": iv(1.5)}},
+                "c": {"bits_per_token": {"interval": iv(1.505)}},
+            },
+        },
+    }
     rows = [line for line in study_ordering(results).splitlines() if line.startswith("| ")][1:]
     assert [r.split(" | ")[1] for r in rows] == ["max_pool × none", "conv × bptt", "conv × attention"]
     assert [r.split(" | ")[3] for r in rows] == ["no", "yes", "-"]  # 1.5 and 1.505 overlap; 1.505 and 2.0 do not

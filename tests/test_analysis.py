@@ -122,7 +122,11 @@ def test_partially_filled_memory_leaves_empty_buckets_out():
 
 
 def test_compressibility_over_training_reads_per_layer_series():
-    records = [{"step": 5, "loss": 3.0, "aux_losses": [0.1, 0.2]}, {"step": 5, "val_loss": 2.0}, {"step": 10, "loss": 2.5, "aux_losses": [0.05, 0.3]}]
+    records = [
+        {"step": 5, "loss": 3.0, "aux_losses": [0.1, 0.2]},
+        {"step": 5, "val_loss": 2.0},
+        {"step": 10, "loss": 2.5, "aux_losses": [0.05, 0.3]},
+    ]
     s = compressibility_over_training(records)
     assert s == {"steps": [5, 10], "per_layer": [[0.1, 0.05], [0.2, 0.3]]}
 
@@ -141,7 +145,9 @@ def test_held_out_compressibility_averages_compressing_segments_only():
     assert r["segments"] == [4, 4]
     assert r["per_layer"] == pytest.approx([np.mean(e) for e in expected], rel=1e-9)
     assert all(v > 0 for v in r["per_layer"])
-    assert held_out_compressibility(tiny_model(compression="mean_pool", compression_loss="none"), tokens.numpy())["per_layer"] == [None, None]
+    assert held_out_compressibility(tiny_model(compression="mean_pool", compression_loss="none"), tokens.numpy())[
+        "per_layer"
+    ] == [None, None]
 
 
 @pytest.mark.parametrize(
@@ -249,5 +255,7 @@ def test_a_stream_batcher_gives_the_same_result_as_the_token_array():
     offsets = np.array([0, 50, 80])  # two documents: memory is reset at the second
     doc = type("Doc", (), {"tokens": tokens, "doc_offsets": offsets})
     a = attention_by_region(model, doc, batch_size=2, max_segments=3, warmup_segments=1)
-    b = attention_by_region(model, StreamBatcher(tokens, offsets, batch_size=2, seg_len=8), batch_size=2, max_segments=3, warmup_segments=1)
+    b = attention_by_region(
+        model, StreamBatcher(tokens, offsets, batch_size=2, seg_len=8), batch_size=2, max_segments=3, warmup_segments=1
+    )
     assert a["average"] == b["average"] and a["pairs_counted"] == b["pairs_counted"]

@@ -58,8 +58,16 @@ def naive_weights(cfg, attn, x, mem, cmem, *, fill, mask_mem=None):
 
 def call(attn, cfg, x, mem, cmem, mem_mask, fill, need_weights=True):
     T, M, C = x.shape[1], mem.shape[1], cmem.shape[1]
-    pos = make_positions(seg_len=T, mem_capacity=M, cmem_len=C, cmem_offset=fill if attn.cpos is None else 0,
-                         d_model=cfg.d_model, clamp_len=0, device="cpu", dtype=torch.float64)  # fmt: skip
+    pos = make_positions(
+        seg_len=T,
+        mem_capacity=M,
+        cmem_len=C,
+        cmem_offset=fill if attn.cpos is None else 0,
+        d_model=cfg.d_model,
+        clamp_len=0,
+        device="cpu",
+        dtype=torch.float64,
+    )
     ones = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
     window = M if cfg.same_length else 0
     mask = additive_mask(attention_mask(ones(T), mem_mask, ones(C), same_length_window=window), x.dtype)
@@ -78,7 +86,9 @@ def test_partly_filled_memory_matches_the_formula():
     cfg, attn, x, mem, cmem = setup()
     mask = torch.tensor([[False, False, True, True, True]])
     _, w = call(attn, cfg, x, mem, cmem, mask, fill=3)
-    torch.testing.assert_close(w[0], naive_weights(cfg, attn, x, mem, cmem, fill=3, mask_mem=mask[0]), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(
+        w[0], naive_weights(cfg, attn, x, mem, cmem, fill=3, mask_mem=mask[0]), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_same_distance_same_positional_term_however_full_memory_is():
@@ -113,8 +123,9 @@ def test_same_length_gives_every_query_the_same_window():
 
 def test_clamp_len_caps_the_distance():
     dist = torch.arange(10, -6, -1).float()  # one spare column at distance -1, then on to 16 columns (TABLE_ALIGN)
-    pos = make_positions(seg_len=3, mem_capacity=8, cmem_len=0, cmem_offset=0, d_model=8, clamp_len=4,
-                         device="cpu", dtype=torch.float32)  # fmt: skip
+    pos = make_positions(
+        seg_len=3, mem_capacity=8, cmem_len=0, cmem_offset=0, d_model=8, clamp_len=4, device="cpu", dtype=torch.float32
+    )
     torch.testing.assert_close(pos.mem, sinusoid(dist.clamp(max=4), 8))
 
 
@@ -156,10 +167,23 @@ def test_positional_bias_is_the_formula_with_an_exact_gradient(B, T, C, M, pad):
     for a, b in zip(g_got, g_want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     zero = torch.zeros_like(mask)  # with nothing masked the function is its own gradcheck
-    torch.autograd.gradcheck(lambda *t: positional_bias(t[0], t[1], *(t[2:] if C > 0 else (None, None)), zero, C), inputs)
+    torch.autograd.gradcheck(
+        lambda *t: positional_bias(t[0], t[1], *(t[2:] if C > 0 else (None, None)), zero, C), inputs
+    )
 
 
-@pytest.mark.parametrize(("H", "B", "T", "n", "W"), [(2, 3, 5, 9, 10), (2, 3, 5, 9, 13), (1, 1, 1, 4, 5), (2, 2, 4, 3, 4), (3, 2, 6, 6, 16), (1, 2, 1, 3, 3), (2, 1, 1, 3, 6)])
+@pytest.mark.parametrize(
+    ("H", "B", "T", "n", "W"),
+    [
+        (2, 3, 5, 9, 10),
+        (2, 3, 5, 9, 13),
+        (1, 1, 1, 4, 5),
+        (2, 2, 4, 3, 4),
+        (3, 2, 6, 6, 16),
+        (1, 2, 1, 3, 3),
+        (2, 1, 1, 3, 6),
+    ],
+)
 def test_shifted_gradient_writes_every_entry_the_view_does_not(monkeypatch, H, B, T, n, W):
     """The backward zeroes only what the shifted view leaves (not the whole buffer first): every entry of an
     uninitialised buffer is either the view's gradient or zero, as if it had started from zeros."""
@@ -168,6 +192,8 @@ def test_shifted_gradient_writes_every_entry_the_view_does_not(monkeypatch, H, B
     grad = torch.randn(B, H, T, n, dtype=torch.float64)
     expected = torch.zeros(H, B, T, W, dtype=torch.float64)
     _shifted_view(expected, n).copy_(grad)
-    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *shape, dtype=None: torch.full(shape, float("nan"), dtype=dtype))
+    monkeypatch.setattr(
+        torch.Tensor, "new_empty", lambda self, *shape, dtype=None: torch.full(shape, float("nan"), dtype=dtype)
+    )
     got = attention._shifted_gradient(grad, H, W, torch.float64)
     assert torch.equal(got, expected)

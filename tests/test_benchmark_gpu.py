@@ -19,12 +19,18 @@ def run(train: float, evaluate: float) -> dict:
 
 
 def test_ratios_are_against_the_fastest_shipped_peer_and_our_transformer_xl():
-    res = {"runs": {"bf16": {
-        "ours": run(300.0, 900.0), "ours_txl": run(400.0, 1000.0),
-        "lucidrains": run(200.0, 300.0), "labml": run(100.0, 600.0),
-        "lucidrains_fixed": run(1000.0, 1000.0),  # not a shipped peer: never the reference
-        "ours+compile": {"error": "boom"},
-    }}}  # fmt: skip
+    res = {
+        "runs": {
+            "bf16": {
+                "ours": run(300.0, 900.0),
+                "ours_txl": run(400.0, 1000.0),
+                "lucidrains": run(200.0, 300.0),
+                "labml": run(100.0, 600.0),
+                "lucidrains_fixed": run(1000.0, 1000.0),  # not a shipped peer: never the reference
+                "ours+compile": {"error": "boom"},
+            }
+        }
+    }
     assert gpu.ratios(res) == [
         "- bf16, train: ours = 1.50x lucidrains, 0.75x ours_txl",
         "- bf16, eval: ours = 1.50x labml, 0.90x ours_txl",
@@ -37,8 +43,27 @@ def test_mfu_is_model_flops_over_the_measured_rate_and_absent_without_either():
 
 
 def test_harness_runs_each_precision_in_its_own_child_and_reports_errors_in_their_row(tmp_path):
-    cmd = [sys.executable, "-m", "benchmarks.gpu", "--workload", "tiny", "--device", "cpu", "--amp", "none,bf16",
-           "--impl", "ours,labml", "--steps", "2", "--threads", "1", "--python", sys.executable, "--out", str(tmp_path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.gpu",
+        "--workload",
+        "tiny",
+        "--device",
+        "cpu",
+        "--amp",
+        "none,bf16",
+        "--impl",
+        "ours,labml",
+        "--steps",
+        "2",
+        "--threads",
+        "1",
+        "--python",
+        sys.executable,
+        "--out",
+        str(tmp_path),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads((tmp_path / "tiny.json").read_text())

@@ -21,10 +21,23 @@ def results() -> dict:
         "lucidrains@bf16": {"train": phase(80.0), "eval": phase(500.0)},
     }
     machine = {"cpu": "Some CPU", "nproc": 2, "bf16_flags": ["avx512_bf16"]}
-    return {"impls": impls, "machine": machine, "matmul": {"n": 512, "gflops": 10.0, "before": 10.0, "after": 10.0},
-            "matmul_bf16": {"n": 512, "gflops": 40.0}, "matmul_precisions": {"n": 1024, "fp32_gflops": 10.0, "bf16_gflops": 35.0},
-            "precisions": ["fp32", "bf16"], "date": "d", "torch": "t", "threads": 2, "load_start": [], "load_end": [],
-            "steps": 2, "warmup": 1, "rounds": 1, "gen_rounds": 1}  # fmt: skip
+    return {
+        "impls": impls,
+        "machine": machine,
+        "matmul": {"n": 512, "gflops": 10.0, "before": 10.0, "after": 10.0},
+        "matmul_bf16": {"n": 512, "gflops": 40.0},
+        "matmul_precisions": {"n": 1024, "fp32_gflops": 10.0, "bf16_gflops": 35.0},
+        "precisions": ["fp32", "bf16"],
+        "date": "d",
+        "torch": "t",
+        "threads": 2,
+        "load_start": [],
+        "load_end": [],
+        "steps": 2,
+        "warmup": 1,
+        "rounds": 1,
+        "gen_rounds": 1,
+    }
 
 
 def test_keys_name_the_precision_only_when_it_is_not_fp32():

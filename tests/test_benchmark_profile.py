@@ -30,7 +30,11 @@ def test_each_operator_lands_in_its_kind_of_work(op, kind):
 
 
 def fake(mm: float, other: float, wall: float, plain: float) -> dict:
-    return {"self_ms_per_step": {"aten::mm": mm, "aten::add": other}, "wall_ms_per_step": wall, "unprofiled_ms_per_step": plain}
+    return {
+        "self_ms_per_step": {"aten::mm": mm, "aten::add": other},
+        "wall_ms_per_step": wall,
+        "unprofiled_ms_per_step": plain,
+    }
 
 
 def test_grouping_keeps_the_whole_step_and_the_budget_is_what_is_left_after_the_matmuls():
@@ -39,7 +43,9 @@ def test_grouping_keeps_the_whole_step_and_the_budget_is_what_is_left_after_the_
     assert g["matmul & convolution"] == 60.0 and g["elementwise & reductions"] == 25.0
     assert g["not in any op"] == pytest.approx(15.0) and sum(g.values()) == pytest.approx(100.0)
     w = type("W", (), {"name": "t"})()
-    lines = profile_step.report({"ours": r, "peer": fake(50.0, 50.0, 130.0, 140.0), "broken": {"error": "boom"}}, "train", w, (1.0, 2.0))
+    lines = profile_step.report(
+        {"ours": r, "peer": fake(50.0, 50.0, 130.0, 140.0), "broken": {"error": "boom"}}, "train", w, (1.0, 2.0)
+    )
     budget_row = next(line for line in lines if line.startswith("| peer | 1"))
     assert budget_row == "| peer | 140.0 | 80.0 | 10.0 | 30.0 |"  # 140/1 - 60, 140/2 - 60; ours now: 90 - 60
     assert any("`broken`: boom" in line for line in lines)

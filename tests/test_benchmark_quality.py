@@ -15,8 +15,14 @@ from compressive_transformer.analysis.stats import mean_interval  # noqa: E402
 
 
 def record(impl: str, precision: str, seed: int, bpc: float, steps: int = 100) -> dict:
-    return {"impl": impl, "precision": precision, "seed": seed, "val_bpc": bpc, "steps": steps,
-            "curve": {"step": [1, 2, 3], "loss": [3.0, 2.5, 2.0]}}  # fmt: skip
+    return {
+        "impl": impl,
+        "precision": precision,
+        "seed": seed,
+        "val_bpc": bpc,
+        "steps": steps,
+        "curve": {"step": [1, 2, 3], "loss": [3.0, 2.5, 2.0]},
+    }
 
 
 def test_aggregate_gives_mean_and_95_percent_interval_per_implementation_and_precision(tmp_path: Path):
@@ -30,9 +36,17 @@ def test_aggregate_gives_mean_and_95_percent_interval_per_implementation_and_pre
     assert got["mean"] == pytest.approx(2.40) and got["half_width"] == pytest.approx(iv.half_width)
     assert got["half_width"] == pytest.approx(4.303 * 0.02 / math.sqrt(3), rel=1e-3)  # t(0.975, 2 df) = 4.303
     assert summary["ours@bf16"]["steps"]["mean"] == 180 and summary["ours@bf16"]["seeds"] == [0, 1, 2]
-    meta = {"budget_s": 600, "workload": "reference", "machine": {"cpu": "x", "bf16_flags": []}, "threads": 2, "val_segments": 256}
+    meta = {
+        "budget_s": 600,
+        "workload": "reference",
+        "machine": {"cpu": "x", "bf16_flags": []},
+        "threads": 2,
+        "val_segments": 256,
+    }
     md = "\n".join(quality.markdown(summary, records, meta))
-    assert "| ours | bf16 | 3 | 2.360 ± 0.025 |" in md and md.index("ours | bf16") < md.index("ours | fp32")  # best first
+    assert "| ours | bf16 | 3 | 2.360 ± 0.025 |" in md and md.index("ours | bf16") < md.index(
+        "ours | fp32"
+    )  # best first
     assert "`lucidrains@fp32-seed0`: ModuleNotFoundError" in md
     assert quality.plot(summary, records, tmp_path / "q.png").stat().st_size > 0
 
@@ -59,8 +73,26 @@ def books(root: Path) -> Path:
 
 def test_tiny_budget_run_of_ours_is_stored_and_reused_and_missing_peers_are_skipped(tmp_path: Path, capsys):
     data, out = books(tmp_path / "pg19"), tmp_path / "out"
-    argv = ["--workload", "tiny", "--impl", "ours,lucidrains", "--precisions", "fp32", "--seeds", "0", "--budget", "1",
-            "--val-segments", "2", "--threads", "1", "--data", str(data), "--out", str(out)]  # fmt: skip
+    argv = [
+        "--workload",
+        "tiny",
+        "--impl",
+        "ours,lucidrains",
+        "--precisions",
+        "fp32",
+        "--seeds",
+        "0",
+        "--budget",
+        "1",
+        "--val-segments",
+        "2",
+        "--threads",
+        "1",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+    ]
     quality.main(argv)
     first = capsys.readouterr().out
     run = json.loads((out / "quality" / "ours@fp32-seed0.json").read_text())

@@ -24,9 +24,13 @@ def _tokenizer_json(path: Path) -> Path:
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]", "[BOS]"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["[UNK]", "[BOS]"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(["the cat sat on the mat and the dog ran in the park. " * 50], trainer)
-    tok.post_processor = processors.TemplateProcessing(single="[BOS] $A", special_tokens=[("[BOS]", 1)])  # never added to text
+    tok.post_processor = processors.TemplateProcessing(
+        single="[BOS] $A", special_tokens=[("[BOS]", 1)]
+    )  # never added to text
     tok.save(str(path))
     return path
 
@@ -35,19 +39,33 @@ def test_a_pretrained_tokenizer_json_is_used_as_is(tmp_path: Path) -> None:
     from tokenizers import Tokenizer
 
     file = _tokenizer_json(tmp_path / "tokenizer.json")
-    cfg = config_from_text(TINY_TOML, ["data.tokenizer=pretrained", f"data.tokenizer_file={file}", "train.steps=1", "train.progress=false", "train.val_batches=1"])
+    cfg = config_from_text(
+        TINY_TOML,
+        [
+            "data.tokenizer=pretrained",
+            f"data.tokenizer_file={file}",
+            "train.steps=1",
+            "train.progress=false",
+            "train.val_batches=1",
+        ],
+    )
     train_run(cfg, tmp_path / "run", log=lambda s: None)
     run = load_run(tmp_path / "run")
     text = "the cat ran to the park"
     assert run.encode(text) == Tokenizer.from_file(str(file)).encode(text, add_special_tokens=False).ids
-    assert run.decode(run.encode(text)) == text and run.config.model.vocab_size == Tokenizer.from_file(str(file)).get_vocab_size()
+    assert (
+        run.decode(run.encode(text)) == text
+        and run.config.model.vocab_size == Tokenizer.from_file(str(file)).get_vocab_size()
+    )
     assert "data.tokenizer_file" in RESUME_FREE_KEYS  # the run keeps its own copy of the tokenizer
     with pytest.raises(ConfigError, match="data.tokenizer_file"):
         DataConfig(tokenizer="pretrained")
     with pytest.raises(ConfigError, match="data.tokenizer_file"):
         DataConfig(tokenizer="bytes", tokenizer_file=str(file))
     with pytest.raises(ConfigError, match="does not exist"):
-        config = config_from_text(TINY_TOML, ["data.tokenizer=pretrained", f"data.tokenizer_file={tmp_path / 'none.json'}"])
+        config = config_from_text(
+            TINY_TOML, ["data.tokenizer=pretrained", f"data.tokenizer_file={tmp_path / 'none.json'}"]
+        )
         train_run(config, tmp_path / "run2", log=lambda s: None)
 
 

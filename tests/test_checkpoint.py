@@ -24,7 +24,18 @@ from compressive_transformer.memory import MemoryState
 from compressive_transformer.models import CompressiveTransformerLM
 
 torch.set_num_threads(1)
-CFG = ModelConfig(vocab_size=50, d_model=16, n_layers=2, n_heads=2, d_ff=32, seg_len=4, mem_len=4, cmem_len=2, compression_rate=2, dropout=0.0)
+CFG = ModelConfig(
+    vocab_size=50,
+    d_model=16,
+    n_layers=2,
+    n_heads=2,
+    d_ff=32,
+    seg_len=4,
+    mem_len=4,
+    cmem_len=2,
+    compression_rate=2,
+    dropout=0.0,
+)
 
 
 def _trained(seed: int = 0) -> tuple[CompressiveTransformerLM, torch.optim.Adam, MemoryState]:
@@ -43,7 +54,16 @@ def _trained(seed: int = 0) -> tuple[CompressiveTransformerLM, torch.optim.Adam,
 
 
 def _save(run: Path, step: int, model, opt, memory, keep: int = 3) -> Path:
-    return save_checkpoint(run, step, model=model, optimizer=opt, memory=memory.to_tensors(), data_state={"epoch": 1, "pos": (3, 4)}, config_toml="[model]\n", keep=keep)
+    return save_checkpoint(
+        run,
+        step,
+        model=model,
+        optimizer=opt,
+        memory=memory.to_tensors(),
+        data_state={"epoch": 1, "pos": (3, 4)},
+        config_toml="[model]\n",
+        keep=keep,
+    )
 
 
 def test_round_trip_restores_weights_optimizer_memory_rng_and_data(tmp_path: Path) -> None:
@@ -78,7 +98,9 @@ def test_keeps_only_the_newest_checkpoints(tmp_path: Path) -> None:
     assert latest_checkpoint(tmp_path).name == "step-00000004"
 
 
-def test_interrupted_write_leaves_the_previous_checkpoint_loadable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupted_write_leaves_the_previous_checkpoint_loadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, opt, memory = _trained()
     good = _save(tmp_path, 2, model, opt, memory)
     real_save = safetensors.torch.save_file

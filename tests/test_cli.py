@@ -19,11 +19,24 @@ from compressive_transformer.run import fresh_run_dir, read_run_config
 
 torch.set_num_threads(1)
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-FAST = ["--set", "train.progress=false", "--set", "train.val_batches=2", "--set", "train.steps=4", "--set", "train.checkpoint_every=2"]
+FAST = [
+    "--set",
+    "train.progress=false",
+    "--set",
+    "train.val_batches=2",
+    "--set",
+    "train.steps=4",
+    "--set",
+    "train.checkpoint_every=2",
+]
 
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file() and ".cache" not in p.parts}
+    return {
+        str(p.relative_to(run_dir)): p.read_bytes()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and ".cache" not in p.parts
+    }
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +56,36 @@ def test_train_writes_a_complete_run_directory(trained: Path) -> None:
 def test_evaluate_and_generate(trained: Path, capsys: pytest.CaptureFixture) -> None:
     code, out, _ = cli_run(capsys, "evaluate", str(trained), "--split", "test", "--set", "eval.mem_len=24")
     assert code == 0 and "bits/char" in out and (trained / "eval_test.json").is_file()
-    code, out, _ = cli_run(capsys, "generate", str(trained), "--prompt", "def ", "--max-tokens", "30", "--seed", "3", "--top-k", "10", "--top-p", "0.9")
-    again = cli_run(capsys, "generate", str(trained), "--prompt", "def ", "--max-tokens", "30", "--seed", "3", "--top-k", "10", "--top-p", "0.9")[1]
+    code, out, _ = cli_run(
+        capsys,
+        "generate",
+        str(trained),
+        "--prompt",
+        "def ",
+        "--max-tokens",
+        "30",
+        "--seed",
+        "3",
+        "--top-k",
+        "10",
+        "--top-p",
+        "0.9",
+    )
+    again = cli_run(
+        capsys,
+        "generate",
+        str(trained),
+        "--prompt",
+        "def ",
+        "--max-tokens",
+        "30",
+        "--seed",
+        "3",
+        "--top-k",
+        "10",
+        "--top-p",
+        "0.9",
+    )[1]
     assert code == 0 and out.startswith("def ") and out == again
     code, out, _ = cli_run(capsys, "generate", str(trained), "--prompt", "x", "--max-tokens", "5", "--temperature", "0")
     assert code == 0 and out.startswith("x")
@@ -67,18 +108,36 @@ def test_range_prints_temporal_range_and_cost(capsys: pytest.CaptureFixture) -> 
     assert code == 0 and f"max temporal range: {2 * 16} positions" in out
 
 
-def test_data_download_calls_the_data_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_data_download_calls_the_data_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     import compressive_transformer.data as data
     from compressive_transformer.data import DownloadError
 
     calls = []
-    monkeypatch.setattr(data, "download", lambda name, directory, **kw: calls.append((name, directory, kw)) or Path(directory) / name)
+    monkeypatch.setattr(
+        data, "download", lambda name, directory, **kw: calls.append((name, directory, kw)) or Path(directory) / name
+    )
     code, out, _ = cli_run(capsys, "data", "download", "pg19", str(tmp_path))
-    assert code == 0 and calls == [("pg19", tmp_path, {"base_url": None, "limit": None, "manifest": None})] and str(tmp_path / "pg19") in out
-    code, _, _ = cli_run(capsys, "data", "download", "pg19", str(tmp_path), "--limit", "3", "--base-url", "http://mirror.example")
-    assert code == 0 and calls[-1] == ("pg19", tmp_path, {"base_url": "http://mirror.example", "limit": 3, "manifest": None})
+    assert (
+        code == 0
+        and calls == [("pg19", tmp_path, {"base_url": None, "limit": None, "manifest": None})]
+        and str(tmp_path / "pg19") in out
+    )
+    code, _, _ = cli_run(
+        capsys, "data", "download", "pg19", str(tmp_path), "--limit", "3", "--base-url", "http://mirror.example"
+    )
+    assert code == 0 and calls[-1] == (
+        "pg19",
+        tmp_path,
+        {"base_url": "http://mirror.example", "limit": 3, "manifest": None},
+    )
     code, _, _ = cli_run(capsys, "data", "download", "wikitext-2")
-    assert code == 0 and calls[-1] == ("wikitext-2", Path("data"), {"base_url": None, "limit": None, "manifest": None})  # data/: where the configs look
+    assert code == 0 and calls[-1] == (
+        "wikitext-2",
+        Path("data"),
+        {"base_url": None, "limit": None, "manifest": None},
+    )  # data/: where the configs look
 
     def failing(name, directory, **kw):
         raise DownloadError("enwik8: checksum mismatch; delete the file and try again")
@@ -87,7 +146,9 @@ def test_data_download_calls_the_data_package(monkeypatch: pytest.MonkeyPatch, t
     assert_one_line_error(*cli_run(capsys, "data", "download", "enwik8", str(tmp_path))[::2], "checksum mismatch")
 
 
-def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     import compressive_transformer.run as run_module
 
     demo_toml = TINY_TOML.replace("[train]", "[train]\nprogress = false").replace("[eval]", "[eval]\nseg_len = 256")
@@ -95,7 +156,13 @@ def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(monkeypatch:
     monkeypatch.chdir(tmp_path)
     code, out, _ = cli_run(capsys, "demo", "--steps", "3")
     assert code == 0, out
-    assert "validation: loss " in out and "bits/char" in out and "word ppl" not in out and "sample:" in out and "run directory: runs/demo-" in out
+    assert (
+        "validation: loss " in out
+        and "bits/char" in out
+        and "word ppl" not in out
+        and "sample:" in out
+        and "run directory: runs/demo-" in out
+    )
     first = next((tmp_path / "runs").iterdir())
     assert (first / "eval_validation.json").is_file()
     assert_one_line_error(*cli_run(capsys, "demo", "--steps", "3", "--run-dir", str(first))[::2], "already holds a run")
@@ -113,16 +180,26 @@ def test_fresh_run_dirs_never_collide(tmp_path: Path) -> None:
 
 
 def test_unknown_key_and_impossible_lengths(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "train.bogus=1")[::2], "train.bogus", "unknown key")
-    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "model.n_heads=3")[::2], "model.n_heads")
-    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "model.seg_len=0")[::2], "model.seg_len")
+    assert_one_line_error(
+        *cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "train.bogus=1")[::2],
+        "train.bogus",
+        "unknown key",
+    )
+    assert_one_line_error(
+        *cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "model.n_heads=3")[::2], "model.n_heads"
+    )
+    assert_one_line_error(
+        *cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), "--set", "model.seg_len=0")[::2], "model.seg_len"
+    )
     assert_one_line_error(*cli_run(capsys, "train", "--config", str(tmp_path / "missing.toml"))[::2], "missing.toml")
     assert not (tmp_path / "a").exists()
 
 
 def test_missing_or_empty_corpus(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     text = ["--set", "data.format=text"]
-    code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "a"), *text, "--set", f"data.path={tmp_path / 'nowhere'}")
+    code, _, err = cli_run(
+        capsys, "train", "--run-dir", str(tmp_path / "a"), *text, "--set", f"data.path={tmp_path / 'nowhere'}"
+    )
     assert_one_line_error(code, err, "data.path")
     empty = tmp_path / "empty"
     for split in ("train", "validation", "test"):
@@ -133,9 +210,13 @@ def test_missing_or_empty_corpus(tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-def test_bad_arguments_of_evaluate_generate_and_resume(trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_bad_arguments_of_evaluate_generate_and_resume(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     assert_one_line_error(*cli_run(capsys, "train", "--resume")[::2], "--run-dir")
-    assert_one_line_error(*cli_run(capsys, "train", "--resume", "--run-dir", str(tmp_path / "none"))[::2], "not a run directory")
+    assert_one_line_error(
+        *cli_run(capsys, "train", "--resume", "--run-dir", str(tmp_path / "none"))[::2], "not a run directory"
+    )
     assert_one_line_error(*cli_run(capsys, "generate", str(trained), "--prompt", "")[::2], "prompt")
     assert_one_line_error(*cli_run(capsys, "generate", str(trained), "--prompt", "a", "--top-p", "1.5")[::2], "top_p")
     assert_one_line_error(*cli_run(capsys, "evaluate", str(tmp_path))[::2], "not a run directory")
@@ -144,38 +225,85 @@ def test_bad_arguments_of_evaluate_generate_and_resume(trained: Path, tmp_path: 
 
 def test_training_into_an_existing_run_is_refused(trained: Path, capsys: pytest.CaptureFixture) -> None:
     before = snapshot(trained)
-    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(trained), *FAST)[::2], "already holds a run", "--resume")
+    assert_one_line_error(
+        *cli_run(capsys, "train", "--run-dir", str(trained), *FAST)[::2], "already holds a run", "--resume"
+    )
     assert snapshot(trained) == before
 
 
 def test_resume_with_a_different_config_names_the_key(trained: Path, capsys: pytest.CaptureFixture) -> None:
     before = snapshot(trained)
-    code, _, err = cli_run(capsys, "train", "--config", str(CONFIGS / "tiny.toml"), "--set", "model.d_model=48", "--run-dir", str(trained), "--resume")
+    code, _, err = cli_run(
+        capsys,
+        "train",
+        "--config",
+        str(CONFIGS / "tiny.toml"),
+        "--set",
+        "model.d_model=48",
+        "--run-dir",
+        str(trained),
+        "--resume",
+    )
     assert_one_line_error(code, err, "model.d_model")
-    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(trained), "--resume", "--set", "train.seed=5")[::2], "train.seed")
+    assert_one_line_error(
+        *cli_run(capsys, "train", "--run-dir", str(trained), "--resume", "--set", "train.seed=5")[::2], "train.seed"
+    )
     assert snapshot(trained) == before
 
 
-def test_checkpoint_from_another_vocabulary_or_config(trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_checkpoint_from_another_vocabulary_or_config(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     other = tmp_path / "words"
-    assert cli.main(["train", "--run-dir", str(other), *FAST, "--set", "train.steps=1", "--set", "data.tokenizer=words", "--set", "data.min_freq=5"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--run-dir",
+                str(other),
+                *FAST,
+                "--set",
+                "train.steps=1",
+                "--set",
+                "data.tokenizer=words",
+                "--set",
+                "data.min_freq=5",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     foreign = list_checkpoints(trained)[-1]
-    assert_one_line_error(*cli_run(capsys, "evaluate", str(other), "--checkpoint", str(foreign))[::2], "another shape or vocabulary")
+    assert_one_line_error(
+        *cli_run(capsys, "evaluate", str(other), "--checkpoint", str(foreign))[::2], "another shape or vocabulary"
+    )
     # a checkpoint of another config smuggled into a run: resuming refuses, naming the key
     shutil.copytree(foreign, other / "checkpoints" / "step-00000009")
     before = snapshot(other)
-    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(other), "--resume")[::2], "step-00000009", "another config")
+    assert_one_line_error(
+        *cli_run(capsys, "train", "--run-dir", str(other), "--resume")[::2], "step-00000009", "another config"
+    )
     assert snapshot(other) == before
 
 
-def test_resume_follows_a_moved_corpus_but_refuses_a_different_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_resume_follows_a_moved_corpus_but_refuses_a_different_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     corpus = tmp_path / "corpus"
-    for split, text in {"train": "the cat sat on the mat. " * 60, "validation": "a dog. " * 30, "test": "the end. " * 20}.items():
+    for split, text in {
+        "train": "the cat sat on the mat. " * 60,
+        "validation": "a dog. " * 30,
+        "test": "the end. " * 20,
+    }.items():
         (corpus / split).mkdir(parents=True)
         (corpus / split / "doc.txt").write_text(text)
     run_dir = tmp_path / "run"
-    assert cli.main(["train", "--run-dir", str(run_dir), *FAST, "--set", "data.format=text", "--set", f"data.path={corpus}"]) == 0
+    assert (
+        cli.main(
+            ["train", "--run-dir", str(run_dir), *FAST, "--set", "data.format=text", "--set", f"data.path={corpus}"]
+        )
+        == 0
+    )
     shutil.rmtree(list_checkpoints(run_dir)[-1])  # back to the step-2 checkpoint
     moved = tmp_path / "moved"
     corpus.rename(moved)
@@ -185,10 +313,14 @@ def test_resume_follows_a_moved_corpus_but_refuses_a_different_one(tmp_path: Pat
     assert "resuming" in out and list_checkpoints(run_dir)[-1].name == "step-00000004"
     shutil.rmtree(list_checkpoints(run_dir)[-1])
     (moved / "train" / "doc.txt").write_text("something else entirely. " * 10)
-    assert_one_line_error(*cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume", "--set", f"data.path={moved}")[::2], "data")
+    assert_one_line_error(
+        *cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume", "--set", f"data.path={moved}")[::2], "data"
+    )
 
 
-def test_failed_checkpoint_write_keeps_the_previous_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_failed_checkpoint_write_keeps_the_previous_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     run_dir = tmp_path / "run"
     real_save = safetensors.torch.save_file
     saves = {"n": 0}
@@ -214,7 +346,9 @@ def test_failed_checkpoint_write_keeps_the_previous_one(tmp_path: Path, monkeypa
     assert "step 4" in out and [p.name for p in list_checkpoints(run_dir)] == ["step-00000002", "step-00000004"]
 
 
-def test_diverging_loss_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_diverging_loss_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     real_forward = CompressiveTransformerLM.forward
     calls = {"n": 0}
 

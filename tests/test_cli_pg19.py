@@ -26,20 +26,50 @@ pytestmark = [
 ]
 
 
-def test_pg19_sample_trains_evaluates_samples_and_resumes_exactly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_pg19_sample_trains_evaluates_samples_and_resumes_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     run_dir = tmp_path / "pg19"
     common = ["--set", f"data.path={PG19}", "--set", "train.progress=false", "--set", "train.num_threads=1"]
     train = ["train", "--config", str(ROOT / "configs" / "pg19-cpu.toml"), "--run-dir", str(run_dir), *common]
-    short = ["--set", "train.steps=4", "--set", "train.log_every=1", "--set", "train.checkpoint_every=2", "--set", "train.val_batches=2"]
+    short = [
+        "--set",
+        "train.steps=4",
+        "--set",
+        "train.log_every=1",
+        "--set",
+        "train.checkpoint_every=2",
+        "--set",
+        "train.val_batches=2",
+    ]
     assert cli.main(train + short) == 0
     first = [r for r in read_metrics(run_dir) if "loss" in r]
     assert [r["step"] for r in first] == [1, 2, 3, 4]
 
-    assert cli.main(["evaluate", str(run_dir), "--split", "test", "--set", "eval.max_batches=3", "--set", "eval.mem_len=128"]) == 0
+    assert (
+        cli.main(
+            ["evaluate", str(run_dir), "--split", "test", "--set", "eval.max_batches=3", "--set", "eval.mem_len=128"]
+        )
+        == 0
+    )
     result = json.loads((run_dir / "eval_test.json").read_text())
     assert result["tokens"] > 0 and result["bits_per_token"] > 0 and result["mem_len"] == 128
     capsys.readouterr()
-    assert cli.main(["generate", str(run_dir), "--prompt", "It was a dark and stormy night", "--max-tokens", "20", "--seed", "0"]) == 0
+    assert (
+        cli.main(
+            [
+                "generate",
+                str(run_dir),
+                "--prompt",
+                "It was a dark and stormy night",
+                "--max-tokens",
+                "20",
+                "--seed",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("It was a dark and stormy night")
 
     # "kill" the run after its step-2 checkpoint: steps 3 and 4 were logged but never checkpointed

@@ -85,8 +85,11 @@ def test_decoder_is_a_transposed_convolution():
 
 
 def test_build_compressor_by_name():
-    for name, cls in [("conv", "ConvCompressor"), ("dilated_conv", "DilatedConvCompressor"),
-                      ("most_used", "MostUsedCompressor")]:  # fmt: skip
+    for name, cls in [
+        ("conv", "ConvCompressor"),
+        ("dilated_conv", "DilatedConvCompressor"),
+        ("most_used", "MostUsedCompressor"),
+    ]:
         loss = "none" if name == "most_used" else "attention"
         assert type(build_compressor(tiny_config(compression=name, compression_loss=loss))).__name__ == cls
     for name in ("max_pool", "mean_pool"):
@@ -105,14 +108,19 @@ def _loss(h, qmask, old, old_mask, new, new_mask, wq, wkv, H):
     B, T, d = h.shape
     heads = lambda t: t.view(B, -1, H, d // H).transpose(1, 2)  # noqa: E731
     wk, wv = wkv[:d], wkv[d:]
-    return attention_reconstruction_loss(heads(h @ wq.t()), qmask, heads(old @ wk.t()), heads(old @ wv.t()), old_mask,
-                                         new, new_mask, wk, wv)  # fmt: skip
+    return attention_reconstruction_loss(
+        heads(h @ wq.t()), qmask, heads(old @ wk.t()), heads(old @ wv.t()), old_mask, new, new_mask, wk, wv
+    )
 
 
 def test_attention_reconstruction_is_zero_for_a_lossless_compression_and_positive_otherwise():
     wq, wkv = _weights()
     h, old = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 6, 8, dtype=torch.float64)
-    t, m6, m3 = torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 6, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool)
+    t, m6, m3 = (
+        torch.ones(2, 5, dtype=torch.bool),
+        torch.ones(2, 6, dtype=torch.bool),
+        torch.ones(2, 3, dtype=torch.bool),
+    )
     assert _loss(h, t, old, m6, old, m6, wq, wkv, 2).item() == pytest.approx(0.0, abs=1e-15)
     pooled = PoolCompressor(2, 0, "mean")(windows_of(old, 2, 0))
     assert _loss(h, t, old, m6, pooled, m3, wq, wkv, 2).item() > 1e-4

@@ -28,7 +28,9 @@ class LastSlot(Compressor):
 
 @pytest.fixture
 def last_slot():
-    spec = register_compressor("last_slot", lambda cfg: LastSlot(cfg.d_model, cfg.compression_rate), trainable=True, extra_width=False)
+    spec = register_compressor(
+        "last_slot", lambda cfg: LastSlot(cfg.d_model, cfg.compression_rate), trainable=True, extra_width=False
+    )
     yield spec
     del COMPRESSORS["last_slot"]
 

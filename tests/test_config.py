@@ -54,8 +54,12 @@ def test_from_dict_rejects_unknown_keys_and_wrong_types():
 def test_toml_and_dotted_overrides(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("[model]\nd_model = 64\nn_heads = 4\n")
-    raw = apply_overrides(load_toml(path), ["model.mem_len=256", "model.compression=mean_pool", "model.dilations=[1,2]"])
-    assert raw == {"model": {"d_model": 64, "n_heads": 4, "mem_len": 256, "compression": "mean_pool", "dilations": [1, 2]}}
+    raw = apply_overrides(
+        load_toml(path), ["model.mem_len=256", "model.compression=mean_pool", "model.dilations=[1,2]"]
+    )
+    assert raw == {
+        "model": {"d_model": 64, "n_heads": 4, "mem_len": 256, "compression": "mean_pool", "dilations": [1, 2]}
+    }
     assert parse_override("train.lr=3e-4") == (["train", "lr"], 3e-4)
     with pytest.raises(ConfigError, match="section.key=value"):
         parse_override("lr")

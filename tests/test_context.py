@@ -18,9 +18,13 @@ FAST = settings(max_examples=60, deadline=None)
 
 def ql(seg_len: int, mem_len: int, scales: tuple[int, ...], c: int, output_layers: int = 0) -> ContextLength:
     return context_length(
-        model="transformer-ql", seg_len=seg_len, mem_len=mem_len, scales=scales, compression_rate=c,
+        model="transformer-ql",
+        seg_len=seg_len,
+        mem_len=mem_len,
+        scales=scales,
+        compression_rate=c,
         output_layers=output_layers,
-    )  # fmt: skip
+    )
 
 
 def xl(seg_len: int, mem_len: int, n_layers: int) -> ContextLength:
@@ -29,9 +33,13 @@ def xl(seg_len: int, mem_len: int, n_layers: int) -> ContextLength:
 
 def comp(seg_len: int, mem_len: int, cmem_len: int, c: int, n_layers: int) -> ContextLength:
     return context_length(
-        model="compressive", seg_len=seg_len, mem_len=mem_len, cmem_len=cmem_len, compression_rate=c,
+        model="compressive",
+        seg_len=seg_len,
+        mem_len=mem_len,
+        cmem_len=cmem_len,
+        compression_rate=c,
         n_layers=n_layers,
-    )  # fmt: skip
+    )
 
 
 def ql_shapes(seg_len: int, mem_len: int, n_scales: int, c: int) -> list[tuple[int, int, int]]:
@@ -168,8 +176,14 @@ def test_ql_without_compression_is_transformer_xl(seg_len: int, mem_len: int, sc
 
 
 @FAST
-@given(st.integers(1, 3), st.integers(1, 3), st.lists(st.integers(1, 3), min_size=1, max_size=3),
-       st.integers(1, 3), st.integers(0, 6), st.integers(0, 2))  # fmt: skip
+@given(
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.lists(st.integers(1, 3), min_size=1, max_size=3),
+    st.integers(1, 3),
+    st.integers(0, 6),
+    st.integers(0, 2),
+)
 def test_ql_larger_compression_rate_never_shrinks_context(
     c1: int, factor: int, scales: list, k: int, j: int, out: int
 ) -> None:
@@ -211,7 +225,9 @@ def exact_ql(seg_len: int, mem_len: int, scales: tuple[int, ...], c: int) -> boo
 def test_ql_algorithm_matches_brute_force(seg_len: int, mem_len: int, scales: tuple, c: int, out: int) -> None:
     assert exact_ql(seg_len, mem_len, scales, c)
     got = ql(seg_len, mem_len, scales, c, out)
-    sim = simulate_transformer_ql(seg_len=seg_len, mem_len=mem_len, scales=scales, compression_rate=c, output_layers=out)
+    sim = simulate_transformer_ql(
+        seg_len=seg_len, mem_len=mem_len, scales=scales, compression_rate=c, output_layers=out
+    )
     assert (got.min, got.max) == (sim.min, sim.max_inclusive)
 
 
@@ -221,9 +237,12 @@ def test_ql_algorithm_is_exact_or_a_lower_bound(args: dict) -> None:
     assume(args["seg_len"] + args["mem_len"] <= 16)
     got = ql(**args)
     sim = simulate_transformer_ql(
-        seg_len=args["seg_len"], mem_len=args["mem_len"], scales=args["scales"], compression_rate=args["c"],
+        seg_len=args["seg_len"],
+        mem_len=args["mem_len"],
+        scales=args["scales"],
+        compression_rate=args["c"],
         output_layers=args["output_layers"],
-    )  # fmt: skip
+    )
     if exact_ql(args["seg_len"], args["mem_len"], args["scales"], args["c"]):
         assert (got.min, got.max) == (sim.min, sim.max_inclusive)
     else:
@@ -254,8 +273,9 @@ def test_from_model_config() -> None:
 
 
 def test_from_duck_typed_ql_config() -> None:
-    cfg = SimpleNamespace(seg_len=4, mem_len=4, n_layers=4, cmem_len=0, compression_rate=2, scales=(1, 1, 1),
-                          output_layers=1)  # fmt: skip
+    cfg = SimpleNamespace(
+        seg_len=4, mem_len=4, n_layers=4, cmem_len=0, compression_rate=2, scales=(1, 1, 1), output_layers=1
+    )
     assert context_length_from_config(cfg).min == 44
     assert context_length_from_config(SimpleNamespace(**{**vars(cfg), "model_type": "transformer_ql"})).min == 44
     as_xl = SimpleNamespace(**{**vars(cfg), "scales": None, "output_layers": 0})

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from compressive_transformer.config import ConfigError, DataConfig
-from compressive_transformer.data import SOURCES, RawSplit, Source, build_tokenizer, count_words, load_corpus, read_documents
+from compressive_transformer.data import (
+    SOURCES,
+    RawSplit,
+    Source,
+    build_tokenizer,
+    count_words,
+    load_corpus,
+    read_documents,
+)
 from compressive_transformer.data.formats import path_formats, register_format
 from compressive_transformer.registry import FORMATS, CorpusFormat
 
@@ -26,7 +34,14 @@ def _read(cfg: DataConfig, split: str) -> RawSplit:
 @pytest.fixture
 def lines_format():
     source = Source(url="http://example.invalid", filename="lines.zip")
-    fmt = CorpusFormat("lines", _files, _read, sources={"lines-demo": source}, tokenizers=("bytes", "words"), tokenizer_reason="lines are short")
+    fmt = CorpusFormat(
+        "lines",
+        _files,
+        _read,
+        sources={"lines-demo": source},
+        tokenizers=("bytes", "words"),
+        tokenizer_reason="lines are short",
+    )
     register_format(fmt)
     yield fmt
     del FORMATS["lines"], SOURCES["lines-demo"]

@@ -86,9 +86,15 @@ def test_cuda_autocast_tracks_fp32_with_memory_and_loss_in_fp32(amp):
     low, memory = stream(model, tokens, amp=AMP[amp], backward=True)
     assert low[-1].logits.dtype == AMP[amp] and low[-1].loss.dtype == torch.float32
     assert all(layer.mem.dtype == torch.float32 and layer.cmem.dtype == torch.float32 for layer in memory.layers)
-    torch.testing.assert_close(torch.stack([o.loss for o in low]), torch.stack([o.loss for o in ref]), rtol=2e-2, atol=2e-2)
-    torch.testing.assert_close(torch.stack([o.aux_loss for o in low]), torch.stack([o.aux_loss for o in ref]), rtol=5e-2, atol=5e-3)
-    assert all(p.dtype == torch.float32 and p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    torch.testing.assert_close(
+        torch.stack([o.loss for o in low]), torch.stack([o.loss for o in ref]), rtol=2e-2, atol=2e-2
+    )
+    torch.testing.assert_close(
+        torch.stack([o.aux_loss for o in low]), torch.stack([o.aux_loss for o in ref]), rtol=5e-2, atol=5e-3
+    )
+    assert all(
+        p.dtype == torch.float32 and p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters()
+    )
 
 
 @pytest.mark.parametrize("amp", ["none", "bf16", "fp16"])
@@ -96,14 +102,18 @@ def test_trainer_on_cuda_trains_checkpoints_and_resumes(tmp_path: Path, amp: str
     """The trainer on the GPU, killed after step 4 (last checkpoint at 3) and resumed: the resumed run continues the
     uninterrupted one (within the non-associativity of the GPU's reductions), fp16 through its gradient scaler."""
     quiet = ["train.progress=false", "train.val_batches=2", 'train.device="cuda"', f'train.amp="{amp}"']
-    cfg = config_from_text(TINY_TOML, [*quiet, "train.steps=6", "train.log_every=1", "train.checkpoint_every=3", "model.dropout=0.1"])
+    cfg = config_from_text(
+        TINY_TOML, [*quiet, "train.steps=6", "train.log_every=1", "train.checkpoint_every=3", "model.dropout=0.1"]
+    )
     whole = train_run(cfg, tmp_path / "whole", log=lambda s: None)
     part = train_run(cfg, tmp_path / "killed", max_steps=4, log=lambda s: None)
     assert list_checkpoints(tmp_path / "killed")[-1].name == "step-00000003"
     resumed = train_run(None, tmp_path / "killed", resume=True, log=lambda s: None)
     assert resumed.step == 6 and all(torch.isfinite(torch.tensor(whole.losses)))
     torch.testing.assert_close(torch.tensor(resumed.losses), torch.tensor(whole.losses[3:]), rtol=1e-4, atol=1e-4)
-    assert whole.losses[:4] == part.losses or torch.allclose(torch.tensor(whole.losses[:4]), torch.tensor(part.losses), rtol=1e-4)
+    assert whole.losses[:4] == part.losses or torch.allclose(
+        torch.tensor(whole.losses[:4]), torch.tensor(part.losses), rtol=1e-4
+    )
     assert whole.losses[-1] < whole.losses[0]
     assert any("grad_norm" in r for r in read_metrics(tmp_path / "killed"))
 

@@ -47,7 +47,9 @@ def test_corpus_holds_documents_offsets_and_counts(tmp_path: Path) -> None:
     assert batch.tokens[1, :2].tolist() == tok.encode("four five")
 
 
-def test_cache_is_reused_then_rebuilt_when_source_or_tokenizer_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_is_reused_then_rebuilt_when_source_or_tokenizer_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = make_dir_corpus(tmp_path / "data")
     tok = WordTokenizer.train(read_split(cfg, "train").documents)
     builds: list[str] = []

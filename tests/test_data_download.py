@@ -44,7 +44,11 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         start = int(query.get("pageToken", ["0"])[0])
         page = {
             "items": [
-                {"name": n, "size": str((bucket / n).stat().st_size), "md5Hash": base64.b64encode(hashlib.md5((bucket / n).read_bytes()).digest()).decode()}
+                {
+                    "name": n,
+                    "size": str((bucket / n).stat().st_size),
+                    "md5Hash": base64.b64encode(hashlib.md5((bucket / n).read_bytes()).digest()).decode(),
+                }
                 for n in names[start : start + 2]
             ]
         }
@@ -87,7 +91,9 @@ def enwik8_served(server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> 
     content = b"<mediawiki> fake enwik8 text\n" * 400
     blob = fake_enwik8_zip(content)
     (root / "enwik8.zip").write_bytes(blob)
-    patched = dataclasses.replace(SOURCES["enwik8"], size=len(blob), sha256=hashlib.sha256(blob).hexdigest(), members={"enwik8": len(content)})
+    patched = dataclasses.replace(
+        SOURCES["enwik8"], size=len(blob), sha256=hashlib.sha256(blob).hexdigest(), members={"enwik8": len(content)}
+    )
     monkeypatch.setitem(SOURCES, "enwik8", patched)
     return url, content
 
@@ -107,7 +113,9 @@ def test_enwik8_download_verifies_extracts_and_is_readable(tmp_path: Path, enwik
     assert (tmp_path / "data" / "enwik8.zip").stat().st_mtime_ns == zip_mtime
 
 
-def test_checksum_mismatch_deletes_the_temp_file(tmp_path: Path, enwik8_served: tuple[str, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_checksum_mismatch_deletes_the_temp_file(
+    tmp_path: Path, enwik8_served: tuple[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, _ = enwik8_served
     monkeypatch.setitem(SOURCES, "enwik8", dataclasses.replace(SOURCES["enwik8"], sha256="0" * 64))
     with pytest.raises(DownloadError, match="has sha256 .*, expected 0000") as e:
@@ -116,20 +124,32 @@ def test_checksum_mismatch_deletes_the_temp_file(tmp_path: Path, enwik8_served: 
     assert list((tmp_path / "data").iterdir()) == []
 
 
-def test_size_mismatch_and_bad_zip_are_rejected(tmp_path: Path, server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_size_mismatch_and_bad_zip_are_rejected(
+    tmp_path: Path, server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, root = server
     (root / "enwik8.zip").write_bytes(b"this is not a zip archive")
     blob = (root / "enwik8.zip").read_bytes()
     monkeypatch.setitem(SOURCES, "enwik8", dataclasses.replace(SOURCES["enwik8"], size=len(blob) + 1, sha256=None))
     with pytest.raises(DownloadError, match="expected 26"):
         download("enwik8", tmp_path / "a", base_url=url, progress=False)
-    monkeypatch.setitem(SOURCES, "enwik8", dataclasses.replace(SOURCES["enwik8"], size=len(blob), sha256=hashlib.sha256(blob).hexdigest()))
+    monkeypatch.setitem(
+        SOURCES,
+        "enwik8",
+        dataclasses.replace(SOURCES["enwik8"], size=len(blob), sha256=hashlib.sha256(blob).hexdigest()),
+    )
     with pytest.raises(DownloadError, match="not a valid zip"):
         download("enwik8", tmp_path / "b", base_url=url, progress=False)
     assert list((tmp_path / "b").iterdir()) == []
     right = fake_enwik8_zip(b"x" * 10)
     (root / "enwik8.zip").write_bytes(right)
-    monkeypatch.setitem(SOURCES, "enwik8", dataclasses.replace(SOURCES["enwik8"], size=len(right), sha256=hashlib.sha256(right).hexdigest(), members={"enwik8": 11}))
+    monkeypatch.setitem(
+        SOURCES,
+        "enwik8",
+        dataclasses.replace(
+            SOURCES["enwik8"], size=len(right), sha256=hashlib.sha256(right).hexdigest(), members={"enwik8": 11}
+        ),
+    )
     with pytest.raises(DownloadError, match="unpacks to 10 bytes, expected 11"):
         download("enwik8", tmp_path / "c", base_url=url, progress=False)
 
@@ -157,7 +177,9 @@ def test_wikitext_archive_layout(tmp_path: Path, server: tuple[str, Path], monke
         for s in ("train", "valid", "test"):
             z.writestr(f"wikitext-103/wiki.{s}.tokens", f" \n = {s} = \n \n words of {s} \n")
     (root / "wikitext-103-v1.zip").write_bytes(buf.getvalue())
-    patched = dataclasses.replace(SOURCES["wikitext-103"], size=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
+    patched = dataclasses.replace(
+        SOURCES["wikitext-103"], size=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest()
+    )
     monkeypatch.setitem(SOURCES, "wikitext-103", patched)
     out = download("wikitext-103", tmp_path, base_url=url, progress=False)
     assert out == tmp_path / "wikitext-103"
@@ -173,7 +195,9 @@ def test_pg19_listing_pagination_limit_and_md5(tmp_path: Path, server: tuple[str
         (bucket / split).mkdir(parents=True)
         for i in ids:
             (bucket / split / f"{i}.txt").write_text(f"book {i} " * 50, encoding="utf-8")
-    (bucket / "metadata.csv").write_text("".join(f'{i},"Title {i}",1900,http://x/{i}\n' for ids in books.values() for i in ids))
+    (bucket / "metadata.csv").write_text(
+        "".join(f'{i},"Title {i}",1900,http://x/{i}\n' for ids in books.values() for i in ids)
+    )
     out = download("pg19", tmp_path, base_url=url, progress=False, limit=3)
     assert out == tmp_path / "pg19"
     assert sorted(p.stem for p in (out / "train").iterdir()) == ["10", "11", "12"], "limit = books per split"

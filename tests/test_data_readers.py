@@ -19,7 +19,11 @@ from compressive_transformer.data.readers import count_wikitext_articles, source
 def test_data_config_defaults_and_loading() -> None:
     cfg = DataConfig()
     assert (cfg.format, cfg.tokenizer, cfg.path, cfg.subword_vocab_size) == ("pydoc", "bytes", "", 8192)
-    cfg = from_dict(DataConfig, {"format": "wikitext", "path": "/d", "tokenizer": "words", "train_file": "wiki.valid.tokens"}, "data")
+    cfg = from_dict(
+        DataConfig,
+        {"format": "wikitext", "path": "/d", "tokenizer": "words", "train_file": "wiki.valid.tokens"},
+        "data",
+    )
     assert cfg.train_file == "wiki.valid.tokens"
     assert DataConfig(tokenizer="bpe", vocab_size=500).subword_vocab_size == 500
 
@@ -187,7 +191,9 @@ def test_enwik8_errors(tmp_path: Path) -> None:
 # -- wikitext ------------------------------------------------------------------------------------------------------
 
 
-WIKI = " \n = Alpha = \n \n Alpha is a <unk> . \n \n = = History = = \n \n It began . \n \n = Beta = \n \n Beta too . \n"
+WIKI = (
+    " \n = Alpha = \n \n Alpha is a <unk> . \n \n = = History = = \n \n It began . \n \n = Beta = \n \n Beta too . \n"
+)
 
 
 def test_wikitext_stream_appends_eos_per_line_and_counts_articles(tmp_path: Path) -> None:
@@ -195,7 +201,9 @@ def test_wikitext_stream_appends_eos_per_line_and_counts_articles(tmp_path: Path
     assert n_articles == 2, "' = = History = = ' is a section, not an article"
     assert doc.split()[:8] == ["<eos>", "=", "Alpha", "=", "<eos>", "<eos>", "Alpha", "is"]
     assert doc.split().count("<eos>") == WIKI.count("\n")
-    assert count_wikitext_articles([" ", " = A = ", " ", " text ", " = B = ", " more "]) == 1, "titles sit between blank lines"
+    assert count_wikitext_articles([" ", " = A = ", " ", " text ", " = B = ", " more "]) == 1, (
+        "titles sit between blank lines"
+    )
 
     for name in ("wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens"):
         (tmp_path / name).write_text(WIKI, encoding="utf-8")
@@ -207,7 +215,9 @@ def test_wikitext_missing_train_needs_train_file(tmp_path: Path) -> None:
     (tmp_path / "wiki.valid.tokens").write_text(WIKI, encoding="utf-8")
     (tmp_path / "wiki.test.tokens").write_text(WIKI, encoding="utf-8")
     cfg = DataConfig(format="wikitext", path=str(tmp_path), tokenizer="words")
-    with pytest.raises(ConfigError, match=r"data\.train_file: .* has no wiki\.train\.tokens; .*train_file = 'wiki\.valid\.tokens'"):
+    with pytest.raises(
+        ConfigError, match=r"data\.train_file: .* has no wiki\.train\.tokens; .*train_file = 'wiki\.valid\.tokens'"
+    ):
         read_documents(cfg, "train")
     cfg = DataConfig(format="wikitext", path=str(tmp_path), tokenizer="words", train_file="wiki.valid.tokens")
     assert read_documents(cfg, "train") == read_documents(cfg, "test")  # (same text here, different files)

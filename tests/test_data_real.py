@@ -126,12 +126,17 @@ def bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
     return {
         "missing file": (DataConfig(format="enwik8", path=str(DATA / "enwik8" / "no-such-file")), "does not exist"),
         "empty corpus": (DataConfig(format="text", path=str(tmp_path / "empty")), "is empty (0 tokens)"),
-        "binary to words": (DataConfig(format="text", path=sys.executable, tokenizer="words"), "set tokenizer = 'bytes'"),
+        "binary to words": (
+            DataConfig(format="text", path=sys.executable, tokenizer="words"),
+            "set tokenizer = 'bytes'",
+        ),
         "missing pg19 split": (DataConfig(format="pg19", path=str(tmp_path / "pg19")), "has no test/ subdirectory"),
     }
 
 
-@pytest.mark.parametrize("case", ["missing file", "empty corpus", "binary to words", "missing pg19 split", "unknown format"])
+@pytest.mark.parametrize(
+    "case", ["missing file", "empty corpus", "binary to words", "missing pg19 split", "unknown format"]
+)
 def test_bad_inputs_are_one_line_config_errors(tmp_path: Path, case: str) -> None:
     if case == "unknown format":
         with pytest.raises(ConfigError) as e:

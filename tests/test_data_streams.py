@@ -73,7 +73,9 @@ def check_pass(batches: list[Batch], tokens: np.ndarray, offsets: np.ndarray, B:
     if single:
         assert n_targets == len(tokens) - 1, "a batchified document loses no prediction at row ends"
     else:
-        assert n_targets == sum(max(0, int(offsets[i + 1] - offsets[i]) - 1) for i in range(n_docs)), "n - 1 targets per document"
+        assert n_targets == sum(max(0, int(offsets[i + 1] - offsets[i]) - 1) for i in range(n_docs)), (
+            "n - 1 targets per document"
+        )
 
 
 lengths_st = st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=12).filter(lambda xs: sum(xs) > 0)

@@ -68,7 +68,9 @@ def test_decoder_equals_the_model_token_by_token_across_ring_wraps(variant):
     assert_same_memory(mem_ours, mem_theirs)
 
 
-@pytest.mark.parametrize("variant", [dict(), dict(compression="dilated_conv", compression_extra_width=1)], ids=["conv", "dilated"])
+@pytest.mark.parametrize(
+    "variant", [dict(), dict(compression="dilated_conv", compression_extra_width=1)], ids=["conv", "dilated"]
+)
 def test_decoder_respects_invalid_slots_and_other_memory_lengths(variant):
     """A padded prompt row, a row reset at a document boundary, and longer memories than in training."""
     model = tiny_model(**variant)
@@ -103,9 +105,12 @@ def test_the_memory_a_decoder_hands_back_continues_the_stream_exactly():
 
 @settings(max_examples=12, deadline=None)
 @given(
-    mem_len=st.integers(0, 9), cmem_len=st.integers(0, 5), rate=st.integers(1, 4), prompt=st.integers(1, 13),
+    mem_len=st.integers(0, 9),
+    cmem_len=st.integers(0, 5),
+    rate=st.integers(1, 4),
+    prompt=st.integers(1, 13),
     steps=st.integers(1, 30),
-)  # fmt: skip
+)
 def test_decoder_equals_the_model_for_any_memory_geometry(mem_len, cmem_len, rate, prompt, steps):
     cmem_len = cmem_len if mem_len > 0 else 0
     model = tiny_model(mem_len=mem_len, cmem_len=cmem_len, compression_rate=rate, seg_len=prompt)
@@ -158,7 +163,9 @@ def test_decoder_refuses_to_go_on_after_the_weights_change():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", [dict(compression_extra_width=1), dict(cmem_len=0)], ids=["conv,extra_width=1", "txl"])
+@pytest.mark.parametrize(
+    "variant", [dict(compression_extra_width=1), dict(cmem_len=0)], ids=["conv,extra_width=1", "txl"]
+)
 def test_compiled_decoder_matches_the_eager_decoder(variant):
     """One graph for every ring offset (no recompilation as the rings turn), the same logits and memory as eager
     decoding through compression steps, padded rows and ring wraps."""

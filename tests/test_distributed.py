@@ -16,10 +16,18 @@ import torch.multiprocessing as mp
 from compressive_transformer.run import build_config, train_run
 
 OVERRIDES = [
-    "train.steps=8", "train.batch_size=4", "train.log_every=1", "train.checkpoint_every=3", "train.val_every=0",
-    "train.val_batches=2", "train.progress=false", "model.dropout=0.0", "model.compression=mean_pool",
-    "model.compression_loss=none", "train.accumulate=[[0, 1], [4, 2]]",
-]  # fmt: skip
+    "train.steps=8",
+    "train.batch_size=4",
+    "train.log_every=1",
+    "train.checkpoint_every=3",
+    "train.val_every=0",
+    "train.val_batches=2",
+    "train.progress=false",
+    "model.dropout=0.0",
+    "model.compression=mean_pool",
+    "model.compression_loss=none",
+    "train.accumulate=[[0, 1], [4, 2]]",
+]
 
 
 def losses(run_dir: Path) -> list[float]:
@@ -29,7 +37,9 @@ def losses(run_dir: Path) -> list[float]:
 
 def _worker(rank: int, world: int, port: int, run_dir: str, overrides: list[str]) -> None:
     faulthandler.enable()  # a native abort in a worker prints its Python stack
-    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
     from compressive_transformer.distributed import DistInfo, shutdown
 

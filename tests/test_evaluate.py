@@ -39,7 +39,18 @@ def _setup(corpus_dir: Path, tmp_path: Path):
     tok = build_tokenizer(data, read_documents(data, "train"))
     corpus = load_corpus(data, "validation", tok, tmp_path / "cache")
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64, seg_len=8, mem_len=8, cmem_len=4, compression_rate=2, dropout=0.1)
+    cfg = ModelConfig(
+        vocab_size=tok.vocab_size,
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        d_ff=64,
+        seg_len=8,
+        mem_len=8,
+        cmem_len=4,
+        compression_rate=2,
+        dropout=0.1,
+    )
     return CompressiveTransformerLM(cfg), corpus
 
 
@@ -91,12 +102,28 @@ def test_evaluate_run_writes_eval_json_with_overrides(tmp_path: Path) -> None:
     cfg = config_from_text(TINY_TOML, ["train.steps=2", "train.progress=false", "train.val_batches=1"])
     run = tmp_path / "run"
     train_run(cfg, run, log=lambda s: None)
-    result = evaluate_run(run, split="test", overrides=["eval.mem_len=32", "eval.seg_len=32", "eval.batch_size=4"], progress=False)
+    result = evaluate_run(
+        run, split="test", overrides=["eval.mem_len=32", "eval.seg_len=32", "eval.batch_size=4"], progress=False
+    )
     saved = json.loads((run / "eval_test.json").read_text())
     assert saved["split"] == "test" and saved["mem_len"] == 32 and saved["seg_len"] == 32 and saved["complete"]
-    assert saved["bits_per_char"] == pytest.approx(result.bits_per_char) and saved["checkpoint"].endswith("step-00000002")
+    assert saved["bits_per_char"] == pytest.approx(result.bits_per_char) and saved["checkpoint"].endswith(
+        "step-00000002"
+    )
     assert saved["step"] == 2 and saved["source"] == {"kind": "split", "format": "pydoc", "path": "", "split": "test"}
-    for key in ("loss", "bits_per_token", "bits_per_char", "bits_per_byte", "ppl", "word_ppl", "tokens", "chars", "bytes", "words", "cmem_len"):
+    for key in (
+        "loss",
+        "bits_per_token",
+        "bits_per_char",
+        "bits_per_byte",
+        "ppl",
+        "word_ppl",
+        "tokens",
+        "chars",
+        "bytes",
+        "words",
+        "cmem_len",
+    ):
         assert key in saved
     with pytest.raises(ConfigError, match="only eval"):
         evaluate_run(run, overrides=["model.mem_len=32"])

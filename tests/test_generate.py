@@ -18,7 +18,18 @@ torch.set_num_threads(1)
 
 def model(**kw) -> CompressiveTransformerLM:
     torch.manual_seed(0)
-    cfg = dict(vocab_size=40, d_model=32, n_layers=2, n_heads=2, d_ff=64, seg_len=4, mem_len=6, cmem_len=4, compression_rate=2, dropout=0.1)
+    cfg = dict(
+        vocab_size=40,
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        d_ff=64,
+        seg_len=4,
+        mem_len=6,
+        cmem_len=4,
+        compression_rate=2,
+        dropout=0.1,
+    )
     return CompressiveTransformerLM(ModelConfig(**(cfg | kw)))
 
 
@@ -80,7 +91,11 @@ def test_greedy_decoding_is_deterministic_and_leaves_train_mode_alone() -> None:
     assert m.training
 
 
-@pytest.mark.parametrize("kw", [{}, {"cmem_len": 0}, {"compression": "mean_pool", "compression_loss": "none"}], ids=["compressive", "txl", "mean_pool"])
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"cmem_len": 0}, {"compression": "mean_pool", "compression_loss": "none"}],
+    ids=["compressive", "txl", "mean_pool"],
+)
 def test_generation_logits_equal_a_fresh_token_by_token_run(kw: dict) -> None:
     m = model(**kw)
     prompt = [5, 9, 2, 7, 7, 1, 3]  # two segments of seg_len 4 (the second partial)

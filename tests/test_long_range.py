@@ -41,7 +41,9 @@ def test_streaming_with_enough_memory_equals_one_window():
     with torch.no_grad():
         whole = model(tokens, memory=model.init_memory(3))
     assert torch.equal(res.predictions, whole.logits.argmax(-1))
-    nll = torch.nn.functional.cross_entropy(whole.logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+    nll = torch.nn.functional.cross_entropy(
+        whole.logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
     assert res.nll == pytest.approx(float(nll), rel=1e-9) and res.answers == 3
 
 
@@ -125,7 +127,9 @@ def test_training_reduces_the_loss_on_an_easy_task():
 def test_quick_preset_writes_results_and_plots(tmp_path):
     torch.set_num_threads(1)
     out = tmp_path / "lr"
-    results = run_long_range("quick", out, tasks=("passkey", "selective_copy"), models=("txl", "ct", "ct-mean_pool-none"), log=lambda _: None)
+    results = run_long_range(
+        "quick", out, tasks=("passkey", "selective_copy"), models=("txl", "ct", "ct-mean_pool-none"), log=lambda _: None
+    )
     saved = json.loads((out / "results.json").read_text())
     assert saved["preset"] == "quick" and len(saved["runs"]) == 6 == len(results["runs"])
     by = {(e["task"], e["name"]): e for e in saved["runs"]}
@@ -141,7 +145,10 @@ def test_quick_preset_writes_results_and_plots(tmp_path):
     # a later run merges into the same file, replacing only its own (task, model) pairs
     run_long_range("quick", out, tasks=("passkey",), models=("txl",), budget=1, log=lambda _: None)
     again = json.loads((out / "results.json").read_text())
-    assert len(again["runs"]) == 6 and {(e["task"], e["name"]): e for e in again["runs"]}[("passkey", "txl")]["train"]["steps"] == 1
+    assert (
+        len(again["runs"]) == 6
+        and {(e["task"], e["name"]): e for e in again["runs"]}[("passkey", "txl")]["train"]["steps"] == 1
+    )
 
 
 def test_presets_put_distances_on_both_sides_of_the_txl_range():
@@ -173,7 +180,9 @@ def test_shipped_task_configs_load(path):
 
 
 def test_task_config_overrides_and_errors(tmp_path):
-    run = load_task_run_config(CONFIGS / "passkey-ct.toml", ["train.steps=300", "model.compression=mean_pool", "model.compression_loss=none"])
+    run = load_task_run_config(
+        CONFIGS / "passkey-ct.toml", ["train.steps=300", "model.compression=mean_pool", "model.compression_loss=none"]
+    )
     assert run.train.steps == 300 and run.model.compression == "mean_pool"
     bad = tmp_path / "bad.toml"
     bad.write_text('[task]\nname = "passkey"\n[training]\nsteps = 3\n')
@@ -189,9 +198,20 @@ def test_task_config_overrides_and_errors(tmp_path):
 def test_run_task_from_a_config_file(tmp_path):
     from compressive_transformer.experiments import run_task
 
-    small = ["model.d_model=16", "model.n_heads=2", "model.d_ff=32", "model.seg_len=8", "model.mem_len=8", "model.cmem_len=4",
-             "task.seq_len=32", "task.distances=[4, 20]", "train.steps=2", "train.curriculum_steps=1", "train.eval_per_value=3",
-             "train.batch_size=2"]  # fmt: skip
+    small = [
+        "model.d_model=16",
+        "model.n_heads=2",
+        "model.d_ff=32",
+        "model.seg_len=8",
+        "model.mem_len=8",
+        "model.cmem_len=4",
+        "task.seq_len=32",
+        "task.distances=[4, 20]",
+        "train.steps=2",
+        "train.curriculum_steps=1",
+        "train.eval_per_value=3",
+        "train.batch_size=2",
+    ]
     record = run_task(CONFIGS / "passkey-ct.toml", tmp_path, overrides=small, log=lambda _: None)
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["accuracy"] == record["accuracy"] and set(saved["accuracy"]) == {"4", "20"}

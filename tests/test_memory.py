@@ -22,14 +22,24 @@ def positions(start: int, T: int, B: int = 1, d: int = 3) -> torch.Tensor:
 def run(seg_sizes, *, mem_len, cmem_len, c, extra=0, compressor=None, B=1):
     """Push positions 0..N-1 in segments; return the final state and every compressed slot produced, in order."""
     compressor = compressor or PoolCompressor(c, extra, "mean")
-    state = empty_layer(B, 3, mem_len=mem_len, cmem_len=cmem_len, compression_rate=c, window=compressor.window,
-                        track_usage=False, keep_windows=False, context=compressor.context,
-                        dtype=torch.float64)  # fmt: skip
+    state = empty_layer(
+        B,
+        3,
+        mem_len=mem_len,
+        cmem_len=cmem_len,
+        compression_rate=c,
+        window=compressor.window,
+        track_usage=False,
+        keep_windows=False,
+        context=compressor.context,
+        dtype=torch.float64,
+    )
     produced, pos = [], 0
     for T in seg_sizes:
         x = positions(pos, T, B)
-        state, ev = update_layer(state, x, torch.ones(B, T, dtype=torch.bool), compression_rate=c,
-                                 extra_width=extra, compress=compressor)  # fmt: skip
+        state, ev = update_layer(
+            state, x, torch.ones(B, T, dtype=torch.bool), compression_rate=c, extra_width=extra, compress=compressor
+        )
         if ev is not None:
             produced.append(ev.compressed[0, :, 0])
         pos += T
@@ -82,20 +92,36 @@ def test_one_token_at_a_time_compresses_every_c_steps():
 
 
 def test_transformer_xl_memory_discards_without_pending_slots():
-    state = empty_layer(1, 3, mem_len=4, cmem_len=0, compression_rate=4, window=4, track_usage=False, keep_windows=False)
+    state = empty_layer(
+        1, 3, mem_len=4, cmem_len=0, compression_rate=4, window=4, track_usage=False, keep_windows=False
+    )
     assert state.capacity == 4
     for pos in range(0, 9, 3):
-        state, ev = update_layer(state, positions(pos, 3).float(), torch.ones(1, 3, dtype=torch.bool),
-                                 compression_rate=4, extra_width=0, compress=None)  # fmt: skip
+        state, ev = update_layer(
+            state,
+            positions(pos, 3).float(),
+            torch.ones(1, 3, dtype=torch.bool),
+            compression_rate=4,
+            extra_width=0,
+            compress=None,
+        )
         assert ev is None
     assert valid(state.mem, state.mem_mask).tolist() == [5.0, 6.0, 7.0, 8.0]
 
 
 def test_padding_is_never_valid_in_memory():
-    state = empty_layer(2, 3, mem_len=6, cmem_len=2, compression_rate=2, window=2, track_usage=False, keep_windows=False)
+    state = empty_layer(
+        2, 3, mem_len=6, cmem_len=2, compression_rate=2, window=2, track_usage=False, keep_windows=False
+    )
     mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
-    state, _ = update_layer(state, positions(0, 4, B=2).float(), mask, compression_rate=2, extra_width=0,
-                            compress=PoolCompressor(2, 0, "mean"))  # fmt: skip
+    state, _ = update_layer(
+        state,
+        positions(0, 4, B=2).float(),
+        mask,
+        compression_rate=2,
+        extra_width=0,
+        compress=PoolCompressor(2, 0, "mean"),
+    )
     assert state.mem_mask[0, -4:].tolist() == [True, True, True, False]
     assert state.mem_mask[1, -4:].tolist() == [True] * 4
     assert state.mem[0, -1].abs().sum() == 0  # invalid slots hold zeros, not stale states
@@ -122,8 +148,17 @@ def test_most_used_keeps_the_most_attended_slots_in_time_order():
 
 
 def test_usage_accumulates_while_in_memory():
-    state = empty_layer(1, 3, mem_len=4, cmem_len=2, compression_rate=2, window=2, track_usage=True, keep_windows=False,
-                        dtype=torch.float64)  # fmt: skip
+    state = empty_layer(
+        1,
+        3,
+        mem_len=4,
+        cmem_len=2,
+        compression_rate=2,
+        window=2,
+        track_usage=True,
+        keep_windows=False,
+        dtype=torch.float64,
+    )
     ones = torch.ones(1, 4, dtype=torch.bool)
     kw = dict(compression_rate=2, extra_width=0, compress=MostUsedCompressor(2, 0))
     state, _ = update_layer(state, positions(0, 4), ones, **kw)
@@ -137,8 +172,9 @@ def test_usage_accumulates_while_in_memory():
 
 @given(st.integers(0, 40), st.integers(0, 24), st.integers(1, 6))
 def test_memory_keys_are_aligned_and_pending_room_is_at_least_c_minus_1(mem_len, cmem_len, c):
-    state = empty_layer(1, 2, mem_len=mem_len, cmem_len=cmem_len, compression_rate=c, window=c, track_usage=False,
-                        keep_windows=False)  # fmt: skip
+    state = empty_layer(
+        1, 2, mem_len=mem_len, cmem_len=cmem_len, compression_rate=c, window=c, track_usage=False, keep_windows=False
+    )
     if cmem_len == 0 or c == 1:  # Transformer-XL, or nothing ever waits for a group: exactly n_m slots
         assert state.capacity == mem_len
     else:
@@ -157,11 +193,27 @@ def test_memory_round_trips_through_tensors():
 def test_only_bptt_tracks_recent_compressed_slots_and_never_more_than_its_horizon():
     plain, _, _ = run([4] * 30, mem_len=8, cmem_len=4, c=2)
     assert plain.young == ()
-    state = empty_layer(1, 3, mem_len=8, cmem_len=4, compression_rate=2, window=2, track_usage=False, keep_windows=True,
-                        dtype=torch.float64)  # fmt: skip
+    state = empty_layer(
+        1,
+        3,
+        mem_len=8,
+        cmem_len=4,
+        compression_rate=2,
+        window=2,
+        track_usage=False,
+        keep_windows=True,
+        dtype=torch.float64,
+    )
     for pos in range(0, 120, 4):
-        state, _ = update_layer(state, positions(pos, 4), torch.ones(1, 4, dtype=torch.bool), compression_rate=2,
-                                extra_width=0, compress=PoolCompressor(2, 0, "mean"), bptt_horizon=3)  # fmt: skip
+        state, _ = update_layer(
+            state,
+            positions(pos, 4),
+            torch.ones(1, 4, dtype=torch.bool),
+            compression_rate=2,
+            extra_width=0,
+            compress=PoolCompressor(2, 0, "mean"),
+            bptt_horizon=3,
+        )
     assert state.young == (2, 2, 2)
 
 
@@ -214,7 +266,9 @@ def test_dilated_stream_does_not_depend_on_how_the_stream_is_cut(seg_sizes, mem_
     h = comp.context
     evicted = n_groups * c
     assert state.history_mask[0].tolist() == [False] * max(h - evicted, 0) + [True] * min(h, evicted)
-    expected = torch.tensor([0.0] * max(h - evicted, 0) + list(range(max(evicted - h, 0), evicted)), dtype=torch.float64)
+    expected = torch.tensor(
+        [0.0] * max(h - evicted, 0) + list(range(max(evicted - h, 0), evicted)), dtype=torch.float64
+    )
     assert state.history[0, :, 0].tolist() == expected.tolist()  # the last h evicted states, zeros before the first
 
 

@@ -105,7 +105,9 @@ def test_memory_of_a_layer_is_used_only_by_that_layer():
     tokens = torch.randint(0, 32, (1, 32))
     _, memory = stream(model, tokens[:, :24], [8, 8, 8])
     outputs: dict[int, torch.Tensor] = {}
-    hooks = [b.register_forward_hook(lambda m, i, o, k=k: outputs.__setitem__(k, o.h)) for k, b in enumerate(model.blocks)]
+    hooks = [
+        b.register_forward_hook(lambda m, i, o, k=k: outputs.__setitem__(k, o.h)) for k, b in enumerate(model.blocks)
+    ]
     base = model(tokens[:, 24:], memory=memory)
     before = dict(outputs)
     for j in range(3):
@@ -129,8 +131,10 @@ def _grads(model, loss):
     return {n: g for (n, _), g in zip(named, grads)}
 
 
-@pytest.mark.parametrize("loss_kind,compression", [("attention", "conv"), ("autoencoder", "conv"),
-                                                    ("attention", "dilated_conv"), ("autoencoder", "dilated_conv")])  # fmt: skip
+@pytest.mark.parametrize(
+    "loss_kind,compression",
+    [("attention", "conv"), ("autoencoder", "conv"), ("attention", "dilated_conv"), ("autoencoder", "dilated_conv")],
+)
 def test_gradients_reach_exactly_the_right_weights(loss_kind, compression):
     model = tiny_model(compression_loss=loss_kind, compression=compression).train()
     comp = {id(p) for p in model.parameters_of("compressor")}
@@ -271,9 +275,14 @@ def test_inference_cache_states_stay_immutable_when_branched_reset_or_split():
         h = model(tokens[:1, 21:25], memory=half)
         again = model(tokens[:, 21:22], memory=base)  # base itself is unchanged after all of that
     fresh = lambda x, m: model(x, memory=m.detach()).logits  # noqa: E731  grad enabled: no cache is read
-    for got, x, m in [(b.logits, tokens[:, 30:31], base), (a2.logits, tokens[:, 22:30], a.memory),
-                      (r.logits, tokens[:, 21:29], reset), (h.logits, tokens[:1, 21:25], half),
-                      (a.logits, tokens[:, 21:22], base), (again.logits, tokens[:, 21:22], base)]:  # fmt: skip
+    for got, x, m in [
+        (b.logits, tokens[:, 30:31], base),
+        (a2.logits, tokens[:, 22:30], a.memory),
+        (r.logits, tokens[:, 21:29], reset),
+        (h.logits, tokens[:1, 21:25], half),
+        (a.logits, tokens[:, 21:22], base),
+        (again.logits, tokens[:, 21:22], base),
+    ]:
         torch.testing.assert_close(got, fresh(x, m), rtol=1e-10, atol=1e-10)
     buf = lambda m: m.layers[0].kv.mem.buf  # noqa: E731
     assert buf(a.memory) is buf(base) and buf(b.memory) is not buf(base)  # a appended in place, b had to copy
@@ -312,7 +321,10 @@ def test_aux_loss_is_algorithm_2_on_exactly_the_evicted_memories():
     tokens = torch.randint(0, 32, (2, 24))
     _, memory = stream(model, tokens[:, :16], [8, 8])
     inputs: dict[int, torch.Tensor] = {}
-    hooks = [b.register_forward_hook(lambda m, i, o, k=k: inputs.__setitem__(k, o.attn_in)) for k, b in enumerate(model.blocks)]
+    hooks = [
+        b.register_forward_hook(lambda m, i, o, k=k: inputs.__setitem__(k, o.attn_in))
+        for k, b in enumerate(model.blocks)
+    ]
     out = model(tokens[:, 16:], memory=memory)
     for h in hooks:
         h.remove()
@@ -351,7 +363,11 @@ def test_compression_losses_are_skipped_without_gradients_unless_asked():
 
 
 def _positional(model):
-    return {n: p for n, p in model.named_parameters() if n.split(".")[-1] in ("u", "v", "cv") or ".pos." in n or ".cpos." in n}
+    return {
+        n: p
+        for n, p in model.named_parameters()
+        if n.split(".")[-1] in ("u", "v", "cv") or ".pos." in n or ".cpos." in n
+    }
 
 
 def test_positions_are_per_layer_by_default():

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import torch
 
-from compressive_transformer.models import MODEL_KINDS, CompressiveTransformerLM, MemoryModel, TransformerQL, build_model, model_kind, register_model
+from compressive_transformer.models import (
+    MODEL_KINDS,
+    CompressiveTransformerLM,
+    MemoryModel,
+    TransformerQL,
+    build_model,
+    model_kind,
+    register_model,
+)
 from compressive_transformer.streaming import segments, stream
 from tests.conftest import tiny_config
 

@@ -103,7 +103,8 @@ def test_generate_runs_under_bf16_and_the_logits_track_fp32():
 
 
 @pytest.mark.parametrize(
-    "flags, expected", [(["avx2", "fma"], "none"), (["avx512f", "avx512_bf16"], "bf16"), (["amx_tile", "amx_bf16"], "bf16")]
+    "flags, expected",
+    [(["avx2", "fma"], "none"), (["avx512f", "avx512_bf16"], "bf16"), (["amx_tile", "amx_bf16"], "bf16")],
 )
 def test_auto_picks_bf16_only_on_cpus_with_bf16_instructions(monkeypatch, flags, expected):
     monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: [f for f in flags if f in precision.CPU_BF16_FLAGS])

@@ -11,8 +11,17 @@ from compressive_transformer.models.ql import Scale, ql_scales
 
 
 def ql_config(**overrides):
-    base = dict(scales=(1, 1, 1), output_layers=1, n_layers=4, cmem_len=0, compression="max_pool",
-                compression_loss="none", seg_len=4, mem_len=4, compression_rate=2)  # fmt: skip
+    base = dict(
+        scales=(1, 1, 1),
+        output_layers=1,
+        n_layers=4,
+        cmem_len=0,
+        compression="max_pool",
+        compression_loss="none",
+        seg_len=4,
+        mem_len=4,
+        compression_rate=2,
+    )
     base.update(overrides)
     return tiny_config(**base)
 
@@ -67,8 +76,10 @@ def test_token_by_token_equals_whole_segments(shape):
 
 def test_memory_geometry_per_scale():
     assert ql_scales(seg_len=4, mem_len=4, compression_rate=2, n_scales=3) == [
-        Scale(seg=4, mem=4, shift=4, span=1), Scale(seg=4, mem=4, shift=2, span=2), Scale(seg=4, mem=4, shift=1, span=4)
-    ]  # fmt: skip
+        Scale(seg=4, mem=4, shift=4, span=1),
+        Scale(seg=4, mem=4, shift=2, span=2),
+        Scale(seg=4, mem=4, shift=1, span=4),
+    ]
     # the window n_s + n_m is the same at every scale
     for s in ql_scales(seg_len=16, mem_len=48, compression_rate=2, n_scales=4):
         assert s.seg + s.mem == 64

@@ -63,7 +63,9 @@ def test_documents_are_independent_and_keys_ignore_case_and_edge_punctuation() -
     assert lb_short[2] == 12
 
 
-def reference_lookbacks(words: list[str], tokens_per_word: list[int], doc_lengths: list[int], seg_len: int) -> list[int]:
+def reference_lookbacks(
+    words: list[str], tokens_per_word: list[int], doc_lengths: list[int], seg_len: int
+) -> list[int]:
     """Brute force: the word's first token, its segment's start, and a backwards scan for the same key."""
     starts, pos = [], 0
     for k in tokens_per_word:
@@ -78,14 +80,18 @@ def reference_lookbacks(words: list[str], tokens_per_word: list[int], doc_length
             continue
         d = int(np.searchsorted(doc_bounds, s, side="right")) - 1
         seg_start = doc_bounds[d] + (s - doc_bounds[d]) // seg_len * seg_len
-        prev = [starts[v] for v in range(w) if starts[v] >= doc_bounds[d] and starts[v] >= 0 and word_key(words[v]) == key]
+        prev = [
+            starts[v] for v in range(w) if starts[v] >= doc_bounds[d] and starts[v] >= 0 and word_key(words[v]) == key
+        ]
         out.append(FIRST_SEEN if not prev else int(seg_start - prev[-1]))
     return out
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    data=st.lists(st.tuples(st.sampled_from(["x", "Y", "y.", "z", "--", "w"]), st.integers(0, 3)), min_size=1, max_size=40),
+    data=st.lists(
+        st.tuples(st.sampled_from(["x", "Y", "y.", "z", "--", "w"]), st.integers(0, 3)), min_size=1, max_size=40
+    ),
     seg_len=st.integers(1, 7),
     cuts=st.lists(st.integers(1, 39), max_size=3),
 )
@@ -100,7 +106,9 @@ def test_lookbacks_match_a_brute_force_scan(data: list[tuple[str, int]], seg_len
     word_starts = np.cumsum([0] + tokens_per_word)[:-1]
     bounds = sorted({int(word_starts[c]) for c in cuts if c < len(words)} - {0})
     doc_lengths = [b - a for a, b in zip([0] + bounds, bounds + [n_tokens]) if b > a]
-    tw = TokenWords(np.zeros(n_tokens, dtype=np.int64), np.cumsum([0] + doc_lengths).astype(np.int64), word_of_token, words)
+    tw = TokenWords(
+        np.zeros(n_tokens, dtype=np.int64), np.cumsum([0] + doc_lengths).astype(np.int64), word_of_token, words
+    )
     _, lb = word_lookbacks(tw, seg_len)
     assert lb.tolist() == reference_lookbacks(words, tokens_per_word, doc_lengths, seg_len)
 

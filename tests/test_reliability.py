@@ -43,9 +43,23 @@ from compressive_transformer.runlock import RunLock
 from compressive_transformer.train import Trainer
 
 torch.set_num_threads(1)
-download_module = importlib.import_module("compressive_transformer.data.download")  # the package re-exports a function of that name
-FAST = ["--set", "train.progress=false", "--set", "train.val_batches=2", "--set", "train.steps=6", "--set", "train.checkpoint_every=2",
-        "--set", "train.keep_checkpoints=3", "--set", "eval.max_batches=2"]  # fmt: skip
+download_module = importlib.import_module(
+    "compressive_transformer.data.download"
+)  # the package re-exports a function of that name
+FAST = [
+    "--set",
+    "train.progress=false",
+    "--set",
+    "train.val_batches=2",
+    "--set",
+    "train.steps=6",
+    "--set",
+    "train.checkpoint_every=2",
+    "--set",
+    "train.keep_checkpoints=3",
+    "--set",
+    "eval.max_batches=2",
+]
 
 
 def weights(ckpt: Path) -> dict[str, torch.Tensor]:
@@ -88,9 +102,18 @@ def interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int, error: BaseExceptio
 # a run can always be continued
 
 
-@pytest.mark.parametrize("error", [KeyboardInterrupt(), MemoryError("out of memory"), RuntimeError("boom")], ids=["ctrl-c", "oom", "exception"])
-def test_failure_before_the_first_checkpoint_resumes_exactly(error: BaseException, reference: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "error",
+    [KeyboardInterrupt(), MemoryError("out of memory"), RuntimeError("boom")],
+    ids=["ctrl-c", "oom", "exception"],
+)
+def test_failure_before_the_first_checkpoint_resumes_exactly(
+    error: BaseException,
+    reference: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
     run_dir = tmp_path / "run"
     with monkeypatch.context() as m:
         interrupt_at(m, 1, error)
@@ -105,8 +128,9 @@ def test_failure_before_the_first_checkpoint_resumes_exactly(error: BaseExceptio
     assert same_weights(list_checkpoints(run_dir)[-1], list_checkpoints(reference)[-1]), "resume from step 0 is exact"
 
 
-def test_ctrl_c_mid_run_resumes_from_the_last_checkpoint_exactly(reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 capsys: pytest.CaptureFixture) -> None:  # fmt: skip
+def test_ctrl_c_mid_run_resumes_from_the_last_checkpoint_exactly(
+    reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     run_dir = tmp_path / "run"
     with monkeypatch.context() as m:
         interrupt_at(m, 3, KeyboardInterrupt())
@@ -114,11 +138,23 @@ def test_ctrl_c_mid_run_resumes_from_the_last_checkpoint_exactly(reference: Path
     assert code == 130 and "--resume" in err
     assert cli.main(["train", "--run-dir", str(run_dir), "--resume"]) == 0
     assert same_weights(list_checkpoints(run_dir)[-1], list_checkpoints(reference)[-1])
-    assert [r["step"] for r in read_metrics(run_dir) if "loss" in r] == [r["step"] for r in read_metrics(reference) if "loss" in r]
+    assert [r["step"] for r in read_metrics(run_dir) if "loss" in r] == [
+        r["step"] for r in read_metrics(reference) if "loss" in r
+    ]
 
 
-KILL_RUN = ["--set", "train.progress=false", "--set", "train.val_batches=1", "--set", "train.steps=30", "--set", "train.checkpoint_every=10",
-            "--set", "train.log_every=2"]  # fmt: skip
+KILL_RUN = [
+    "--set",
+    "train.progress=false",
+    "--set",
+    "train.val_batches=1",
+    "--set",
+    "train.steps=30",
+    "--set",
+    "train.checkpoint_every=10",
+    "--set",
+    "train.log_every=2",
+]
 
 
 @pytest.mark.parametrize("when", ["before-first-checkpoint", "random"])
@@ -141,7 +177,9 @@ def test_kill_9_at_any_point_then_resume_is_exact(when: str, tmp_path: Path) -> 
     assert (run_dir / "config.toml").is_file()
     assert cli.main(["train", "--run-dir", str(run_dir), "--resume"]) == 0
     assert same_weights(list_checkpoints(run_dir)[-1], list_checkpoints(reference)[-1])
-    assert [r["loss"] for r in read_metrics(run_dir) if "loss" in r] == [r["loss"] for r in read_metrics(reference) if "loss" in r]
+    assert [r["loss"] for r in read_metrics(run_dir) if "loss" in r] == [
+        r["loss"] for r in read_metrics(reference) if "loss" in r
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -170,7 +208,9 @@ DAMAGES = {
 
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
-def test_resume_falls_back_past_a_damaged_checkpoint(damage: str, trained: Path, reference: Path, capsys: pytest.CaptureFixture) -> None:
+def test_resume_falls_back_past_a_damaged_checkpoint(
+    damage: str, trained: Path, reference: Path, capsys: pytest.CaptureFixture
+) -> None:
     name, hurt = DAMAGES[damage]
     newest = list_checkpoints(trained)[-1]
     hurt(newest / name)
@@ -183,7 +223,9 @@ def test_resume_falls_back_past_a_damaged_checkpoint(damage: str, trained: Path,
 
 
 @pytest.mark.parametrize("damage", ["truncated model", "flipped bit in model"])
-def test_evaluate_and_generate_fall_back_with_a_message(damage: str, trained: Path, capsys: pytest.CaptureFixture) -> None:
+def test_evaluate_and_generate_fall_back_with_a_message(
+    damage: str, trained: Path, capsys: pytest.CaptureFixture
+) -> None:
     name, hurt = DAMAGES[damage]
     newest = list_checkpoints(trained)[-1]
     hurt(newest / name)
@@ -210,12 +252,21 @@ def test_every_checkpoint_damaged_is_one_line(trained: Path, capsys: pytest.Capt
 def test_checkpoints_carry_a_verified_manifest(reference: Path) -> None:
     ckpt = list_checkpoints(reference)[-1]
     manifest = json.loads((ckpt / MANIFEST).read_text())
-    assert set(manifest["files"]) == {"model.safetensors", "optimizer.safetensors", "optimizer.json", "memory.safetensors",
-                                      "rng.safetensors", "state.json", "config.toml"}  # fmt: skip
+    assert set(manifest["files"]) == {
+        "model.safetensors",
+        "optimizer.safetensors",
+        "optimizer.json",
+        "memory.safetensors",
+        "rng.safetensors",
+        "state.json",
+        "config.toml",
+    }
 
 
 def test_nan_weights_are_never_a_good_checkpoint(trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    model = CompressiveTransformerLM(ModelConfig(vocab_size=16, d_model=8, n_layers=1, n_heads=2, d_ff=8, seg_len=4, mem_len=4, cmem_len=0))
+    model = CompressiveTransformerLM(
+        ModelConfig(vocab_size=16, d_model=8, n_layers=1, n_heads=2, d_ff=8, seg_len=4, mem_len=4, cmem_len=0)
+    )
     with torch.no_grad():
         next(model.parameters())[0, 0] = float("nan")
     with pytest.raises(NonFiniteWeights):
@@ -252,7 +303,9 @@ def test_torn_metrics_line_is_tolerated_and_repaired(trained: Path) -> None:
 
 def test_divergence_without_nan_stops_and_a_lower_lr_resumes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     run_dir = tmp_path / "run"
-    code, _, err = cli_run(capsys, "train", "--run-dir", str(run_dir), *FAST, "--set", "train.lr=10", "--set", "train.warmup_steps=0")
+    code, _, err = cli_run(
+        capsys, "train", "--run-dir", str(run_dir), *FAST, "--set", "train.lr=10", "--set", "train.warmup_steps=0"
+    )
     assert_one_line_error(code, err, "the loss became", "ln(vocab)", "train.lr")
     code, out, err = cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume", "--set", "train.lr=1e-3")
     assert code == 0, err
@@ -283,8 +336,9 @@ def test_a_second_trainer_on_one_run_is_refused(trained: Path, capsys: pytest.Ca
 # read-only runs
 
 
-def test_evaluating_a_read_only_run_stops_before_computing(trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture) -> None:  # fmt: skip
+def test_evaluating_a_read_only_run_stops_before_computing(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     def no_eval(*args, **kwargs):
         raise AssertionError("evaluated although the result could not be written")
 
@@ -325,7 +379,9 @@ def test_evaluating_a_read_only_run_stops_before_computing(trained: Path, tmp_pa
         (["--max-tokens", "-3"], "max_tokens"),
     ],
 )
-def test_bad_sampling_settings_are_one_line(args: list[str], fragment: str, trained: Path, capsys: pytest.CaptureFixture) -> None:
+def test_bad_sampling_settings_are_one_line(
+    args: list[str], fragment: str, trained: Path, capsys: pytest.CaptureFixture
+) -> None:
     assert_one_line_error(*cli_run(capsys, "generate", str(trained), "--prompt", "x", *args)[::2], fragment)
 
 
@@ -346,7 +402,9 @@ def test_impossible_lengths_are_refused_before_allocation(tmp_path: Path, capsys
 
 
 def test_impossible_eval_lengths_are_refused(trained: Path, capsys: pytest.CaptureFixture) -> None:
-    assert_one_line_error(*cli_run(capsys, "evaluate", str(trained), "--set", "eval.seg_len=10000000")[::2], "eval.seg_len", "GiB")
+    assert_one_line_error(
+        *cli_run(capsys, "evaluate", str(trained), "--set", "eval.seg_len=10000000")[::2], "eval.seg_len", "GiB"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -354,8 +412,22 @@ def test_impossible_eval_lengths_are_refused(trained: Path, capsys: pytest.Captu
 
 
 def small(**kw) -> CompressiveTransformerLM:
-    cfg = dict(vocab_size=16, d_model=8, n_layers=2, n_heads=2, d_ff=16, seg_len=4, mem_len=4, cmem_len=2, compression_rate=2,
-               compression_loss="attention", dropout=0.0) | kw  # fmt: skip
+    cfg = (
+        dict(
+            vocab_size=16,
+            d_model=8,
+            n_layers=2,
+            n_heads=2,
+            d_ff=16,
+            seg_len=4,
+            mem_len=4,
+            cmem_len=2,
+            compression_rate=2,
+            compression_loss="attention",
+            dropout=0.0,
+        )
+        | kw
+    )
     torch.manual_seed(0)
     return CompressiveTransformerLM(ModelConfig(**cfg))
 
@@ -411,7 +483,9 @@ def test_a_memory_of_another_dtype_is_refused() -> None:
         model(torch.zeros(1, 4, dtype=torch.long), memory=memory)
 
 
-@pytest.mark.parametrize("field,value", [("d_model", "32"), ("n_layers", 2.0), ("dropout", "0.1"), ("tie_embeddings", 1), ("seg_len", True)])
+@pytest.mark.parametrize(
+    "field,value", [("d_model", "32"), ("n_layers", 2.0), ("dropout", "0.1"), ("tie_embeddings", 1), ("seg_len", True)]
+)
 def test_config_field_types_are_checked(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=f"model.{field}: expected"):
         ModelConfig(**{field: value})
@@ -423,7 +497,9 @@ def test_config_field_types_are_checked(field: str, value: object) -> None:
 # downloads
 
 
-@pytest.mark.parametrize("name", ["../evil.txt", "train/../../x.txt", "/etc/passwd", "train/1.txt/..", "train\\1.txt", "test/ab.txt", ""])
+@pytest.mark.parametrize(
+    "name", ["../evil.txt", "train/../../x.txt", "/etc/passwd", "train/1.txt/..", "train\\1.txt", "test/ab.txt", ""]
+)
 def test_download_refuses_file_names_outside_pg19s_layout(name: str) -> None:
     with pytest.raises(DownloadError, match="unexpected file"):
         safe_pg19_name(name)
@@ -434,8 +510,12 @@ def test_pg19_listing_with_a_traversal_name_writes_nothing(tmp_path: Path, monke
     (served / "train").mkdir(parents=True)
     (served / "train" / "1.txt").write_text("a book")
     (served / "metadata.csv").write_text("1,A,1900,x\n")
-    listing = {"metadata.csv": [("metadata.csv", 11, None)], "train/": [("train/1.txt", 6, None), ("../../escaped.txt", 6, None)],
-               "validation/": [("validation/2.txt", 6, None)], "test/": [("test/3.txt", 6, None)]}  # fmt: skip
+    listing = {
+        "metadata.csv": [("metadata.csv", 11, None)],
+        "train/": [("train/1.txt", 6, None), ("../../escaped.txt", 6, None)],
+        "validation/": [("validation/2.txt", 6, None)],
+        "test/": [("test/3.txt", 6, None)],
+    }
     monkeypatch.setattr(download_module, "_list_objects", lambda base, bucket, prefix, limit: listing[prefix])
     with pytest.raises(DownloadError, match="escaped.txt"):
         download_module.download("pg19", tmp_path / "out", base_url=(tmp_path / "served").as_uri(), progress=False)
@@ -444,7 +524,12 @@ def test_pg19_listing_with_a_traversal_name_writes_nothing(tmp_path: Path, monke
 
 def test_pg19_pinned_manifest_decides_not_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     served = tmp_path / "served" / "deepmind-gutenberg"
-    files = {"metadata.csv": "1,A,1900,x\n2,B,1900,x\n3,C,1900,x\n", "train/1.txt": "one", "validation/2.txt": "two", "test/3.txt": "three"}
+    files = {
+        "metadata.csv": "1,A,1900,x\n2,B,1900,x\n3,C,1900,x\n",
+        "train/1.txt": "one",
+        "validation/2.txt": "two",
+        "test/3.txt": "three",
+    }
     for name, text in files.items():
         (served / name).parent.mkdir(parents=True, exist_ok=True)
         (served / name).write_text(text)
@@ -457,7 +542,11 @@ def test_pg19_pinned_manifest_decides_not_the_server(tmp_path: Path, monkeypatch
         download_module.download("pg19", tmp_path / "a", base_url=base, progress=False)
     pinned = tmp_path / "pinned.json"
 
-    pinned.write_text(json.dumps({"files": {n: {"size": len(t), "sha256": hashlib.sha256(t.encode()).hexdigest()} for n, t in files.items()}}))
+    pinned.write_text(
+        json.dumps(
+            {"files": {n: {"size": len(t), "sha256": hashlib.sha256(t.encode()).hexdigest()} for n, t in files.items()}}
+        )
+    )
     out = download_module.download("pg19", tmp_path / "b", base_url=base, progress=False, manifest=pinned)
     assert (out / "test" / "3.txt").read_text() == "three"
     assert json.loads((out / "manifest.json").read_text())["files"] == json.loads(pinned.read_text())["files"]

@@ -11,7 +11,14 @@ from compressive_transformer.config import ConfigError
 from compressive_transformer.report import analyze_run, markdown_to_html, write_report
 from compressive_transformer.run import build_config, evaluate_run, train_run
 
-FAST = ["train.steps=3", "train.log_every=1", "train.checkpoint_every=0", "train.val_batches=1", "train.progress=false", "eval.max_batches=2"]
+FAST = [
+    "train.steps=3",
+    "train.log_every=1",
+    "train.checkpoint_every=0",
+    "train.val_batches=1",
+    "train.progress=false",
+    "eval.max_batches=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +38,14 @@ def test_report_compares_two_runs(runs, tmp_path):
     md = write_report([ct, txl], out, max_segments=3, batch_size=2, log=lambda _: None)
     text = md.read_text()
     assert "| ct | compressive |" in text and "| txl | transformer-xl |" in text
-    for png in ("curves_loss.png", "ct_attention_regions.png", "ct_compressibility.png", "ct_temporal_range.png",
-                "txl_temporal_range.png", "frequency_buckets.png"):  # fmt: skip
+    for png in (
+        "curves_loss.png",
+        "ct_attention_regions.png",
+        "ct_compressibility.png",
+        "ct_temporal_range.png",
+        "txl_temporal_range.png",
+        "frequency_buckets.png",
+    ):
         assert (out / png).stat().st_size > 0, png
         assert f"]({png})" in text
     data = json.loads((out / "report.json").read_text())

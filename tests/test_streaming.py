@@ -65,6 +65,8 @@ def test_grad_is_decided_per_segment() -> None:
     tokens = torch.randint(model.cfg.vocab_size, (2, 16))
     parts = list(segments(tokens, 8, tokens))
     with torch.no_grad():
-        steps = list(stream(model, parts, batch_size=2, eval_mode=False, with_targets=True, grad=lambda seg: seg is parts[1]))
+        steps = list(
+            stream(model, parts, batch_size=2, eval_mode=False, with_targets=True, grad=lambda seg: seg is parts[1])
+        )
     assert [s.out.loss.requires_grad for s in steps] == [False, True]
     assert model.training  # eval_mode=False leaves the mode alone

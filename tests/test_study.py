@@ -94,14 +94,20 @@ def spec(tmp_path: Path) -> Path:
 def stable(result: object) -> object:
     """A result without what legitimately differs between two identical runs (timings, paths, machine)."""
     if isinstance(result, dict):
-        return {k: stable(v) for k, v in result.items() if k not in ("seconds", "tokens_per_s", "machine", "checkpoint", "final_train_loss_seconds")}
+        return {
+            k: stable(v)
+            for k, v in result.items()
+            if k not in ("seconds", "tokens_per_s", "machine", "checkpoint", "final_train_loss_seconds")
+        }
     if isinstance(result, list):
         return [stable(v) for v in result]
     return result
 
 
 def results_of(out: Path) -> dict[str, object]:
-    return {str(p.relative_to(out)): stable(json.loads(p.read_text())) for p in sorted((out / "results").rglob("*.json"))}
+    return {
+        str(p.relative_to(out)): stable(json.loads(p.read_text())) for p in sorted((out / "results").rglob("*.json"))
+    }
 
 
 def quiet(_: str) -> None:
@@ -118,8 +124,14 @@ def test_spec_errors_name_the_key(tmp_path: Path, spec: Path) -> None:
     cases = [
         (text.replace('baseline = "txl"', 'baseline = "nope"'), "study.baseline: no variant named 'nope'"),
         (text.replace("[variants.ct.evaluations.long]\ncmem_len = 12\n", ""), "variants.ct: has no evaluations.long"),
-        (text.replace("[variants.txl.evaluations.long]", "[variants.txl.evaluations.train]"), "'train' is the training lengths"),
-        (text.replace("mem_len = 32", "cmem_len = 32"), "variants.txl.evaluations.long.cmem_len: txl has no compressed memory"),
+        (
+            text.replace("[variants.txl.evaluations.long]", "[variants.txl.evaluations.train]"),
+            "'train' is the training lengths",
+        ),
+        (
+            text.replace("mem_len = 32", "cmem_len = 32"),
+            "variants.txl.evaluations.long.cmem_len: txl has no compressed memory",
+        ),
         (text.replace('title = "tiny study"', 'title = "x"\nsplits = ["dev"]'), "study.splits"),
         (text.replace('title = "tiny study"', 'title = "x"\nwhat = 1'), "study.what: unknown key"),
         (text.replace("lookback_edges = [8, 24]", "lookback_edges = [24, 8]"), "study.lookback_edges"),
@@ -153,10 +165,16 @@ def test_lengths_and_default_edges(spec: Path) -> None:
 def fake_result(job, bpc: float, bucket_bits: float) -> dict:
     names = ["first occurrence", "in segment", "1-8", "9-24", ">24"]
     record = lambda: {  # noqa: E731
-        "seg_len": 8, "mem_len": 16, "cmem_len": 0, "bits_per_char": bpc, "bits_per_byte": bpc, "bits_per_token": 2 * bpc,
-        "word_ppl": 2**bpc, "lookback": {"buckets": {n: {"bits_per_token": bucket_bits, "tokens": 10} for n in names}},
+        "seg_len": 8,
+        "mem_len": 16,
+        "cmem_len": 0,
+        "bits_per_char": bpc,
+        "bits_per_byte": bpc,
+        "bits_per_token": 2 * bpc,
+        "word_ppl": 2**bpc,
+        "lookback": {"buckets": {n: {"bits_per_token": bucket_bits, "tokens": 10} for n in names}},
         "frequency": {"<100": {"ppl": 2**bpc, "words": 5}, "all": {"ppl": 2**bpc, "words": 5}},
-    }  # fmt: skip
+    }
     return {
         "identity": job.identity(),
         "variant": job.variant,
@@ -253,7 +271,9 @@ def test_a_study_killed_at_any_point_resumes_to_the_same_results(tmp_path: Path,
 
     # a run killed before its first checkpoint is started again
     again = tmp_path / "early"
-    job = next(j for j in study_jobs(load_study(spec), again, threads=1, progress=False) if j.variant == "ct" and j.seed == 1)
+    job = next(
+        j for j in study_jobs(load_study(spec), again, threads=1, progress=False) if j.variant == "ct" and j.seed == 1
+    )
     train_run(job.config, job.run_dir, max_steps=1, log=quiet)
     assert not (job.run_dir / "checkpoints").exists() or not any((job.run_dir / "checkpoints").iterdir())
     run_study(spec, again, threads=1, log=quiet)

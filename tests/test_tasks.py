@@ -76,7 +76,9 @@ def check_with_oracle(cfg, batch_size: int = 8, seed: int = 0) -> None:
 def passkey_cfgs(draw: st.DrawFn) -> PasskeyConfig:
     L = draw(st.integers(4, 80))
     ds = draw(st.lists(st.integers(2, L - 2), min_size=1, max_size=4))
-    return PasskeyConfig(seq_len=L, distances=tuple(ds), n_filler=draw(st.integers(1, 5)), n_keys=draw(st.integers(1, 5)))
+    return PasskeyConfig(
+        seq_len=L, distances=tuple(ds), n_filler=draw(st.integers(1, 5)), n_keys=draw(st.integers(1, 5))
+    )
 
 
 @st.composite
@@ -84,7 +86,9 @@ def recall_cfgs(draw: st.DrawFn) -> AssociativeRecallConfig:
     n = draw(st.integers(1, 6))
     L = draw(st.integers(3 * n + 1, 80))
     gaps = draw(st.lists(st.integers(0, L - 3 * n - 1), min_size=1, max_size=3))
-    return AssociativeRecallConfig(seq_len=L, n_pairs=n, gaps=tuple(gaps), n_keys=draw(st.integers(n, n + 3)), n_values=2)
+    return AssociativeRecallConfig(
+        seq_len=L, n_pairs=n, gaps=tuple(gaps), n_keys=draw(st.integers(n, n + 3)), n_values=2
+    )
 
 
 @st.composite

@@ -16,7 +16,11 @@ from compressive_transformer.run import config_from_text, evaluate_run, train_ru
 
 torch.set_num_threads(1)
 DOCS = {
-    "train": ["the cat sat on the mat. " * 30, "a dog ran in the park and sat down. " * 20, "héllo wörld, naïve café. " * 10],
+    "train": [
+        "the cat sat on the mat. " * 30,
+        "a dog ran in the park and sat down. " * 20,
+        "héllo wörld, naïve café. " * 10,
+    ],
     "validation": ["the cat ran to the dög. " * 8, "short one", "mat and park and cat, " * 9],
     "test": ["the end. " * 10],
 }
@@ -32,7 +36,15 @@ def _corpus(root: Path) -> Path:
 
 def _train(root: Path, tokenizer: str, extra: tuple[str, ...] = ()) -> Path:
     corpus = _corpus(root / "corpus")
-    overrides = ["data.format=text", f"data.path={corpus}", f"data.tokenizer={tokenizer}", "train.steps=2", "train.progress=false", "train.val_batches=1", *extra]
+    overrides = [
+        "data.format=text",
+        f"data.path={corpus}",
+        f"data.tokenizer={tokenizer}",
+        "train.steps=2",
+        "train.progress=false",
+        "train.val_batches=1",
+        *extra,
+    ]
     cfg = config_from_text(TINY_TOML, overrides)
     train_run(cfg, root / "run", log=lambda s: None)
     return root / "run"
@@ -64,7 +76,9 @@ def test_evaluate_text_equals_the_split_evaluation_of_the_same_text(which: str, 
     assert own.bits_per_char == pytest.approx(split.bits_per_char, rel=1e-6)
 
 
-def test_units_on_byte_and_bpe_runs_come_from_the_texts_character_count(byte_run: Path, bpe_run: Path, tmp_path: Path) -> None:
+def test_units_on_byte_and_bpe_runs_come_from_the_texts_character_count(
+    byte_run: Path, bpe_run: Path, tmp_path: Path
+) -> None:
     text = "naïve café, the cat sat. " * 40  # 25 characters, 27 bytes per repeat
     path = tmp_path / "mine.txt"
     path.write_text(text, encoding="utf-8")
@@ -81,7 +95,9 @@ def test_units_on_byte_and_bpe_runs_come_from_the_texts_character_count(byte_run
         else:
             assert r.tokens < 1000 and r.bits_per_char < r.bits_per_token  # several characters per subword
             assert r.word_ppl == pytest.approx(math.exp(total_nll / 200))
-    assert evaluate_text(load_run(byte_run), text).loss == pytest.approx(evaluate_text(load_run(byte_run), path).loss)  # a str is the text
+    assert evaluate_text(load_run(byte_run), text).loss == pytest.approx(
+        evaluate_text(load_run(byte_run), path).loss
+    )  # a str is the text
 
 
 def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
@@ -95,7 +111,9 @@ def one_line_error(code: int, err: str, fragment: str) -> None:
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], err
 
 
-def test_cli_text_results_never_overwrite_and_record_their_source(byte_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_cli_text_results_never_overwrite_and_record_their_source(
+    byte_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     split_json = byte_run / "eval_validation.json"
     evaluate_run(byte_run, split="validation", progress=False)
     before = split_json.read_bytes()
@@ -112,25 +130,48 @@ def test_cli_text_results_never_overwrite_and_record_their_source(byte_run: Path
     assert first["source"] == {"kind": "files", "files": [{"path": str(path.resolve()), "bytes": 260}]}
     assert first["bytes"] == 260 and first["device"] == "cpu"
 
-    code, _, _ = run_cli(capsys, "evaluate", str(byte_run), "--data", str(byte_run.parent / "corpus"), "--format", "text", "--split", "test")
+    code, _, _ = run_cli(
+        capsys,
+        "evaluate",
+        str(byte_run),
+        "--data",
+        str(byte_run.parent / "corpus"),
+        "--format",
+        "text",
+        "--split",
+        "test",
+    )
     data = json.loads((byte_run / "eval_data-text-corpus-test.json").read_text())
     assert code == 0 and data["source"]["split"] == "test" and data["chars"] == len(DOCS["test"][0])
 
 
-def test_cli_refuses_what_it_would_ignore_in_one_line(byte_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_cli_refuses_what_it_would_ignore_in_one_line(
+    byte_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     path = tmp_path / "a.txt"
     path.write_text("some text to score\n")
     one_line_error(*run_cli(capsys, "evaluate", str(byte_run), "--text", str(path), "--split", "test")[::2], "--split")
-    one_line_error(*run_cli(capsys, "evaluate", str(byte_run), "--text", str(path), "--set", "data.path=x")[::2], "has no effect")
-    one_line_error(*run_cli(capsys, "evaluate", str(byte_run), "--text", str(path), "--set", "eval.split=test")[::2], "has no effect")
+    one_line_error(
+        *run_cli(capsys, "evaluate", str(byte_run), "--text", str(path), "--set", "data.path=x")[::2], "has no effect"
+    )
+    one_line_error(
+        *run_cli(capsys, "evaluate", str(byte_run), "--text", str(path), "--set", "eval.split=test")[::2],
+        "has no effect",
+    )
     one_line_error(*run_cli(capsys, "evaluate", str(byte_run), "--data", str(tmp_path))[::2], "--format")
-    one_line_error(*run_cli(capsys, "evaluate", str(byte_run), "--text", str(tmp_path / "missing.txt"))[::2], "missing.txt")
+    one_line_error(
+        *run_cli(capsys, "evaluate", str(byte_run), "--text", str(tmp_path / "missing.txt"))[::2], "missing.txt"
+    )
     one_line_error(*run_cli(capsys, "evaluate", str(byte_run), "--format", "text")[::2], "--data")
 
 
 def test_a_pydoc_run_refuses_a_data_path_it_would_not_read(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     run_dir = tmp_path / "run"
-    train_run(config_from_text(TINY_TOML, ["train.steps=1", "train.progress=false", "train.val_batches=1"]), run_dir, log=lambda s: None)
+    train_run(
+        config_from_text(TINY_TOML, ["train.steps=1", "train.progress=false", "train.val_batches=1"]),
+        run_dir,
+        log=lambda s: None,
+    )
     one_line_error(*run_cli(capsys, "evaluate", str(run_dir), "--set", f"data.path={tmp_path}")[::2], "--text")
 
 
@@ -143,7 +184,9 @@ def test_a_cuda_trained_run_evaluates_on_cpu(byte_run: Path, tmp_path: Path, cap
     config.write_text(config.read_text().replace('device = "cpu"', 'device = "cuda"'))  # as a GPU machine wrote it
     reference = evaluate_run(byte_run, split="test", progress=False)
     code, _, _ = run_cli(capsys, "evaluate", str(moved), "--split", "test", "--device", "cpu", "--threads", "1")
-    assert code == 0 and json.loads((moved / "eval_test.json").read_text())["loss"] == pytest.approx(reference.loss, rel=1e-6)
+    assert code == 0 and json.loads((moved / "eval_test.json").read_text())["loss"] == pytest.approx(
+        reference.loss, rel=1e-6
+    )
     assert load_run(moved).device.type == ("cuda" if torch.cuda.is_available() else "cpu")  # default auto
     if not torch.cuda.is_available():
         one_line_error(*run_cli(capsys, "evaluate", str(moved), "--device", "cuda")[::2], "--device")

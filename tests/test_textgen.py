@@ -36,7 +36,9 @@ def test_saved_memory_continues_exactly_like_one_generation(run_dir: Path, tmp_p
     first = generate(run.model, ids, max_new_tokens=15, temperature=0, keep_logits=True, return_memory=True)
     path = save_memory(tmp_path / "doc.safetensors", run, first.memory, first.next_logits)
     memory, logits = load_memory(path, run)
-    rest = generate(run.model, [], max_new_tokens=25, temperature=0, keep_logits=True, memory=memory, next_logits=logits)
+    rest = generate(
+        run.model, [], max_new_tokens=25, temperature=0, keep_logits=True, memory=memory, next_logits=logits
+    )
     assert first.tokens + rest.tokens == whole.tokens
     for a, b in zip(first.logits + rest.logits, whole.logits):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
@@ -67,7 +69,9 @@ def test_cli_memory_files_stops_and_prompt_files(run_dir: Path, tmp_path: Path, 
     code, whole, _ = run_cli(capsys, "generate", str(run_dir), "--prompt", PROMPT, "--max-tokens", "30", *greedy)
     assert code == 0 and whole == PROMPT + run.decode(tokens) + "\n"
     mem = tmp_path / "doc.safetensors"
-    code, part1, err = run_cli(capsys, "generate", str(run_dir), "--prompt", PROMPT, "--max-tokens", "10", "--save-memory", str(mem), *greedy)
+    code, part1, err = run_cli(
+        capsys, "generate", str(run_dir), "--prompt", PROMPT, "--max-tokens", "10", "--save-memory", str(mem), *greedy
+    )
     assert code == 0 and mem.is_file() and "--load-memory" in err and part1 == PROMPT + run.decode(tokens[:10]) + "\n"
     code, part2, _ = run_cli(capsys, "generate", str(run_dir), "--load-memory", str(mem), "--max-tokens", "20", *greedy)
     assert code == 0 and part2 == run.decode(tokens[10:]) + "\n"  # the same tokens one generation of 30 draws
@@ -78,13 +82,43 @@ def test_cli_memory_files_stops_and_prompt_files(run_dir: Path, tmp_path: Path, 
     assert code == 2 and "--mem-len" in err
 
     continuation = run.decode(tokens)
-    stop = next(continuation[i : i + 2] for i in range(3, len(continuation)) if continuation[i : i + 2].isascii() and continuation[i : i + 2].isprintable())
-    code, out, _ = run_cli(capsys, "generate", str(run_dir), "--prompt", PROMPT, "--max-tokens", "30", "--stop", stop, "--stop", "\x00", *greedy)
+    stop = next(
+        continuation[i : i + 2]
+        for i in range(3, len(continuation))
+        if continuation[i : i + 2].isascii() and continuation[i : i + 2].isprintable()
+    )
+    code, out, _ = run_cli(
+        capsys,
+        "generate",
+        str(run_dir),
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        "30",
+        "--stop",
+        stop,
+        "--stop",
+        "\x00",
+        *greedy,
+    )
     assert code == 0 and out == PROMPT + continuation[: continuation.index(stop)] + "\n"
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("import os\n\nclass A:\\n    pass\n")
-    code, out, _ = run_cli(capsys, "generate", str(run_dir), "--prompts-file", str(prompts), "--max-tokens", "5", "--mem-len", "8", "--cmem-len", "4", *greedy)
+    code, out, _ = run_cli(
+        capsys,
+        "generate",
+        str(run_dir),
+        "--prompts-file",
+        str(prompts),
+        "--max-tokens",
+        "5",
+        "--mem-len",
+        "8",
+        "--cmem-len",
+        "4",
+        *greedy,
+    )
     assert code == 0 and out.startswith("import os") and "\nclass A:\n    pass" in out
 
 

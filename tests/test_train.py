@@ -30,7 +30,13 @@ def trainer(cfg: RunConfig, run_dir: Path, *, validation: bool = False) -> Train
     tok = build_tokenizer(cfg.data, read_documents(cfg.data, "train"))
     cache = run_dir / ".cache"
     val = load_corpus(cfg.data, "validation", tok, cache) if validation else None
-    return Trainer(cfg, train_corpus=load_corpus(cfg.data, "train", tok, cache), val_corpus=val, run_dir=run_dir, log=lambda s: None)
+    return Trainer(
+        cfg,
+        train_corpus=load_corpus(cfg.data, "train", tok, cache),
+        val_corpus=val,
+        run_dir=run_dir,
+        log=lambda s: None,
+    )
 
 
 def _without_timing(records: list[dict]) -> list[dict]:
@@ -38,9 +44,18 @@ def _without_timing(records: list[dict]) -> list[dict]:
 
 
 def test_killed_and_resumed_run_reproduces_the_uninterrupted_losses_exactly(tmp_path: Path) -> None:
-    cfg = tiny("train.steps=8", "train.log_every=1", "train.checkpoint_every=3", "train.accumulate=[[0, 1], [5, 2]]", "model.dropout=0.1", "train.val_every=4")
+    cfg = tiny(
+        "train.steps=8",
+        "train.log_every=1",
+        "train.checkpoint_every=3",
+        "train.accumulate=[[0, 1], [5, 2]]",
+        "model.dropout=0.1",
+        "train.val_every=4",
+    )
     whole = train_run(cfg, tmp_path / "whole", log=lambda s: None)
-    part = train_run(cfg, tmp_path / "killed", max_steps=5, log=lambda s: None)  # "killed" after step 5, last checkpoint 3
+    part = train_run(
+        cfg, tmp_path / "killed", max_steps=5, log=lambda s: None
+    )  # "killed" after step 5, last checkpoint 3
     assert part.step == 5 and list_checkpoints(tmp_path / "killed")[-1].name == "step-00000003"
     resumed = train_run(None, tmp_path / "killed", resume=True, log=lambda s: None)
 
@@ -78,7 +93,7 @@ def test_model_and_compressor_are_separate_param_groups(tmp_path: Path) -> None:
 
 
 def test_parameter_free_compression_has_one_group(tmp_path: Path) -> None:
-    t = trainer(tiny("model.compression=\"max_pool\"", "model.compression_loss=\"none\""), tmp_path)
+    t = trainer(tiny('model.compression="max_pool"', 'model.compression_loss="none"'), tmp_path)
     assert [g["name"] for g in t.optimizer.param_groups] == ["model"]
 
 
@@ -110,7 +125,19 @@ def test_metrics_jsonl_has_the_promised_fields(tmp_path: Path) -> None:
     train_records = [r for r in records if "loss" in r]
     assert [r["step"] for r in train_records] == [2, 4]
     for r in train_records:
-        for key in ("step", "loss", "lr", "tokens_per_s", "bits_per_token", "ppl", "aux_loss", "aux_losses", "grad_norm", "mem_fill", "cmem_fill"):
+        for key in (
+            "step",
+            "loss",
+            "lr",
+            "tokens_per_s",
+            "bits_per_token",
+            "ppl",
+            "aux_loss",
+            "aux_losses",
+            "grad_norm",
+            "mem_fill",
+            "cmem_fill",
+        ):
             assert key in r, key
         assert len(r["aux_losses"]) == 2 and 0 <= r["mem_fill"] <= 1 and r["tokens_per_s"] > 0
     assert [r["step"] for r in records if "val_bits_per_token" in r] == [2, 4]
@@ -147,6 +174,6 @@ def test_same_seed_same_losses_other_seed_other_losses(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_cpu(tmp_path: Path, amp: str) -> None:
-    t = trainer(tiny(f"train.amp=\"{amp}\""), tmp_path)
+    t = trainer(tiny(f'train.amp="{amp}"'), tmp_path)
     losses = [t.train_step()["loss"] for _ in range(3)]
     assert all(torch.isfinite(torch.tensor(losses)))

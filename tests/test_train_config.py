@@ -23,7 +23,12 @@ def test_accumulation_schedule_grows_at_configured_steps() -> None:
 
 @pytest.mark.parametrize(
     "accumulate, key",
-    [([[1, 1]], "train.accumulate"), ([[0, 1], [0, 2]], "train.accumulate"), ([[0, 0]], "train.accumulate"), ([[0]], "train.accumulate")],
+    [
+        ([[1, 1]], "train.accumulate"),
+        ([[0, 1], [0, 2]], "train.accumulate"),
+        ([[0, 0]], "train.accumulate"),
+        ([[0]], "train.accumulate"),
+    ],
 )
 def test_bad_accumulation_schedules_name_the_key(accumulate: list, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
@@ -98,11 +103,25 @@ def test_every_ready_config_validates(path: Path) -> None:
 
 def test_paper_shapes() -> None:
     enwik8 = build_config(CONFIGS / "enwik8.toml").model
-    assert (enwik8.n_layers, enwik8.d_model, enwik8.seg_len, enwik8.mem_len, enwik8.cmem_len, enwik8.compression_rate) == (24, 1024, 768, 768, 1152, 3)
+    assert (
+        enwik8.n_layers,
+        enwik8.d_model,
+        enwik8.seg_len,
+        enwik8.mem_len,
+        enwik8.cmem_len,
+        enwik8.compression_rate,
+    ) == (24, 1024, 768, 768, 1152, 3)
     wt = build_config(CONFIGS / "wikitext103.toml").model
     assert (wt.n_layers, wt.d_model, wt.mem_len, wt.cmem_len, wt.compression_rate) == (18, 1024, 500, 1500, 4)
     pg = build_config(CONFIGS / "pg19.toml")
-    assert (pg.model.n_layers, pg.model.d_model, pg.model.seg_len, pg.model.mem_len, pg.model.cmem_len, pg.model.compression_rate) == (36, 1024, 512, 512, 512, 2)
+    assert (
+        pg.model.n_layers,
+        pg.model.d_model,
+        pg.model.seg_len,
+        pg.model.mem_len,
+        pg.model.cmem_len,
+        pg.model.compression_rate,
+    ) == (36, 1024, 512, 512, 512, 2)
     assert pg.data.vocab_size == 32000
     for name in ("enwik8", "wikitext103", "pg19"):
         t = build_config(CONFIGS / f"{name}.toml").train

@@ -1,6 +1,6 @@
 """Write OUT/ordering.md: the ablation study's cells ranked by test bits per token beside the paper's ordering.
 
-    python benchmarks/ablation/ordering.py benchmarks/ablation
+python benchmarks/ablation/ordering.py benchmarks/ablation
 """
 
 import json

@@ -72,12 +72,20 @@ class Impl:
     def __init__(self, w, *, mem_len: int | None = None, cmem_len: int | None = None) -> None:
         self.w = w
         d, dropout = w.d_model, 0.0
-        self.model = experiment.AutoregressiveModel(w.vocab, d, CompressiveTransformer(
-            CompressiveTransformerLayer(d_model=d,
-                                        self_attn=RelativeMultiHeadAttention(w.n_heads, d, dropout),
-                                        feed_forward=FeedForward(d, w.d_ff, dropout),
-                                        dropout_prob=dropout,
-                                        compress=Conv1dCompression(w.rate, d)), w.n_layers))  # fmt: skip
+        self.model = experiment.AutoregressiveModel(
+            w.vocab,
+            d,
+            CompressiveTransformer(
+                CompressiveTransformerLayer(
+                    d_model=d,
+                    self_attn=RelativeMultiHeadAttention(w.n_heads, d, dropout),
+                    feed_forward=FeedForward(d, w.d_ff, dropout),
+                    dropout_prob=dropout,
+                    compress=Conv1dCompression(w.rate, d),
+                ),
+                w.n_layers,
+            ),
+        )
         self.conf = _Conf(
             self.model, w.mem_len if mem_len is None else mem_len, w.cmem_len if cmem_len is None else cmem_len, w.rate
         )

@@ -44,14 +44,23 @@ class Impl:
         self.w = w
         self.fix = fix
         self.model = CompressiveTransformer(
-            num_tokens=w.vocab, dim=w.d_model, seq_len=w.seg_len, depth=w.n_layers, heads=w.n_heads,
+            num_tokens=w.vocab,
+            dim=w.d_model,
+            seq_len=w.seg_len,
+            depth=w.n_layers,
+            heads=w.n_heads,
             mem_len=w.mem_len if mem_len is None else mem_len,
             cmem_len=w.cmem_len if cmem_len is None else cmem_len,
             cmem_ratio=w.rate,
-            enhanced_recurrence=False, gru_gated_residual=False, mogrify_gru=False,
-            attn_dropout=0.0, ff_dropout=0.0, attn_layer_dropout=0.0, reconstruction_attn_dropout=0.0,
+            enhanced_recurrence=False,
+            gru_gated_residual=False,
+            mogrify_gru=False,
+            attn_dropout=0.0,
+            ff_dropout=0.0,
+            attn_layer_dropout=0.0,
+            reconstruction_attn_dropout=0.0,
             reconstruction_loss_weight=1.0,
-        )  # fmt: skip
+        )
         assert w.d_ff == 4 * w.d_model, "compressive-transformer-pytorch hard-codes the FFN width as 4 * dim"
         self.opt = w.optimizer(self.model.parameters())
         self.param_count = sum(p.numel() for p in self.model.parameters())

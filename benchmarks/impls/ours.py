@@ -14,16 +14,28 @@ NAME = "ours"
 LABEL = "ours (compressive)"
 
 
-def model_config(w, *, compressive: bool = True, mem_len: int | None = None, cmem_len: int | None = None) -> ModelConfig:
+def model_config(
+    w, *, compressive: bool = True, mem_len: int | None = None, cmem_len: int | None = None
+) -> ModelConfig:
     mem = w.mem_len if mem_len is None else mem_len
     cmem = w.cmem_len if cmem_len is None else cmem_len
     if not compressive:  # Transformer-XL with the same attention size: the compressed slots become plain memory
         mem, cmem = mem + cmem, 0
     return ModelConfig(
-        vocab_size=w.vocab, d_model=w.d_model, n_layers=w.n_layers, n_heads=w.n_heads, d_ff=w.d_ff,
-        seg_len=w.seg_len, mem_len=mem, cmem_len=cmem, compression_rate=w.rate,
-        compression="conv", compression_loss="attention", dropout=0.0, attn_dropout=0.0,
-    )  # fmt: skip
+        vocab_size=w.vocab,
+        d_model=w.d_model,
+        n_layers=w.n_layers,
+        n_heads=w.n_heads,
+        d_ff=w.d_ff,
+        seg_len=w.seg_len,
+        mem_len=mem,
+        cmem_len=cmem,
+        compression_rate=w.rate,
+        compression="conv",
+        compression_loss="attention",
+        dropout=0.0,
+        attn_dropout=0.0,
+    )
 
 
 class Impl:
@@ -35,7 +47,9 @@ class Impl:
         self.forward = compile_model(self.model) if compile else self.model
         self.opt = w.optimizer(self.model.parameters())
         self.param_count = sum(p.numel() for p in self.model.parameters())
-        self.config = {k: getattr(cfg, k) for k in ("mem_len", "cmem_len", "compression", "compression_loss", "norm", "attn_impl")}
+        self.config = {
+            k: getattr(cfg, k) for k in ("mem_len", "cmem_len", "compression", "compression_loss", "norm", "attn_impl")
+        }
         self.config["compiled_steps"] = compile
         self.memory = None
         self.compile_decoder = False  # ours_compiled: the decoder's step under torch.compile
@@ -78,7 +92,9 @@ class Impl:
             out = self.model(seg, memory=memory)
             memory, logits = out.memory, out.logits
         tok = logits[:, -1].argmax(-1)
-        decoder = Decoder(self.model, memory, compile=self.compile_decoder)  # what generate() uses: ring buffers advanced in place
+        decoder = Decoder(
+            self.model, memory, compile=self.compile_decoder
+        )  # what generate() uses: ring buffers advanced in place
         stamps = [stamp()]
         for _ in range(n_new - 1):  # then one token per step
             tok = decoder.step(tok).argmax(-1)

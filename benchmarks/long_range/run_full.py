@@ -21,11 +21,28 @@ if __name__ == "__main__":
     if stage in ("main", "all"):  # the equal-cost comparison
         run_long_range("full", OUT, tasks=("passkey",), models=("txl", "ct"), seed=0)
     if stage in ("ablation", "all"):  # compression fn x loss, smaller budget per cell; conv x attention is "ct" above
-        run_long_range("full", OUT, tasks=("passkey",), models=[m for m in ABLATION_MODELS if m != "ct-conv-attention"], seed=0)
+        run_long_range(
+            "full", OUT, tasks=("passkey",), models=[m for m in ABLATION_MODELS if m != "ct-conv-attention"], seed=0
+        )
     if stage == "ablation-rest":  # the cells still missing when the first ablation run was stopped (time)
-        run_long_range("full", OUT, tasks=("passkey",), models=("ct-conv-autoencoder", "ct-dilated_conv-attention", "ct-dilated_conv-autoencoder"), seed=0)
+        run_long_range(
+            "full",
+            OUT,
+            tasks=("passkey",),
+            models=("ct-conv-autoencoder", "ct-dilated_conv-attention", "ct-dilated_conv-autoencoder"),
+            seed=0,
+        )
     if stage == "seeds":  # every cell and Transformer-XL at one budget over three seeds, two cells at a time (~2 h)
-        run_seeded("full", OUT + "/seeds", tasks=("passkey",), models=("txl", "ablation"), seeds=(0, 1, 2), parallel=2,
-                   command="python benchmarks/long_range/run_full.py seeds")  # fmt: skip
+        run_seeded(
+            "full",
+            OUT + "/seeds",
+            tasks=("passkey",),
+            models=("txl", "ablation"),
+            seeds=(0, 1, 2),
+            parallel=2,
+            command="python benchmarks/long_range/run_full.py seeds",
+        )
     if stage in ("tasks", "all"):  # the other two tasks, at a smaller budget (half of it the one-segment curriculum)
-        run_long_range("full", OUT, tasks=("associative_recall", "selective_copy"), models=("txl", "ct"), seed=0, budget=300)
+        run_long_range(
+            "full", OUT, tasks=("associative_recall", "selective_copy"), models=("txl", "ct"), seed=0, budget=300
+        )

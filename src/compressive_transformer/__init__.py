@@ -9,7 +9,13 @@ from compressive_transformer.config import (
     TrainConfig,
     load_run_config,
 )
-from compressive_transformer.context import ContextLength, TemporalRange, context_length, context_length_from_config, temporal_range
+from compressive_transformer.context import (
+    ContextLength,
+    TemporalRange,
+    context_length,
+    context_length_from_config,
+    temporal_range,
+)
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.export import export_run, from_pretrained
 from compressive_transformer.generate import filter_logits, generate

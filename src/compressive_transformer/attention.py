@@ -338,14 +338,20 @@ class RelativeAttention(nn.Module):
             # Without autograd the softmax overwrites the scores: no second (B, H, T, K) buffer.
             weights = torch.softmax(scores, dim=-1, out=None if torch.is_grad_enabled() else scores)
             del scores
-            dropped = F.dropout(weights, self.attn_dropout, True) if self.training and self.attn_dropout > 0 else weights
+            dropped = (
+                F.dropout(weights, self.attn_dropout, True) if self.training and self.attn_dropout > 0 else weights
+            )
             y = torch.bmm(dropped.view(B * H, T, K), v)  # (B*H, T, dh)
         else:
             weights = None
             y = F.scaled_dot_product_attention(
-                qu, k.view(B, H, K, dh), v.view(B, H, K, dh), attn_mask=bias.view(B, H, T, K),
-                dropout_p=self.attn_dropout if self.training else 0.0, scale=1.0,
-            )  # fmt: skip
+                qu,
+                k.view(B, H, K, dh),
+                v.view(B, H, K, dh),
+                attn_mask=bias.view(B, H, T, K),
+                dropout_p=self.attn_dropout if self.training else 0.0,
+                scale=1.0,
+            )
         y = self.out(y.view(B, H, T, dh).transpose(1, 2).reshape(B, T, n))
         return AttentionOutput(
             y=y, weights=weights, q=q.transpose(1, 2), k=k.view(B, H, K, dh), v=v.view(B, H, K, dh), cache=cache

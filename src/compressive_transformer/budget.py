@@ -27,7 +27,9 @@ def device_memory_bytes(device: torch.device) -> int | None:
         return None
 
 
-def forward_bytes(cfg: ModelConfig, *, batch_size: int, seg_len: int, mem_len: int, cmem_len: int, element_size: int = 4) -> int:
+def forward_bytes(
+    cfg: ModelConfig, *, batch_size: int, seg_len: int, mem_len: int, cmem_len: int, element_size: int = 4
+) -> int:
     """A lower bound of the bytes one forward pass holds: every layer's memory and compressed memory, the segment's
     hidden states, and one layer's attention scores (B x H x T x (T + M + C))."""
     B, T, d, L = batch_size, seg_len, cfg.d_model, cfg.n_layers
@@ -39,7 +41,14 @@ def forward_bytes(cfg: ModelConfig, *, batch_size: int, seg_len: int, mem_len: i
 
 
 def check_fits(
-    cfg: ModelConfig, *, batch_size: int, seg_len: int, mem_len: int, cmem_len: int, device: torch.device, key: str = "model.seg_len"
+    cfg: ModelConfig,
+    *,
+    batch_size: int,
+    seg_len: int,
+    mem_len: int,
+    cmem_len: int,
+    device: torch.device,
+    key: str = "model.seg_len",
 ) -> None:
     """One-line :class:`ConfigError` naming ``key`` when the lower bound exceeds the device's memory."""
     total = device_memory_bytes(device)

@@ -49,7 +49,15 @@ class NonFiniteWeights(CheckpointError):
 # what each use of a checkpoint cannot do without (a checkpoint without memory/optimizer is only written by callers
 # that pass none; its manifest then does not list them, and resuming from it is refused)
 WEIGHTS_FILES = ("model.safetensors",)
-RESUME_FILES = ("model.safetensors", "optimizer.safetensors", "optimizer.json", "memory.safetensors", "rng.safetensors", "state.json", "config.toml")
+RESUME_FILES = (
+    "model.safetensors",
+    "optimizer.safetensors",
+    "optimizer.json",
+    "memory.safetensors",
+    "rng.safetensors",
+    "state.json",
+    "config.toml",
+)
 
 
 @dataclass
@@ -268,7 +276,9 @@ def load_weights(path: str | Path, model: torch.nn.Module, *, verify: bool = Tru
     try:
         safetensors.torch.load_model(model, str(file), strict=True, device=str(next(model.parameters()).device))
     except safetensors.SafetensorError as e:
-        raise CheckpointError(f"checkpoint {path}: {file.name} does not parse ({str(e).splitlines()[0][:200]})") from None
+        raise CheckpointError(
+            f"checkpoint {path}: {file.name} does not parse ({str(e).splitlines()[0][:200]})"
+        ) from None
     except (RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:3])[:300]
@@ -281,7 +291,10 @@ def load_weights(path: str | Path, model: torch.nn.Module, *, verify: bool = Tru
 
 
 def load_newest_weights(
-    run_dir: str | Path, model: torch.nn.Module, checkpoint: str | Path | None = None, log: Callable[[str], None] | None = None
+    run_dir: str | Path,
+    model: torch.nn.Module,
+    checkpoint: str | Path | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Path:
     """Load ``checkpoint`` (when given: no fallback, it was asked for) or else the newest checkpoint of the run whose
     weights verify and are finite, reporting each newer one that does not through ``log``. Returns the path used."""
@@ -325,7 +338,9 @@ def newest_good_checkpoint(
         report_fallback(failures, log)
         return path
     if failures:
-        raise CheckpointError(f"{failures[0]}; no older checkpoint of {run_dir} verifies; move {checkpoint_dir(run_dir)} aside to start again from step 0")
+        raise CheckpointError(
+            f"{failures[0]}; no older checkpoint of {run_dir} verifies; move {checkpoint_dir(run_dir)} aside to start again from step 0"
+        )
     return None
 
 
@@ -344,7 +359,9 @@ def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path.parent}: {path.name} is missing") from None
     except (safetensors.SafetensorError, ValueError, RuntimeError, OSError) as e:
-        raise CheckpointError(f"checkpoint {path.parent}: {path.name} does not parse ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})") from None
+        raise CheckpointError(
+            f"checkpoint {path.parent}: {path.name} does not parse ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
+        ) from None
 
 
 def load_checkpoint(
@@ -358,7 +375,9 @@ def load_checkpoint(
     every file resuming needs is present and unchanged. Any damaged or missing file is a one-line
     :class:`CheckpointError` naming it (nothing is restored from a checkpoint that fails verification)."""
     path = Path(path)
-    verify_checkpoint(path, RESUME_FILES if optimizer is not None else ("model.safetensors", "rng.safetensors", "state.json"))
+    verify_checkpoint(
+        path, RESUME_FILES if optimizer is not None else ("model.safetensors", "rng.safetensors", "state.json")
+    )
     state = _read_json(path / "state.json")
     memory = _load_tensors(path / "memory.safetensors") if (path / "memory.safetensors").is_file() else None
     rng = _load_tensors(path / "rng.safetensors")
@@ -386,7 +405,9 @@ def load_checkpoint(
         try:
             restore_rng(rng, rng_meta)
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
-            raise CheckpointError(f"checkpoint {path}: rng.safetensors / state.json hold no valid RNG state ({e!r})") from None
+            raise CheckpointError(
+                f"checkpoint {path}: rng.safetensors / state.json hold no valid RNG state ({e!r})"
+            ) from None
     return Checkpoint(
         path=path,
         step=step,

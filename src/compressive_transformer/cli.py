@@ -22,7 +22,11 @@ def _add_overrides(p: argparse.ArgumentParser, help_text: str) -> None:
 
 
 def _add_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", help="where the model runs: auto (CUDA if present, else CPU), cpu, cuda (default auto; wherever the run was trained)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="where the model runs: auto (CUDA if present, else CPU), cpu, cuda (default auto; wherever the run was trained)",
+    )
     p.add_argument("--threads", type=int, help="CPU threads (default: the run's train.num_threads)")
 
 
@@ -34,9 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
     from compressive_transformer import __version__
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="run `compressive-transformer COMMAND -h` for its options")
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="run `compressive-transformer COMMAND -h` for its options",
+    )
 
-    p = sub.add_parser("train", help="train a model (or resume a run)", description="Train a model into a run directory.")
+    p = sub.add_parser(
+        "train", help="train a model (or resume a run)", description="Train a model into a run directory."
+    )
     p.add_argument("--config", type=Path, help="TOML config (see configs/); default: the built-in tiny config")
     _add_overrides(p, "override one config key, e.g. --set train.steps=500 (repeatable)")
     p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/<config>-<time>")
@@ -51,13 +62,27 @@ def build_parser() -> argparse.ArgumentParser:
         "eval_data-<format>-<dir>-<split>.json under a name no earlier result holds.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train`")
-    p.add_argument("--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split of the run)")
-    p.add_argument("--text", type=Path, nargs="+", metavar="FILE", help="score these files (each one whole, memory carried through it) with the run's tokenizer")
+    p.add_argument(
+        "--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split of the run)"
+    )
+    p.add_argument(
+        "--text",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="score these files (each one whole, memory carried through it) with the run's tokenizer",
+    )
     p.add_argument("--data", type=Path, metavar="DIR", help="score a split of another corpus (with --format)")
     p.add_argument("--format", choices=path_formats(), help="the corpus format of --data")
     _add_overrides(p, "override an eval key, e.g. --set eval.mem_len=1024 (repeatable)")
-    p.add_argument("--checkpoint", type=Path, help="checkpoint directory to evaluate (default: the newest that verifies)")
-    p.add_argument("--out", type=Path, help="where to write the result JSON (default: in RUN_DIR, under a name no earlier result holds)")
+    p.add_argument(
+        "--checkpoint", type=Path, help="checkpoint directory to evaluate (default: the newest that verifies)"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="where to write the result JSON (default: in RUN_DIR, under a name no earlier result holds)",
+    )
     _add_device(p)
 
     p = sub.add_parser(
@@ -66,20 +91,55 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sample text from a trained run, carrying memory across the prompt and the continuation. The text "
         "is printed as it is produced; --save-memory/--load-memory continue a long document across calls.",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory written by `train` (or a directory written by `export`)")
+    p.add_argument(
+        "run_dir",
+        type=Path,
+        metavar="RUN_DIR",
+        help="run directory written by `train` (or a directory written by `export`)",
+    )
     p.add_argument("--prompt", help="text to continue")
-    p.add_argument("--prompts-file", type=Path, help="one prompt per line (\\n inside a line is a newline); each is continued in turn")
+    p.add_argument(
+        "--prompts-file",
+        type=Path,
+        help="one prompt per line (\\n inside a line is a newline); each is continued in turn",
+    )
     p.add_argument("--max-tokens", type=int, default=200, help="tokens to generate (default 200)")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
-    p.add_argument("--top-k", type=int, default=0, help="sample among the K most likely tokens; 0 keeps all (default 0)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; 1 keeps all (default 1.0)")
+    p.add_argument(
+        "--top-k", type=int, default=0, help="sample among the K most likely tokens; 0 keeps all (default 0)"
+    )
+    p.add_argument(
+        "--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; 1 keeps all (default 1.0)"
+    )
     p.add_argument("--seed", type=int, help="random seed for reproducible samples")
-    p.add_argument("--stop", action="append", default=[], metavar="STRING", help="end the continuation before this string (repeatable)")
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="STRING",
+        help="end the continuation before this string (repeatable)",
+    )
     p.add_argument("--mem-len", type=int, help="memory slots per layer (default: the run's eval/training value)")
-    p.add_argument("--cmem-len", type=int, help="compressed memory slots per layer (default: the run's eval/training value)")
-    p.add_argument("--save-memory", type=Path, metavar="FILE", help="write the memory after the continuation to FILE (safetensors) to go on later")
-    p.add_argument("--load-memory", type=Path, metavar="FILE", help="continue from a memory saved with --save-memory (the prompt may then be omitted)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the decoding step: ~15 s to start, then about twice as fast per token")
+    p.add_argument(
+        "--cmem-len", type=int, help="compressed memory slots per layer (default: the run's eval/training value)"
+    )
+    p.add_argument(
+        "--save-memory",
+        type=Path,
+        metavar="FILE",
+        help="write the memory after the continuation to FILE (safetensors) to go on later",
+    )
+    p.add_argument(
+        "--load-memory",
+        type=Path,
+        metavar="FILE",
+        help="continue from a memory saved with --save-memory (the prompt may then be omitted)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decoding step: ~15 s to start, then about twice as fast per token",
+    )
     _add_device(p)
 
     p = sub.add_parser(
@@ -92,7 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="directory to write (new or empty)")
     p.add_argument("--checkpoint", type=Path, help="checkpoint directory to export (default: the newest)")
 
-    p = sub.add_parser("range", help="print the temporal range and attention cost of a config", description="Temporal range l x (n_m + c n_cm) and attention cost of a model config.")
+    p = sub.add_parser(
+        "range",
+        help="print the temporal range and attention cost of a config",
+        description="Temporal range l x (n_m + c n_cm) and attention cost of a model config.",
+    )
     p.add_argument("--config", type=Path, help="TOML config; default: the built-in tiny config")
     _add_overrides(p, "override one config key, e.g. --set model.cmem_len=512 (repeatable)")
 
@@ -103,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate each, and write OUT/results.md and OUT/results.json (model, n_s/n_m/n_cm, window, average context "
         "length, bpc, perplexity, training tokens/s). Finished runs in OUT are reused, never overwritten.",
     )
-    p.add_argument("spec", type=Path, metavar="SPEC", help="comparison spec TOML with [base] and [variants.NAME] tables")
+    p.add_argument(
+        "spec", type=Path, metavar="SPEC", help="comparison spec TOML with [base] and [variants.NAME] tables"
+    )
     p.add_argument("--out", type=Path, help="output directory; default: a fresh runs/compare-<time>")
     _add_overrides(p, "override a key of every variant, e.g. --set train.steps=100 (repeatable)")
     p.add_argument("--split", choices=("train", "validation", "test"), help="split to evaluate (default: eval.split)")
@@ -118,13 +184,23 @@ def build_parser() -> argparse.ArgumentParser:
         "plots with intervals over seeds and paired differences to the baseline. Resumable: rerun the same command "
         "after any interruption; finished runs are reused.",
     )
-    p.add_argument("spec", type=Path, metavar="SPEC", help="study spec TOML with [study], [base] and [variants.NAME] tables")
+    p.add_argument(
+        "spec", type=Path, metavar="SPEC", help="study spec TOML with [study], [base] and [variants.NAME] tables"
+    )
     p.add_argument("--out", type=Path, help="output directory; default: the spec's directory")
     _add_overrides(p, "override a key of every variant, e.g. --set train.steps=100 (repeatable)")
     p.add_argument("--parallel", type=int, help="runs trained at once (default: study.parallel)")
-    p.add_argument("--threads", type=int, help="CPU threads in all, split between parallel runs (default: study.threads, else every core)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads in all, split between parallel runs (default: study.threads, else every core)",
+    )
 
-    p = sub.add_parser("task", help="long-range synthetic tasks", description="Controlled long-range tasks (passkey, associative recall, selective copy), streamed segment by segment with memory.")
+    p = sub.add_parser(
+        "task",
+        help="long-range synthetic tasks",
+        description="Controlled long-range tasks (passkey, associative recall, selective copy), streamed segment by segment with memory.",
+    )
     task_sub = p.add_subparsers(dest="task_command", required=True, metavar="ACTION", help="what to run")
     t = task_sub.add_parser(
         "long-range",
@@ -132,16 +208,36 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train each model on each task, evaluate accuracy by distance, merge into OUT/results.json, and "
         "plot accuracy against distance with the theoretical ranges drawn in.",
     )
-    t.add_argument("--preset", choices=("quick", "full"), default="full", help="training budget and task sizes (quick: seconds; default full)")
-    t.add_argument("--tasks", default="passkey", help="comma-separated: passkey, associative_recall, selective_copy (default passkey)")
-    t.add_argument("--models", default="txl,ct", help="comma-separated: txl, ct, ct-<compression>-<loss>, or ablation for the compression fn x loss grid (default txl,ct)")
+    t.add_argument(
+        "--preset",
+        choices=("quick", "full"),
+        default="full",
+        help="training budget and task sizes (quick: seconds; default full)",
+    )
+    t.add_argument(
+        "--tasks",
+        default="passkey",
+        help="comma-separated: passkey, associative_recall, selective_copy (default passkey)",
+    )
+    t.add_argument(
+        "--models",
+        default="txl,ct",
+        help="comma-separated: txl, ct, ct-<compression>-<loss>, or ablation for the compression fn x loss grid (default txl,ct)",
+    )
     t.add_argument("--seed", type=int, default=0, help="seed of data and initialisation (default 0)")
-    t.add_argument("--seeds", help="comma-separated seeds, e.g. 0,1,2: every (task, model, seed) cell at one budget (--budget, else the preset's ablation budget), resumable, summarised with 95%% intervals in OUT/seeds.md")
+    t.add_argument(
+        "--seeds",
+        help="comma-separated seeds, e.g. 0,1,2: every (task, model, seed) cell at one budget (--budget, else the preset's ablation budget), resumable, summarised with 95%% intervals in OUT/seeds.md",
+    )
     t.add_argument("--parallel", type=int, default=1, help="cells trained at once with --seeds (default 1)")
     t.add_argument("--budget", type=int, help="training steps per model (default: the preset's)")
     t.add_argument("--out", type=Path, help="output directory (default: a fresh runs/long-range-<time>)")
     t.add_argument("--threads", type=int, help="torch CPU threads")
-    t = task_sub.add_parser("train", help="one model on one task from a TOML config", description="Train one model on one task (configs/long_range/) and write OUT/result.json with a plot.")
+    t = task_sub.add_parser(
+        "train",
+        help="one model on one task from a TOML config",
+        description="Train one model on one task (configs/long_range/) and write OUT/result.json with a plot.",
+    )
     t.add_argument("config", type=Path, metavar="CONFIG", help="task TOML config")
     _add_overrides(t, "override a key, e.g. --set train.steps=200 (repeatable)")
     t.add_argument("--out", type=Path, required=True, help="output directory")
@@ -153,9 +249,22 @@ def build_parser() -> argparse.ArgumentParser:
             description="Attention by memory region, compressibility per layer, temporal range (theoretical and "
             "measured), perplexity by word frequency and training curves, as markdown + HTML + PNG + JSON.",
         )
-        p.add_argument("run_dirs", type=Path, nargs="+" if many else 1, metavar="RUN_DIR", help="run directories written by `train`")
-        p.add_argument("--out", type=Path, required=many, help="output directory" + ("" if many else " (default RUN_DIR/analysis)"))
-        p.add_argument("--split", choices=("train", "validation", "test"), default="validation", help="held-out split to analyse (default validation)")
+        p.add_argument(
+            "run_dirs",
+            type=Path,
+            nargs="+" if many else 1,
+            metavar="RUN_DIR",
+            help="run directories written by `train`",
+        )
+        p.add_argument(
+            "--out", type=Path, required=many, help="output directory" + ("" if many else " (default RUN_DIR/analysis)")
+        )
+        p.add_argument(
+            "--split",
+            choices=("train", "validation", "test"),
+            default="validation",
+            help="held-out split to analyse (default validation)",
+        )
         p.add_argument("--only", help="comma-separated subset of regions, compressibility, temporal, frequency")
         p.add_argument("--max-segments", type=int, default=40, help="segments streamed per analysis (default 40)")
         p.add_argument("--batch-size", type=int, default=4, help="parallel streams (default 4)")
@@ -163,16 +272,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("data", help="data utilities", description="Data utilities.")
     data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION", help="what to do with the data")
-    d = data_sub.add_parser("download", help="download a benchmark corpus and verify its checksum", description="Download a benchmark corpus into DIR.")
+    d = data_sub.add_parser(
+        "download",
+        help="download a benchmark corpus and verify its checksum",
+        description="Download a benchmark corpus into DIR.",
+    )
     from compressive_transformer.data import SOURCES
 
     d.add_argument("name", choices=sorted(SOURCES), help="corpus to download")
-    d.add_argument("dir", type=Path, metavar="DIR", nargs="?", default=Path("data"), help="directory to download into (default data, where the configs look)")
+    d.add_argument(
+        "dir",
+        type=Path,
+        metavar="DIR",
+        nargs="?",
+        default=Path("data"),
+        help="directory to download into (default data, where the configs look)",
+    )
     d.add_argument("--limit", type=int, help="pg19: only the first N books of each split")
     d.add_argument("--base-url", help="a mirror to download from instead of the corpus's own site")
-    d.add_argument("--manifest", type=Path, help="pg19: pinned manifest.json (from a previous download) every file must match")
+    d.add_argument(
+        "--manifest", type=Path, help="pg19: pinned manifest.json (from a previous download) every file must match"
+    )
 
-    p = sub.add_parser("demo", help="train, evaluate and sample a small model on the pydoc topics in a few minutes", description="Train a small Compressive Transformer on Python's own help topics (bytes), evaluate it and sample from it.")
+    p = sub.add_parser(
+        "demo",
+        help="train, evaluate and sample a small model on the pydoc topics in a few minutes",
+        description="Train a small Compressive Transformer on Python's own help topics (bytes), evaluate it and sample from it.",
+    )
     p.add_argument("--steps", type=int, help="training steps (default: the demo config's 400)")
     p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/demo-<time>")
     return parser
@@ -210,8 +336,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         from compressive_transformer.run import evaluate_run
 
         result = evaluate_run(
-            args.run_dir, split=args.split, overrides=args.overrides, checkpoint=args.checkpoint, out=args.out, device=args.device, threads=args.threads,
-        )  # fmt: skip
+            args.run_dir,
+            split=args.split,
+            overrides=args.overrides,
+            checkpoint=args.checkpoint,
+            out=args.out,
+            device=args.device,
+            threads=args.threads,
+        )
         print(result.summary())
         print(f"wrote {args.out or args.run_dir / f'eval_{result.split}.json'}")
         return
@@ -225,7 +357,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.text is not None and args.format is not None:
         raise ConfigError("--format: applies to --data DIR only; drop it with --text")
     check_text_overrides(args.overrides, split=args.split, what="--text" if args.text is not None else "--data")
-    run = load_run(args.run_dir, device=args.device, checkpoint=args.checkpoint, threads=args.threads, overrides=args.overrides)
+    run = load_run(
+        args.run_dir, device=args.device, checkpoint=args.checkpoint, threads=args.threads, overrides=args.overrides
+    )
     if args.text is not None:
         source = files_source(args.text, run.tokenizer.kind)
     else:
@@ -245,7 +379,9 @@ def cmd_export(args: argparse.Namespace) -> None:
     from compressive_transformer.export import export_run
 
     out = export_run(args.run_dir, args.out_dir, checkpoint=args.checkpoint)
-    print(f"wrote {out} (config.json, model.safetensors, tokenizer.json); load it with compressive_transformer.from_pretrained")
+    print(
+        f"wrote {out} (config.json, model.safetensors, tokenizer.json); load it with compressive_transformer.from_pretrained"
+    )
 
 
 def cmd_range(args: argparse.Namespace) -> None:
@@ -270,8 +406,12 @@ def cmd_study(args: argparse.Namespace) -> None:
 
     out = args.out or args.spec.parent
     command = "compressive-transformer " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else ""
-    summary = run_study(args.spec, out, overrides=args.overrides, parallel=args.parallel, threads=args.threads, command=command)
-    print(f"{summary['runs_done']} of {summary['runs_total']} runs measured; wrote {out / 'results.md'} and {out / 'results.json'}")
+    summary = run_study(
+        args.spec, out, overrides=args.overrides, parallel=args.parallel, threads=args.threads, command=command
+    )
+    print(
+        f"{summary['runs_done']} of {summary['runs_total']} runs measured; wrote {out / 'results.md'} and {out / 'results.json'}"
+    )
 
 
 def cmd_task(args: argparse.Namespace) -> None:
@@ -287,11 +427,22 @@ def cmd_task(args: argparse.Namespace) -> None:
         try:
             seeds = tuple(int(s) for s in args.seeds.split(","))
         except ValueError:
-            raise ConfigError(f"--seeds: {args.seeds!r} is not a comma-separated list of integers, e.g. 0,1,2") from None
+            raise ConfigError(
+                f"--seeds: {args.seeds!r} is not a comma-separated list of integers, e.g. 0,1,2"
+            ) from None
         tasks, models = tuple(args.tasks.split(",")), tuple(args.models.split(","))
         command = seeded_command(args.preset, args.out, tasks, models, seeds, args.budget, args.parallel)
-        run_seeded(args.preset, args.out, tasks=tasks, models=models, seeds=seeds, budget=args.budget,
-                   parallel=args.parallel, threads=args.threads or 1, command=command)  # fmt: skip
+        run_seeded(
+            args.preset,
+            args.out,
+            tasks=tasks,
+            models=models,
+            seeds=seeds,
+            budget=args.budget,
+            parallel=args.parallel,
+            threads=args.threads or 1,
+            command=command,
+        )
         print(f"wrote {args.out / 'seeds.json'} and {args.out / 'seeds.md'}")
         return
     if args.parallel != 1:
@@ -304,7 +455,12 @@ def cmd_task(args: argparse.Namespace) -> None:
 
     args.out = args.out or fresh_run_dir("long-range")
     run_long_range(
-        args.preset, args.out, tasks=tuple(args.tasks.split(",")), models=tuple(args.models.split(",")), seed=args.seed, budget=args.budget
+        args.preset,
+        args.out,
+        tasks=tuple(args.tasks.split(",")),
+        models=tuple(args.models.split(",")),
+        seed=args.seed,
+        budget=args.budget,
     )
     print(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
 
@@ -315,9 +471,15 @@ def cmd_report(args: argparse.Namespace) -> None:
     out = args.out or args.run_dirs[0] / "analysis"
     analyses = tuple(args.only.split(",")) if args.only else ANALYSES
     path = write_report(
-        args.run_dirs, out, split=args.split, analyses=analyses, max_segments=args.max_segments, batch_size=args.batch_size, device=args.device,
+        args.run_dirs,
+        out,
+        split=args.split,
+        analyses=analyses,
+        max_segments=args.max_segments,
+        batch_size=args.batch_size,
+        device=args.device,
         threads=args.threads,
-    )  # fmt: skip
+    )
     print(f"wrote {path} (and report.html, PNGs, report.json beside it)")
 
 

@@ -121,15 +121,33 @@ def _mean(groups: Tensor) -> Tensor:
     return groups.mean(dim=2)
 
 
-register_compressor("max_pool", lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "max"), trainable=False, scale_pool=_max)
-register_compressor("mean_pool", lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "mean"), trainable=False, scale_pool=_mean)
-register_compressor("conv", lambda cfg: ConvCompressor(cfg.d_model, cfg.compression_rate, cfg.compression_extra_width), trainable=True)
+register_compressor(
+    "max_pool",
+    lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "max"),
+    trainable=False,
+    scale_pool=_max,
+)
+register_compressor(
+    "mean_pool",
+    lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "mean"),
+    trainable=False,
+    scale_pool=_mean,
+)
+register_compressor(
+    "conv", lambda cfg: ConvCompressor(cfg.d_model, cfg.compression_rate, cfg.compression_extra_width), trainable=True
+)
 register_compressor(
     "dilated_conv",
     lambda cfg: DilatedConvCompressor(cfg.d_model, cfg.compression_rate, cfg.compression_extra_width, cfg.dilations),
     trainable=True,
 )
-register_compressor("most_used", lambda cfg: MostUsedCompressor(cfg.compression_rate, 0), trainable=False, needs_usage=True, extra_width=False)
+register_compressor(
+    "most_used",
+    lambda cfg: MostUsedCompressor(cfg.compression_rate, 0),
+    trainable=False,
+    needs_usage=True,
+    extra_width=False,
+)
 
 
 def build_compressor(cfg: ModelConfig) -> Compressor:

@@ -76,7 +76,9 @@ def _check_types(obj: Any, section: str) -> None:
         value = getattr(obj, name)
         if not _type_ok(value, annotation):
             kind = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-            raise ConfigError(f"{section}.{name}: expected {kind}{' (finite)' if annotation is float else ''}, got {value!r}")
+            raise ConfigError(
+                f"{section}.{name}: expected {kind}{' (finite)' if annotation is float else ''}, got {value!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,11 @@ class ModelConfig:
         _require(self.mem_len >= 0, p + "mem_len", "must be >= 0")
         _require(self.cmem_len >= 0, p + "cmem_len", "must be >= 0")
         _require(self.compression_rate >= 1, p + "compression_rate", "must be >= 1")
-        _require(self.compression in COMPRESSORS, p + "compression", f"unknown {self.compression!r}; use one of {', '.join(COMPRESSORS)}")
+        _require(
+            self.compression in COMPRESSORS,
+            p + "compression",
+            f"unknown {self.compression!r}; use one of {', '.join(COMPRESSORS)}",
+        )
         _require(
             self.compression_loss in COMPRESSION_LOSSES,
             p + "compression_loss",
@@ -166,11 +172,21 @@ class ModelConfig:
         _require(not self.gating or self.norm == "pre", p + "gating", "GTrXL gating needs norm = 'pre'")
         _require(0.0 <= self.dropout < 1.0, p + "dropout", "must be in [0, 1)")
         _require(0.0 <= self.attn_dropout < 1.0, p + "attn_dropout", "must be in [0, 1)")
-        _require(self.attn_impl in ATTENTION_IMPLS, p + "attn_impl", f"unknown {self.attn_impl!r}; use one of {', '.join(ATTENTION_IMPLS)}")
-        _require(not (self.tie_embeddings and (self.input_dim > 0 or self.vocab_size == 0)), p + "tie_embeddings", "needs token inputs (input_dim = 0) and vocab_size > 0")
+        _require(
+            self.attn_impl in ATTENTION_IMPLS,
+            p + "attn_impl",
+            f"unknown {self.attn_impl!r}; use one of {', '.join(ATTENTION_IMPLS)}",
+        )
+        _require(
+            not (self.tie_embeddings and (self.input_dim > 0 or self.vocab_size == 0)),
+            p + "tie_embeddings",
+            "needs token inputs (input_dim = 0) and vocab_size > 0",
+        )
         if self.is_ql:
             self._check_ql()
-        _require(self.is_ql or self.droppath == 0.0, p + "droppath", "droppath is a Transformer-QL option; set scales or 0")
+        _require(
+            self.is_ql or self.droppath == 0.0, p + "droppath", "droppath is a Transformer-QL option; set scales or 0"
+        )
         if self.uses_compression:
             spec = COMPRESSORS[self.compression]
             _require(
@@ -206,21 +222,37 @@ class ModelConfig:
         _require(all(isinstance(n, int) and n >= 1 for n in self.scales), p + "scales", "every scale needs >= 1 layer")
         _require(self.output_layers >= 0, p + "output_layers", "must be >= 0")
         total = sum(self.scales) + self.output_layers
-        _require(self.n_layers == total, p + "n_layers", f"Transformer-QL has sum(scales) + output_layers = {total} layers; set n_layers = {total}")
-        _require(self.cmem_len == 0, p + "cmem_len", "Transformer-QL compresses between scales, not into a compressed memory; set cmem_len = 0")
+        _require(
+            self.n_layers == total,
+            p + "n_layers",
+            f"Transformer-QL has sum(scales) + output_layers = {total} layers; set n_layers = {total}",
+        )
+        _require(
+            self.cmem_len == 0,
+            p + "cmem_len",
+            "Transformer-QL compresses between scales, not into a compressed memory; set cmem_len = 0",
+        )
         pools = [name for name, spec in COMPRESSORS.items() if spec.scale_pool is not None]
         _require(
             COMPRESSORS[self.compression].scale_pool is not None,
             p + "compression",
             f"Transformer-QL pools between scales; use {' or '.join(repr(n) for n in pools)} (with compression_loss = 'none')",
         )
-        _require(self.compression_loss == "none", p + "compression_loss", "Transformer-QL's pooling has nothing to train; set 'none'")
-        _require(self.compression_extra_width == 0, p + "compression_extra_width", "Transformer-QL pools with window c; set 0")
+        _require(
+            self.compression_loss == "none",
+            p + "compression_loss",
+            "Transformer-QL's pooling has nothing to train; set 'none'",
+        )
+        _require(
+            self.compression_extra_width == 0,
+            p + "compression_extra_width",
+            "Transformer-QL pools with window c; set 0",
+        )
         levels = len(self.scales) - 1
         _require(
             self.seg_len % (c**levels) == 0,
             p + "seg_len",
-            f"must be divisible by compression_rate ** (len(scales) - 1) = {c ** levels} so every scale shifts whole states",
+            f"must be divisible by compression_rate ** (len(scales) - 1) = {c**levels} so every scale shifts whole states",
         )
         _require(
             (self.seg_len + self.mem_len) % c == 0,
@@ -299,11 +331,17 @@ class TrainConfig:
         _require(self.warmup_steps >= 0, p + "warmup_steps", "must be >= 0")
         _require(self.decay_steps >= 0, p + "decay_steps", "must be >= 0 (0 means steps - warmup_steps)")
         _require(self.compressor_lr_scale >= 0, p + "compressor_lr_scale", "must be >= 0")
-        _require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), p + "betas", "must be two numbers in [0, 1)")
+        _require(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), p + "betas", "must be two numbers in [0, 1)"
+        )
         _require(self.eps > 0, p + "eps", "must be > 0")
         _require(self.weight_decay >= 0, p + "weight_decay", "must be >= 0")
         _require(self.grad_clip >= 0, p + "grad_clip", "must be >= 0 (0 means no clipping)")
-        _require(self.divergence_factor == 0 or self.divergence_factor >= 1, p + "divergence_factor", "must be 0 (off) or >= 1")
+        _require(
+            self.divergence_factor == 0 or self.divergence_factor >= 1,
+            p + "divergence_factor",
+            "must be 0 (off) or >= 1",
+        )
         acc = self.accumulate
         _require(
             len(acc) > 0 and all(len(a) == 2 and a[1] >= 1 for a in acc),
@@ -350,12 +388,20 @@ class EvalConfig:
     def __post_init__(self) -> None:
         _check_types(self, "eval")
         p = "eval."
-        _require(self.amp in ("",) + AMP_CHOICES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_CHOICES)} (or \"\" for train.amp)")
+        _require(
+            self.amp in ("",) + AMP_CHOICES,
+            p + "amp",
+            f'unknown {self.amp!r}; use one of {", ".join(AMP_CHOICES)} (or "" for train.amp)',
+        )
         _require(self.split in ("train", "validation", "test"), p + "split", "use train, validation or test")
         _require(self.batch_size > 0, p + "batch_size", "must be > 0")
         _require(self.seg_len is None or self.seg_len > 0, p + "seg_len", "must be > 0 (leave unset for model.seg_len)")
-        _require(self.mem_len is None or self.mem_len >= 0, p + "mem_len", "must be >= 0 (leave unset for model.mem_len)")
-        _require(self.cmem_len is None or self.cmem_len >= 0, p + "cmem_len", "must be >= 0 (leave unset for model.cmem_len)")
+        _require(
+            self.mem_len is None or self.mem_len >= 0, p + "mem_len", "must be >= 0 (leave unset for model.mem_len)"
+        )
+        _require(
+            self.cmem_len is None or self.cmem_len >= 0, p + "cmem_len", "must be >= 0 (leave unset for model.cmem_len)"
+        )
         _require(self.max_batches >= 0, p + "max_batches", "must be >= 0 (0 means the whole split)")
 
 
@@ -430,7 +476,11 @@ class DataConfig:
         _check_types(self, "data")
         p = "data."
         _require(self.format in FORMATS, p + "format", f"unknown {self.format!r}; use one of {', '.join(FORMATS)}")
-        _require(self.tokenizer in TOKENIZERS, p + "tokenizer", f"unknown {self.tokenizer!r}; use one of {', '.join(TOKENIZERS)}")
+        _require(
+            self.tokenizer in TOKENIZERS,
+            p + "tokenizer",
+            f"unknown {self.tokenizer!r}; use one of {', '.join(TOKENIZERS)}",
+        )
         fmt = FORMATS[self.format]
         _require(
             not fmt.needs_path or bool(self.path),

@@ -213,7 +213,6 @@ def context_length_from_config(cfg: Any) -> ContextLength:
     )
 
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # The same reach in the Compressive Transformer paper's terms (section 3.3), with the attention cost it comes at
 
@@ -259,15 +258,29 @@ def range_report(cfg: ModelConfig) -> str:
         ]
     n_s, memory = cfg.seg_len, cfg.mem_len + cfg.cmem_len
     rows = [("this config", context_length_from_config(cfg))]
-    rows.append((f"Transformer-XL {n_s}/{memory}", context_length(model="transformer-xl", seg_len=n_s, mem_len=memory, n_layers=cfg.n_layers)))
+    rows.append(
+        (
+            f"Transformer-XL {n_s}/{memory}",
+            context_length(model="transformer-xl", seg_len=n_s, mem_len=memory, n_layers=cfg.n_layers),
+        )
+    )
     half, c = memory // 2, max(cfg.compression_rate, 2)
     rows.append(
         (
             f"Compressive Transformer {n_s}/{memory - half}/{half} c={c}",
-            context_length(model="compressive", seg_len=n_s, mem_len=memory - half, cmem_len=half, compression_rate=c, n_layers=cfg.n_layers),
+            context_length(
+                model="compressive",
+                seg_len=n_s,
+                mem_len=memory - half,
+                cmem_len=half,
+                compression_rate=c,
+                n_layers=cfg.n_layers,
+            ),
         )
     )
-    lines.append(f"context length (min / max / average) at window n_s + memory = {n_s + memory}, {cfg.n_layers} layers:")
+    lines.append(
+        f"context length (min / max / average) at window n_s + memory = {n_s + memory}, {cfg.n_layers} layers:"
+    )
     lines += [f"  {name:<40} {ctx.min:>8} {ctx.max:>8} {ctx.average:>10g}" for name, ctx in rows]
     return "\n".join(lines)
 

@@ -54,7 +54,9 @@ class EvalResult:
     @property
     def bpc(self) -> float:
         """Deprecated: this name held bits per *token*; read ``bits_per_token`` or ``bits_per_char``."""
-        warnings.warn("EvalResult.bpc is bits per token; use bits_per_token or bits_per_char", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "EvalResult.bpc is bits per token; use bits_per_token or bits_per_char", DeprecationWarning, stacklevel=2
+        )
         return self.bits_per_token
 
     @property
@@ -100,11 +102,15 @@ def evaluate(
     start = time.perf_counter()
     bar = tqdm(total=total, desc=f"eval {split}", unit="seg", disable=not progress, leave=False)
     batches = itertools.islice(batcher, total)
-    steps = stream(model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device, amp_dtype=amp_dtype)
+    steps = stream(
+        model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device, amp_dtype=amp_dtype
+    )
     try:
         for step in steps:
             targets = step.batch.targets.to(device)
-            nll = F.cross_entropy(step.out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+            nll = F.cross_entropy(
+                step.out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+            )
             total_nll += float(nll)
             tokens += int((targets != IGNORE_INDEX).sum())
             segments += 1

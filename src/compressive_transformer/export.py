@@ -55,7 +55,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, checkpoint: str | Pa
     return out
 
 
-def from_pretrained(directory: str | Path, *, device: str | None = None, threads: int | None = None, overrides: Sequence[str] = ()) -> "Run":
+def from_pretrained(
+    directory: str | Path, *, device: str | None = None, threads: int | None = None, overrides: Sequence[str] = ()
+) -> "Run":
     """Load a directory written by :func:`export_run` as a :class:`~compressive_transformer.loading.Run`
     (``device`` as in ``load_run``; ``overrides``: ``eval.*`` keys)."""
     from compressive_transformer.data import load_tokenizer
@@ -77,9 +79,13 @@ def from_pretrained(directory: str | Path, *, device: str | None = None, threads
     set_threads(threads if threads is not None else cfg.train.num_threads)
     model = build_model(cfg.model).to(resolve_device(device or "auto", key="--device"))
     try:
-        safetensors.torch.load_model(model, str(directory / WEIGHTS), strict=True, device=str(next(model.parameters()).device))
+        safetensors.torch.load_model(
+            model, str(directory / WEIGHTS), strict=True, device=str(next(model.parameters()).device)
+        )
     except (OSError, RuntimeError, ValueError) as e:
-        raise ConfigError(f"from_pretrained: {directory / WEIGHTS} does not fit {CONFIG_JSON} ({str(e).splitlines()[0][:200]})") from None
+        raise ConfigError(
+            f"from_pretrained: {directory / WEIGHTS} does not fit {CONFIG_JSON} ({str(e).splitlines()[0][:200]})"
+        ) from None
     model.eval()
     return Run(config=cfg, tokenizer=load_tokenizer(directory), model=model, run_dir=None, checkpoint=None)
 

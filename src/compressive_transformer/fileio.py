@@ -33,7 +33,9 @@ def require_writable(path: Path) -> None:
         if path.exists() and not os.access(path, os.W_OK):
             raise PermissionError(13, "Permission denied", str(path))
     except OSError as e:
-        raise ConfigError(f"{path}: cannot be written ({e.strerror or e}); pass --out FILE to write the result elsewhere") from None
+        raise ConfigError(
+            f"{path}: cannot be written ({e.strerror or e}); pass --out FILE to write the result elsewhere"
+        ) from None
 
 
 __all__ = ["write_text_atomic", "require_writable"]

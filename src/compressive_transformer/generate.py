@@ -37,7 +37,9 @@ def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int 
     if max_tokens < 0:
         raise ConfigError(f"max_tokens: must be >= 0, got {max_tokens}")
     if temperature == 0 and (top_k > 0 or top_p < 1.0):
-        raise ConfigError("temperature: 0 is greedy decoding, which ignores top_k and top_p; drop them or set temperature > 0")
+        raise ConfigError(
+            "temperature: 0 is greedy decoding, which ignores top_k and top_p; drop them or set temperature > 0"
+        )
 
 
 def clean_prompt(prompt: str | bytes) -> str:

@@ -75,7 +75,9 @@ def read_manifest(directory: Path) -> dict | None:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
         files = manifest["files"]
-        if not isinstance(files, dict) or not all(isinstance(v, dict) and "sha256" in v and "size" in v for v in files.values()):
+        if not isinstance(files, dict) or not all(
+            isinstance(v, dict) and "sha256" in v and "size" in v for v in files.values()
+        ):
             raise ValueError("bad file table")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise IntegrityError(f"{path} is damaged ({type(e).__name__})") from None
@@ -98,7 +100,9 @@ def verify_files(directory: Path, required: tuple[str, ...] = ()) -> dict | None
         if not path.is_file():
             raise IntegrityError(f"{path} is missing")
         if path.stat().st_size != entry["size"]:
-            raise IntegrityError(f"{path} has {path.stat().st_size:,} bytes, the manifest says {entry['size']:,} (truncated or overwritten)")
+            raise IntegrityError(
+                f"{path} has {path.stat().st_size:,} bytes, the manifest says {entry['size']:,} (truncated or overwritten)"
+            )
         if sha256_file(path) != entry["sha256"]:
             raise IntegrityError(f"{path} does not match its sha256 in the manifest (the bytes changed on disk)")
     return manifest

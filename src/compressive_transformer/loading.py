@@ -77,13 +77,17 @@ def load_run(
     path = Path(path)
     if (path / CONFIG_JSON).is_file() and not (path / "config.toml").is_file():
         if checkpoint is not None:
-            raise ConfigError(f"checkpoint: {path} is an exported model with one set of weights; drop the checkpoint argument")
+            raise ConfigError(
+                f"checkpoint: {path} is an exported model with one set of weights; drop the checkpoint argument"
+            )
         return from_pretrained(path, device=device, threads=threads, overrides=overrides)
     bad = [o for o in overrides if not o.strip().startswith("eval.")]
     if bad:
         raise ConfigError(f"override {bad[0]!r}: only eval.* keys change how a trained run is used")
     cfg, tokenizer = open_run(path, overrides)
-    model, ckpt = load_model_from(path, cfg, checkpoint, device=device, threads=threads, log=log if log is not None else log_stderr)
+    model, ckpt = load_model_from(
+        path, cfg, checkpoint, device=device, threads=threads, log=log if log is not None else log_stderr
+    )
     return Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=path, checkpoint=ckpt)
 
 

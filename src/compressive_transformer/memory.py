@@ -71,7 +71,16 @@ class LayerMemory:
         return min(sum(self.young), self.cmem_len)
 
 
-ROW_TENSORS = ("mem", "mem_mask", "cmem", "cmem_mask", "usage", "cmem_src", "history", "history_mask")  # per-row state (dim 0 = batch row)
+ROW_TENSORS = (
+    "mem",
+    "mem_mask",
+    "cmem",
+    "cmem_mask",
+    "usage",
+    "cmem_src",
+    "history",
+    "history_mask",
+)  # per-row state (dim 0 = batch row)
 
 
 def is_row_tensor(name: str) -> bool:
@@ -96,7 +105,11 @@ class MemoryState:
         if isinstance(rows, Tensor) and rows.dtype == torch.bool:
             keep = ~rows.to(keep.device)
         else:
-            keep[torch.as_tensor(list(rows) if not isinstance(rows, Tensor) else rows, dtype=torch.long, device=keep.device)] = False
+            keep[
+                torch.as_tensor(
+                    list(rows) if not isinstance(rows, Tensor) else rows, dtype=torch.long, device=keep.device
+                )
+            ] = False
         return MemoryState(tuple(_reset_layer(layer, keep) for layer in self.layers))
 
     def select_rows(self, rows: slice) -> "MemoryState":
@@ -197,7 +210,9 @@ def empty_layer(
         cmem_src=torch.zeros(batch_size, cmem_len, window, d_model, **kw) if keep_windows else None,
         rate=compression_rate if cmem_len > 0 else 0,
         history=torch.zeros(batch_size, context, d_model, **kw) if cmem_len > 0 and context > 0 else None,
-        history_mask=torch.zeros(batch_size, context, dtype=torch.bool, device=device) if cmem_len > 0 and context > 0 else None,
+        history_mask=torch.zeros(batch_size, context, dtype=torch.bool, device=device)
+        if cmem_len > 0 and context > 0
+        else None,
     )
 
 
@@ -273,7 +288,9 @@ def update_layer(
             old_usage = usage_all[:, start : start + n_evict].masked_fill(~old_mask, float("-inf"))
         compressed = compress(windows, old_usage)  # (B, G, d)
         compressed_mask = old_mask.view(B, groups, c).all(dim=-1)
-        eviction = Eviction(old=old, start=start, old_mask=old_mask, compressed=compressed, compressed_mask=compressed_mask)
+        eviction = Eviction(
+            old=old, start=start, old_mask=old_mask, compressed=compressed, compressed_mask=compressed_mask
+        )
         new_slots = compressed.detach().masked_fill(~compressed_mask.unsqueeze(-1), 0.0)
         cmem = torch.cat([cmem, new_slots], dim=1)[:, -n_cm:]
         cmem_mask = torch.cat([cmem_mask, compressed_mask], dim=1)[:, -n_cm:]

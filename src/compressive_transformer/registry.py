@@ -92,4 +92,12 @@ def corpus_format(name: str) -> CorpusFormat:
         raise KeyError(f"unknown format {name!r}; use one of {', '.join(FORMATS)}") from None
 
 
-__all__ = ["COMPRESSORS", "FORMATS", "CompressorSpec", "CorpusFormat", "compressor_spec", "corpus_format", "register_compressor"]
+__all__ = [
+    "COMPRESSORS",
+    "FORMATS",
+    "CompressorSpec",
+    "CorpusFormat",
+    "compressor_spec",
+    "corpus_format",
+    "register_compressor",
+]

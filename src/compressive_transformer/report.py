@@ -115,7 +115,9 @@ def analyze_run(
         log(f"{run_dir}: perplexity by word frequency")
         counts = word_counts(read_documents(cfg.data, "train"))
         docs = read_documents(cfg.data, split)
-        out["frequency"] = frequency_perplexity(model, tokenizer, docs, counts, batch_size=batch_size, max_segments=max_segments)
+        out["frequency"] = frequency_perplexity(
+            model, tokenizer, docs, counts, batch_size=batch_size, max_segments=max_segments
+        )
     return out
 
 
@@ -161,17 +163,49 @@ def region_share_table(shares: Sequence[dict[str, float]]) -> str:
 
 def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
     splits = sorted({s for x in summaries.values() for s in x["eval"]})
-    head = ["run", "model", "l", "d", "n_s", "n_m", "n_cm", "c", "compression", "range", "attn cost", "steps", "train loss"]
+    head = [
+        "run",
+        "model",
+        "l",
+        "d",
+        "n_s",
+        "n_m",
+        "n_cm",
+        "c",
+        "compression",
+        "range",
+        "attn cost",
+        "steps",
+        "train loss",
+    ]
     head += [f"{s} {k}" for s in splits for k in ("bits/token", "bits/char", "ppl", "word ppl")]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, x in summaries.items():
         m = x["config"]["model"]
         comp = f"{m['compression']}/{m['compression_loss']}" if m["cmem_len"] else "-"
-        row = [name, x["model"], m["n_layers"], m["d_model"], m["seg_len"], m["mem_len"], m["cmem_len"], m["compression_rate"] if m["cmem_len"] else "-",
-               comp, x["max_range"], x["attention_cost"], x["steps"], _fmt(x["final_loss"])]  # fmt: skip
+        row = [
+            name,
+            x["model"],
+            m["n_layers"],
+            m["d_model"],
+            m["seg_len"],
+            m["mem_len"],
+            m["cmem_len"],
+            m["compression_rate"] if m["cmem_len"] else "-",
+            comp,
+            x["max_range"],
+            x["attention_cost"],
+            x["steps"],
+            _fmt(x["final_loss"]),
+        ]
         for s in splits:
             e = x["eval"].get(s, {})
-            row += [_fmt(e.get("bits_per_token", e.get("bpc"))), _fmt(e.get("bits_per_char")), _fmt(e.get("ppl")), _fmt(e.get("word_ppl"))]
+            row += [
+                _fmt(e.get("bits_per_token", e.get("bpc"))),
+                _fmt(e.get("bits_per_char")),
+                _fmt(e.get("ppl")),
+                _fmt(e.get("word_ppl")),
+            ]
         lines.append("| " + " | ".join(str(v) for v in row) + " |")
     return "\n".join(lines)
 
@@ -198,7 +232,10 @@ def write_report(
     summaries = {n: summarize_run(d) for n, d in zip(names, run_dirs)}
     curves = {n: curves_from_records(read_metrics(d)) for n, d in zip(names, run_dirs)}
     md = [f"# Report: {', '.join(names)}", "", "## Summary", "", _summary_table(summaries), ""]
-    md += ["range = l x (n_m + c n_cm), the theoretical maximum temporal range; attn cost = query-key pairs per layer and head per segment, n_s (n_s + n_m + n_cm).", ""]
+    md += [
+        "range = l x (n_m + c n_cm), the theoretical maximum temporal range; attn cost = query-key pairs per layer and head per segment, n_s (n_s + n_m + n_cm).",
+        "",
+    ]
     md += ["## Training curves", ""]
     if any(c.get("loss") for c in curves.values()):
         plots.plot_training_curves(curves, out / "curves_loss.png", key="loss")
@@ -212,35 +249,77 @@ def write_report(
         if summaries[name]["checkpoint"] is None or not analyses:
             continue
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-        a = analyze_run(run_dir, split=split, analyses=analyses, max_segments=max_segments, batch_size=batch_size, log=log, device=device, threads=threads)
+        a = analyze_run(
+            run_dir,
+            split=split,
+            analyses=analyses,
+            max_segments=max_segments,
+            batch_size=batch_size,
+            log=log,
+            device=device,
+            threads=threads,
+        )
         results["analyses"][name] = a
         md += [f"## Analyses of {name} ({split} split, up to {max_segments} segments of {batch_size} streams)", ""]
         if "regions" in a:
-            plots.plot_attention_regions(a["regions"], out / f"{slug}_attention_regions.png", title=f"{name}: attention by memory region")
-            md += ["### Attention by memory region (oldest -> newest)", "", f"![attention by region]({slug}_attention_regions.png)", "",
-                   bucket_table(a["regions"]), "", "Share of attention per region:", "", region_share_table(a["regions"]["region_share"]), ""]  # fmt: skip
+            plots.plot_attention_regions(
+                a["regions"], out / f"{slug}_attention_regions.png", title=f"{name}: attention by memory region"
+            )
+            md += [
+                "### Attention by memory region (oldest -> newest)",
+                "",
+                f"![attention by region]({slug}_attention_regions.png)",
+                "",
+                bucket_table(a["regions"]),
+                "",
+                "Share of attention per region:",
+                "",
+                region_share_table(a["regions"]["region_share"]),
+                "",
+            ]
         if "compressibility" in a:
             c = a["compressibility"]
-            series = dict(c["over_training"], held_out=[v if v is not None else 0.0 for v in c["held_out"]["per_layer"]])
+            series = dict(
+                c["over_training"], held_out=[v if v is not None else 0.0 for v in c["held_out"]["per_layer"]]
+            )
             md += ["### Compressibility of layers", ""]
             if c["held_out"]["per_layer"] or c["over_training"]["per_layer"]:
-                plots.plot_compressibility(series, out / f"{slug}_compressibility.png", title=f"{name}: compression loss per layer")
+                plots.plot_compressibility(
+                    series, out / f"{slug}_compressibility.png", title=f"{name}: compression loss per layer"
+                )
                 md += [f"![compressibility]({slug}_compressibility.png)", ""]
-            md += ["held-out compression loss per layer: " + (", ".join(_fmt(v) for v in c["held_out"]["per_layer"]) or "no compressed memory"), ""]
+            md += [
+                "held-out compression loss per layer: "
+                + (", ".join(_fmt(v) for v in c["held_out"]["per_layer"]) or "no compressed memory"),
+                "",
+            ]
         if "temporal" in a:
             t = a["temporal"]
             plots.plot_temporal_range(t, out / f"{slug}_temporal_range.png", title=f"{name}: temporal range")
-            md += ["### Temporal range", "", f"![temporal range]({slug}_temporal_range.png)", "",
-                   f"theoretical l(n_m + c n_cm) = {t['theoretical_max_range']} (+{t['probe_offset_in_segment']} for the probed position = "
-                   f"{t['theoretical_reach']}); empirical (farthest perturbation that changes the final output by > {t['tolerance']:g}) = "
-                   f"{t['empirical_range']} over {len(t['distances'])} probed distances up to {max(t['distances'])}", ""]  # fmt: skip
+            md += [
+                "### Temporal range",
+                "",
+                f"![temporal range]({slug}_temporal_range.png)",
+                "",
+                f"theoretical l(n_m + c n_cm) = {t['theoretical_max_range']} (+{t['probe_offset_in_segment']} for the probed position = "
+                f"{t['theoretical_reach']}); empirical (farthest perturbation that changes the final output by > {t['tolerance']:g}) = "
+                f"{t['empirical_range']} over {len(t['distances'])} probed distances up to {max(t['distances'])}",
+                "",
+            ]
         if "frequency" in a:
             freq[name] = a["frequency"]
     if freq:
         comparison = compare_frequency(freq)
         results["frequency"] = comparison
         plots.plot_frequency_buckets(comparison, out / "frequency_buckets.png")
-        md += ["## Perplexity by word frequency", "", "![frequency buckets](frequency_buckets.png)", "", frequency_table(comparison), ""]
+        md += [
+            "## Perplexity by word frequency",
+            "",
+            "![frequency buckets](frequency_buckets.png)",
+            "",
+            frequency_table(comparison),
+            "",
+        ]
     (out / "report.json").write_text(json.dumps(_json_safe(results), indent=1) + "\n", encoding="utf-8")
     md += ["The numbers behind every plot are in report.json.", ""]
     text = "\n".join(md)
@@ -277,7 +356,11 @@ def markdown_to_html(text: str, *, title: str = "report") -> str:
             body.append(f"<p>{html.escape(line)}</p>")
         i += 1
     style = "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}img{max-width:100%}"
-    return f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    return (
+        f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
 __all__ = ["ANALYSES", "analyze_run", "load_trained", "markdown_to_html", "summarize_run", "write_report"]

@@ -55,13 +55,28 @@ TOKENIZER_DIR = "tokenizer"
 # a different one. (Another thread count can change the order of float sums, so bit-for-bit resume holds for equal
 # thread counts.)
 RESUME_FREE_KEYS = (
-    "train.progress", "train.log_every", "train.val_every", "train.val_batches", "train.checkpoint_every",
-    "train.keep_checkpoints", "train.num_threads", "train.divergence_factor", "data.path", "data.cache_dir",
+    "train.progress",
+    "train.log_every",
+    "train.val_every",
+    "train.val_batches",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.num_threads",
+    "train.divergence_factor",
+    "data.path",
+    "data.cache_dir",
     "data.tokenizer_file",  # the tokenizer itself is saved in the run; where its source file lives does not matter
-)  # fmt: skip
+)
 # keys that do change the trajectory but nothing a checkpoint holds (the schedule, clipping), so a resumed run may
 # change them: the remedy for a run that diverged. The run's config.toml records the new values.
-RESUME_REMEDY_KEYS = ("train.lr", "train.lr_start", "train.lr_final", "train.warmup_steps", "train.decay_steps", "train.grad_clip")
+RESUME_REMEDY_KEYS = (
+    "train.lr",
+    "train.lr_start",
+    "train.lr_final",
+    "train.warmup_steps",
+    "train.decay_steps",
+    "train.grad_clip",
+)
 EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
 
 Log = Callable[[str], None]
@@ -104,7 +119,10 @@ def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
     can be evaluated or resumed from any working directory."""
     absolute = lambda p: str(Path(p).expanduser().resolve()) if p else p  # noqa: E731
     data = dataclasses.replace(
-        cfg.data, path=absolute(data_root_path(cfg.data.path)), cache_dir=absolute(cfg.data.cache_dir), tokenizer_file=absolute(cfg.data.tokenizer_file)
+        cfg.data,
+        path=absolute(data_root_path(cfg.data.path)),
+        cache_dir=absolute(cfg.data.cache_dir),
+        tokenizer_file=absolute(cfg.data.tokenizer_file),
     )
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data)
 
@@ -112,7 +130,9 @@ def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
 def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (no {CONFIG_FILE}); train one with `compressive-transformer train`")
+        raise ConfigError(
+            f"{run_dir}: not a run directory (no {CONFIG_FILE}); train one with `compressive-transformer train`"
+        )
     return RunConfig.from_raw(apply_overrides(load_toml(path), overrides))
 
 
@@ -239,9 +259,13 @@ def _train_locked(
             raise ConfigError("train: no config given")
         _require_empty(run_dir)
         check_fits(
-            cfg.model, batch_size=max(cfg.train.batch_size // info.world_size, 1), seg_len=cfg.model.seg_len,
-            mem_len=cfg.model.mem_len, cmem_len=cfg.model.cmem_len, device=resolve_device(cfg.train.device),
-        )  # fmt: skip
+            cfg.model,
+            batch_size=max(cfg.train.batch_size // info.world_size, 1),
+            seg_len=cfg.model.seg_len,
+            mem_len=cfg.model.mem_len,
+            cmem_len=cfg.model.cmem_len,
+            device=resolve_device(cfg.train.device),
+        )
         train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
         tokenizer = build_tokenizer(cfg.data, train_docs)
         cfg = resolve(cfg, tokenizer.vocab_size)
@@ -254,11 +278,15 @@ def _train_locked(
         caches = cache_dir(cfg, run_dir)
         train_corpus = load_corpus(cfg.data, "train", tokenizer, caches)
         if train_corpus.num_tokens < 2:
-            raise ConfigError(f"data.path: the train split of {cfg.data.path or cfg.data.format} has no text to learn from; point data.path at a non-empty corpus")
+            raise ConfigError(
+                f"data.path: the train split of {cfg.data.path or cfg.data.format} has no text to learn from; point data.path at a non-empty corpus"
+            )
         val_corpus = _optional_corpus(cfg, "validation", tokenizer, caches, log)
         if not resume and info.is_main:
             tokenizer.save(run_dir / TOKENIZER_DIR)
-            write_text_atomic(run_dir / CONFIG_FILE, config_text(cfg))  # last: its presence marks a run that --resume accepts
+            write_text_atomic(
+                run_dir / CONFIG_FILE, config_text(cfg)
+            )  # last: its presence marks a run that --resume accepts
             barrier(info)  # the other processes may read the run now
         trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
     except BaseException:
@@ -277,7 +305,9 @@ def _train_locked(
     n_params = sum(p.numel() for p in trainer.model.parameters())
     if info.is_main:
         procs = f", {info.world_size} processes" if info.active else ""
-        log(f"run {run_dir}: {n_params:,} parameters, {train_corpus.num_tokens:,} training tokens, device {trainer.device}{procs}")
+        log(
+            f"run {run_dir}: {n_params:,} parameters, {train_corpus.num_tokens:,} training tokens, device {trainer.device}{procs}"
+        )
     return trainer.train(max_steps=max_steps)
 
 
@@ -289,7 +319,9 @@ def _join_processes(cfg: RunConfig | None, run_dir: Path) -> DistInfo:
     return init_distributed(local_device(resolve_device(device_name)))
 
 
-def _resume_config(cfg: RunConfig | None, run_dir: Path, overrides: list[str] | tuple[str, ...]) -> tuple[RunConfig, Any]:
+def _resume_config(
+    cfg: RunConfig | None, run_dir: Path, overrides: list[str] | tuple[str, ...]
+) -> tuple[RunConfig, Any]:
     """The config to resume with: the run's own, which a given config must match key for key, as must the
     newest checkpoint's."""
     saved = read_run_config(run_dir)
@@ -363,11 +395,15 @@ def evaluate_run(
     ``out``). Where that cannot be written it stops before computing anything."""
     bad = [o for o in overrides if not o.strip().startswith(EVAL_KEYS)]
     if bad:
-        raise ConfigError(f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run")
+        raise ConfigError(
+            f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run"
+        )
     run_dir = Path(run_dir)
     cfg, tokenizer = open_run(run_dir, overrides)
     if not corpus_format(cfg.data.format).needs_path and any(o.strip().startswith("data.path") for o in overrides):
-        raise ConfigError(f"--set data.path: a {cfg.data.format} run reads no path; score your own text with `evaluate RUN --text FILE`")
+        raise ConfigError(
+            f"--set data.path: a {cfg.data.format} run reads no path; score your own text with `evaluate RUN --text FILE`"
+        )
     if split is not None and any(o.strip().startswith("eval.split") for o in overrides):
         raise ConfigError("--set eval.split: --split is given too and wins; drop one of them")
     split = split or cfg.eval.split
@@ -376,10 +412,14 @@ def evaluate_run(
     e = cfg.eval
     model, path = load_model_from(run_dir, cfg, checkpoint, device=device, threads=threads, log=log)
     check_fits(
-        cfg.model, batch_size=e.batch_size, seg_len=e.seg_len or cfg.model.seg_len, device=next(model.parameters()).device,
-        mem_len=cfg.model.mem_len if e.mem_len is None else e.mem_len, cmem_len=cfg.model.cmem_len if e.cmem_len is None else e.cmem_len,
+        cfg.model,
+        batch_size=e.batch_size,
+        seg_len=e.seg_len or cfg.model.seg_len,
+        device=next(model.parameters()).device,
+        mem_len=cfg.model.mem_len if e.mem_len is None else e.mem_len,
+        cmem_len=cfg.model.cmem_len if e.cmem_len is None else e.cmem_len,
         key="eval.seg_len",
-    )  # fmt: skip
+    )
     with _writable_cache(cache_dir(cfg, run_dir)) as caches:
         corpus = load_corpus(cfg.data, split, tokenizer, caches)
     result = evaluate(
@@ -426,7 +466,16 @@ def generate_run(
     from compressive_transformer.textgen import generate_text
 
     run = load_run(run_dir, device=device, log=log)
-    return generate_text(run, prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile).text
+    return generate_text(
+        run,
+        prompt,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        compile=compile,
+    ).text
 
 
 @dataclass
@@ -438,7 +487,9 @@ class DemoResult:
     sample: str
 
 
-def demo(*, steps: int | None = None, run_dir: str | Path | None = None, log: Log = print, prompt: str = "The ") -> DemoResult:
+def demo(
+    *, steps: int | None = None, run_dir: str | Path | None = None, log: Log = print, prompt: str = "The "
+) -> DemoResult:
     """Train the demo config on the pydoc topics, evaluate on validation, sample; never reuses a run directory."""
     overrides = [f"train.steps={steps}"] if steps is not None else []
     cfg = config_from_text(DEMO_TOML, overrides)
@@ -446,10 +497,18 @@ def demo(*, steps: int | None = None, run_dir: str | Path | None = None, log: Lo
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, warmup_steps=max(steps // 10, 0)))
     run_dir = Path(run_dir) if run_dir is not None else fresh_run_dir("demo")
     start = time.perf_counter()
-    log(f"demo: training a {cfg.model.n_layers}-layer Compressive Transformer on the pydoc topics for {cfg.train.steps} steps")
+    log(
+        f"demo: training a {cfg.model.n_layers}-layer Compressive Transformer on the pydoc topics for {cfg.train.steps} steps"
+    )
     train_run(cfg, run_dir, log=log)
     log("demo: evaluating on the whole validation split (memory carried through)")
     result = evaluate_run(run_dir, split="validation")
     log(f"demo: {result.summary()}")
     sample = generate_run(run_dir, prompt, max_tokens=200, temperature=0.8, top_k=40, seed=0)
-    return DemoResult(run_dir=run_dir, steps=cfg.train.steps, seconds=time.perf_counter() - start, validation=result, sample=prompt + sample)
+    return DemoResult(
+        run_dir=run_dir,
+        steps=cfg.train.steps,
+        seconds=time.perf_counter() - start,
+        validation=result,
+        sample=prompt + sample,
+    )

@@ -55,7 +55,11 @@ def corpus_source(run: Run, directory: str | Path, fmt: str, split: str) -> Text
     except ConfigError as e:
         raise ConfigError(f"--format: {e}") from None
     raw = read_split(data, split)
-    return TextSource(f"data-{fmt}-{path.name}-{split}", list(raw.documents), {"kind": "corpus", "format": fmt, "path": str(path), "split": split})
+    return TextSource(
+        f"data-{fmt}-{path.name}-{split}",
+        list(raw.documents),
+        {"kind": "corpus", "format": fmt, "path": str(path), "split": split},
+    )
 
 
 def encode_documents(run: Run, documents: Sequence[Document]) -> SimpleNamespace:
@@ -84,8 +88,17 @@ def evaluate_text(
     through it, exactly as a split is evaluated. Lengths default to the run's evaluation settings."""
     items = [text_or_path] if isinstance(text_or_path, (str, Path)) else list(text_or_path)
     docs = [decode_file(x, run.tokenizer.kind) if isinstance(x, Path) else x for x in items]
-    return score_documents(run, docs, name=name, batch_size=batch_size, seg_len=seg_len, mem_len=mem_len, cmem_len=cmem_len,
-                           max_batches=max_batches, progress=progress)  # fmt: skip
+    return score_documents(
+        run,
+        docs,
+        name=name,
+        batch_size=batch_size,
+        seg_len=seg_len,
+        mem_len=mem_len,
+        cmem_len=cmem_len,
+        max_batches=max_batches,
+        progress=progress,
+    )
 
 
 def score_documents(
@@ -128,14 +141,23 @@ def fresh_result_path(run_dir: Path, name: str) -> Path:
 
 def run_record(run: Run, result: EvalResult, source: dict[str, Any]) -> dict[str, Any]:
     """What an evaluation JSON holds: the numbers, the data they came from, the lengths and the checkpoint."""
-    return result.to_dict() | {"source": source, "checkpoint": str(run.checkpoint), "step": run.step, "device": str(run.device)}
+    return result.to_dict() | {
+        "source": source,
+        "checkpoint": str(run.checkpoint),
+        "step": run.step,
+        "device": str(run.device),
+    }
 
 
-def evaluate_source(run: Run, source: TextSource, *, progress: bool = True, out: Path | None = None) -> tuple[EvalResult, Path]:
+def evaluate_source(
+    run: Run, source: TextSource, *, progress: bool = True, out: Path | None = None
+) -> tuple[EvalResult, Path]:
     """Score ``source`` and write ``RUN_DIR/eval_<name>.json`` under a name no earlier result holds (or ``out``);
     where that cannot be written it stops before computing anything."""
     if run.run_dir is None and out is None:
-        raise ConfigError("evaluate: results are written into a run directory; load a run written by `train` or pass --out FILE")
+        raise ConfigError(
+            "evaluate: results are written into a run directory; load a run written by `train` or pass --out FILE"
+        )
     path = Path(out) if out is not None else fresh_result_path(run.run_dir, source.name)
     require_writable(path)
     result = score_documents(run, source.documents, name=source.name, progress=progress)
@@ -149,7 +171,17 @@ def check_text_overrides(overrides: Sequence[str], *, split: str | None, what: s
     if bad:
         raise ConfigError(f"--set {bad[0]}: has no effect with {what}; only {', '.join(TEXT_EVAL_KEYS)} apply")
     if split is not None and what == "--text":
-        raise ConfigError("--split: files given with --text have no splits; drop --split (or use --data DIR --format F --split S)")
+        raise ConfigError(
+            "--split: files given with --text have no splits; drop --split (or use --data DIR --format F --split S)"
+        )
 
 
-__all__ = ["TextSource", "files_source", "corpus_source", "evaluate_text", "evaluate_source", "fresh_result_path", "check_text_overrides"]
+__all__ = [
+    "TextSource",
+    "files_source",
+    "corpus_source",
+    "evaluate_text",
+    "evaluate_source",
+    "fresh_result_path",
+    "check_text_overrides",
+]

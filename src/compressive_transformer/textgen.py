@@ -145,13 +145,27 @@ def generate_text(
         have = memory_lengths(state)
         for flag, want, got in (("--mem-len", mem_len, have[0]), ("--cmem-len", cmem_len, have[1])):
             if want is not None and want != got:
-                raise ConfigError(f"{flag}: the loaded memory holds {got} slots, not {want}; drop {flag} when continuing")
+                raise ConfigError(
+                    f"{flag}: the loaded memory holds {got} slots, not {want}; drop {flag} when continuing"
+                )
     printer = StreamPrinter(run, stream, stop)
     out = generate(
-        run.model, ids, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, compile=compile,
-        mem_len=mem_len, cmem_len=cmem_len, memory=state, next_logits=logits, on_token=printer, return_memory=return_memory,
+        run.model,
+        ids,
+        max_new_tokens=max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        compile=compile,
+        mem_len=mem_len,
+        cmem_len=cmem_len,
+        memory=state,
+        next_logits=logits,
+        on_token=printer,
+        return_memory=return_memory,
         amp=inference_amp(run.config, next(run.model.parameters()).device),
-    )  # fmt: skip
+    )
     printer.flush()
     return TextGeneration(text=printer.text, stopped=printer.stopped, generation=out)
 
@@ -176,7 +190,9 @@ def generate_command(args: Any) -> None:
     if args.save_memory is not None and len(prompts) > 1:
         raise ConfigError("--save-memory: keeps the memory of one document; give one prompt")
     if args.save_memory is not None and args.save_memory.exists() and args.save_memory != args.load_memory:
-        raise ConfigError(f"--save-memory: {args.save_memory} exists; choose a new file (only the --load-memory file may be replaced)")
+        raise ConfigError(
+            f"--save-memory: {args.save_memory} exists; choose a new file (only the --load-memory file may be replaced)"
+        )
     run = load_run(args.run_dir, device=args.device, threads=args.threads)
     memory = load_memory(args.load_memory, run) if args.load_memory is not None else None
     for i, prompt in enumerate(prompts):
@@ -185,16 +201,29 @@ def generate_command(args: Any) -> None:
         sys.stdout.write(prompt)
         sys.stdout.flush()
         out = generate_text(
-            run, prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-            compile=args.compile, mem_len=args.mem_len, cmem_len=args.cmem_len, stop=args.stop, stream=sys.stdout, memory=memory,
+            run,
+            prompt,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            compile=args.compile,
+            mem_len=args.mem_len,
+            cmem_len=args.cmem_len,
+            stop=args.stop,
+            stream=sys.stdout,
+            memory=memory,
             return_memory=args.save_memory is not None,
-        )  # fmt: skip
+        )
         sys.stdout.write("\n")
         sys.stdout.flush()
     if args.save_memory is not None:
         g = out.generation
         save_memory(args.save_memory, run, g.memory, g.next_logits)
-        print(f"saved the memory to {args.save_memory}; continue with --load-memory {args.save_memory}", file=sys.stderr)
+        print(
+            f"saved the memory to {args.save_memory}; continue with --load-memory {args.save_memory}", file=sys.stderr
+        )
 
 
 def _prompts(args: Any) -> list[str]:
@@ -205,8 +234,18 @@ def _prompts(args: Any) -> list[str]:
             raise ConfigError("--load-memory: continues one document; use --prompt, not --prompts-file")
         return read_prompts(args.prompts_file)
     if args.prompt is None and args.load_memory is None:
-        raise ConfigError("--prompt: give the text to continue (or --prompts-file, or --load-memory to go on from a saved memory)")
+        raise ConfigError(
+            "--prompt: give the text to continue (or --prompts-file, or --load-memory to go on from a saved memory)"
+        )
     return [args.prompt or ""]
 
 
-__all__ = ["StreamPrinter", "TextGeneration", "generate_text", "load_memory", "save_memory", "read_prompts", "model_fingerprint"]
+__all__ = [
+    "StreamPrinter",
+    "TextGeneration",
+    "generate_text",
+    "load_memory",
+    "save_memory",
+    "read_prompts",
+    "model_fingerprint",
+]

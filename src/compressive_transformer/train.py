@@ -273,7 +273,9 @@ class Trainer:
             try:
                 self.memory = MemoryState.from_tensors(ckpt.memory).select_rows(self.rows).to(self.device)
             except (KeyError, ValueError, RuntimeError) as e:
-                raise CheckpointError(f"checkpoint {path}: memory.safetensors does not hold a model memory ({e!r})") from None
+                raise CheckpointError(
+                    f"checkpoint {path}: memory.safetensors does not hold a model memory ({e!r})"
+                ) from None
         try:
             self.batcher.load_state_dict(ckpt.data_state)
         except ConfigError:
@@ -307,7 +309,11 @@ class Trainer:
     # one update
 
     def _diverged(self, what: str, value: float | str) -> TrainingError:
-        where = f"--resume continues from {self.last_checkpoint}" if self.last_checkpoint else "--resume starts again from step 0"
+        where = (
+            f"--resume continues from {self.last_checkpoint}"
+            if self.last_checkpoint
+            else "--resume starts again from step 0"
+        )
         return TrainingError(
             f"{what} became {value} at step {self.step + 1}; training stopped ({where}); "
             f"resume with a lower train.lr (e.g. --resume --set train.lr=...), a higher train.warmup_steps or a tighter train.grad_clip"
@@ -341,7 +347,9 @@ class Trainer:
             # is the gradient of the global mean; with one process the weight is exactly 1.
             n_local = float((batch.targets[r] != IGNORE_INDEX).sum())
             share = n_local / max(float(batch.num_targets), 1.0) * self.dist.world_size
-            totals = all_reduce_sum(torch.tensor([float(loss.detach()) * share, float(aux.detach())], dtype=torch.float64), self.dist)
+            totals = all_reduce_sum(
+                torch.tensor([float(loss.detach()) * share, float(aux.detach())], dtype=torch.float64), self.dist
+            )
             loss_value = float(totals[0]) / self.dist.world_size
             aux_value = float(totals[1]) / self.dist.world_size
             if not math.isfinite(loss_value):
@@ -410,7 +418,12 @@ class Trainer:
     def _log_validation(self) -> EvalResult | None:
         result = self.validate()
         if result is not None:
-            record = {"step": self.step, "val_loss": result.loss, "val_bits_per_token": result.bits_per_token, "val_ppl": result.ppl}
+            record = {
+                "step": self.step,
+                "val_loss": result.loss,
+                "val_bits_per_token": result.bits_per_token,
+                "val_ppl": result.ppl,
+            }
             if result.bits_per_char is not None:  # only a complete pass over the split has per-character units
                 record |= {"val_bits_per_char": result.bits_per_char, "val_bits_per_byte": result.bits_per_byte}
             self.metrics.log(record | {"val_tokens": result.tokens})
@@ -425,7 +438,14 @@ class Trainer:
             self.log(f"the run already finished its {t.steps} steps; nothing to do")
             return summary
         self._throughput = ThroughputWatch()
-        bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", disable=not (t.progress and self.dist.is_main), dynamic_ncols=True)
+        bar = tqdm(
+            total=t.steps,
+            initial=self.step,
+            desc="train",
+            unit="step",
+            disable=not (t.progress and self.dist.is_main),
+            dynamic_ncols=True,
+        )
         window_start, window_tokens = time.perf_counter(), 0
         try:
             while self.step < end:
@@ -435,7 +455,11 @@ class Trainer:
                 summary.losses.append(record["loss"])
                 summary.last_loss = record["loss"]
                 bar.update(1)
-                bar.set_postfix(loss=f"{record['loss']:.3f}", bits_per_token=f"{record['bits_per_token']:.3f}", lr=f"{record['lr']:.2e}")
+                bar.set_postfix(
+                    loss=f"{record['loss']:.3f}",
+                    bits_per_token=f"{record['bits_per_token']:.3f}",
+                    lr=f"{record['lr']:.2e}",
+                )
                 if self.step % t.log_every == 0 or self.step == t.steps:
                     now = time.perf_counter()
                     record["tokens_per_s"] = window_tokens / max(now - window_start, 1e-9)

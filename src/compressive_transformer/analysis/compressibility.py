@@ -21,7 +21,9 @@ def compressibility_over_training(records: list[dict[str, Any]]) -> dict[str, An
     rows = [r for r in records if isinstance(r.get("aux_losses"), list) and "step" in r]
     n_layers = max((len(r["aux_losses"]) for r in rows), default=0)
     steps = [int(r["step"]) for r in rows]
-    per_layer = [[float(r["aux_losses"][i]) if i < len(r["aux_losses"]) else math.nan for r in rows] for i in range(n_layers)]
+    per_layer = [
+        [float(r["aux_losses"][i]) if i < len(r["aux_losses"]) else math.nan for r in rows] for i in range(n_layers)
+    ]
     return {"steps": steps, "per_layer": per_layer}
 
 

@@ -9,7 +9,10 @@ from typing import Any, Sequence
 from compressive_transformer.metrics import read_metrics
 
 
-def curves_from_records(records: Sequence[dict[str, Any]], keys: Sequence[str] = ("loss", "bits_per_token", "lr", "tokens_per_s", "aux_loss")) -> dict[str, list[float]]:
+def curves_from_records(
+    records: Sequence[dict[str, Any]],
+    keys: Sequence[str] = ("loss", "bits_per_token", "lr", "tokens_per_s", "aux_loss"),
+) -> dict[str, list[float]]:
     """``{"step": [...], key: [...], "val_step": [...], "val_" + k: [...]}`` for the keys the records hold."""
     train = [r for r in records if "loss" in r and "step" in r]
     val = [r for r in records if "val_loss" in r and "step" in r]

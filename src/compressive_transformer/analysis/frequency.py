@@ -123,7 +123,9 @@ def token_nll(
     seg_len = seg_len or model.cfg.seg_len
     nll = np.full(len(tw.ids), np.nan)
     source = SimpleNamespace(tokens=tw.ids, doc_offsets=tw.doc_offsets)
-    batches = stream_batches(source, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments, track_positions=True)
+    batches = stream_batches(
+        source, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments, track_positions=True
+    )
     for step in stream(model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len):
         batch = step.batch
         has = batch.target_positions >= 0
@@ -148,7 +150,10 @@ def word_nll(tw: TokenWords, nll: np.ndarray) -> np.ndarray:
 
 
 def bucket_perplexity(
-    words: Sequence[str], nll: np.ndarray, counts: Counter[str] | dict[str, int], buckets: Sequence[tuple[str, float, float]] = WIKITEXT_BUCKETS
+    words: Sequence[str],
+    nll: np.ndarray,
+    counts: Counter[str] | dict[str, int],
+    buckets: Sequence[tuple[str, float, float]] = WIKITEXT_BUCKETS,
 ) -> dict[str, dict[str, float | int]]:
     """Per bucket (and "all"): words, mean NLL per word and word perplexity exp(mean NLL)."""
     c = np.asarray([counts.get(w, 0) for w in words], dtype=np.float64)
@@ -158,7 +163,11 @@ def bucket_perplexity(
         sel = ok & (c >= lo) & (c < hi)
         n = int(sel.sum())
         mean = float(nll[sel].mean()) if n else math.nan
-        out[name] = {"words": n, "nll": mean, "ppl": math.exp(mean) if n and mean < 700 else (math.inf if n else math.nan)}
+        out[name] = {
+            "words": n,
+            "nll": mean,
+            "ppl": math.exp(mean) if n and mean < 700 else (math.inf if n else math.nan),
+        }
     return out
 
 
@@ -176,18 +185,27 @@ def frequency_perplexity(
     """Word perplexity of ``model`` on ``documents`` per train-frequency bucket (``counts`` from the train split)."""
     tw = token_words(tokenizer, documents)
     per_word = word_nll(tw, token_nll(model, tw, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments))
-    return {"buckets": bucket_perplexity(tw.words, per_word, counts, buckets), "tokenizer": getattr(tokenizer, "kind", "?")}
+    return {
+        "buckets": bucket_perplexity(tw.words, per_word, counts, buckets),
+        "tokenizer": getattr(tokenizer, "kind", "?"),
+    }
 
 
-def compare_frequency(results: dict[str, dict[str, Any]], buckets: Sequence[tuple[str, float, float]] = WIKITEXT_BUCKETS) -> dict[str, Any]:
+def compare_frequency(
+    results: dict[str, dict[str, Any]], buckets: Sequence[tuple[str, float, float]] = WIKITEXT_BUCKETS
+) -> dict[str, Any]:
     """Side by side: ``{name: frequency_perplexity(...)}``; with two models also the relative gain of the second
     over the first per bucket (1 - ppl_2 / ppl_1, the paper's last row)."""
-    out: dict[str, Any] = {"buckets": [{"name": n, "min": lo, "max": None if math.isinf(hi) else hi} for n, lo, hi in buckets], "models": results}
+    out: dict[str, Any] = {
+        "buckets": [{"name": n, "min": lo, "max": None if math.isinf(hi) else hi} for n, lo, hi in buckets],
+        "models": results,
+    }
     names = list(results)
     if len(names) == 2:
         a, b = (results[n]["buckets"] for n in names)
         out["relative_gain"] = {
-            k: (1.0 - b[k]["ppl"] / a[k]["ppl"]) if a[k]["words"] and b[k]["words"] and a[k]["ppl"] > 0 else None for k in a
+            k: (1.0 - b[k]["ppl"] / a[k]["ppl"]) if a[k]["words"] and b[k]["words"] and a[k]["ppl"] > 0 else None
+            for k in a
         }
         out["gain_of"] = f"{names[1]} over {names[0]}"
     return out
@@ -198,11 +216,18 @@ def frequency_table(comparison: dict[str, Any]) -> str:
     cols = [b["name"] for b in comparison["buckets"]] + ["all"]
     lines = ["| model | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for name, r in comparison["models"].items():
-        cells = [f"{r['buckets'][c]['ppl']:.4g} ({r['buckets'][c]['words']})" if r["buckets"][c]["words"] else "-" for c in cols]
+        cells = [
+            f"{r['buckets'][c]['ppl']:.4g} ({r['buckets'][c]['words']})" if r["buckets"][c]["words"] else "-"
+            for c in cols
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     gain = comparison.get("relative_gain")
     if gain:
-        lines.append(f"| gain ({comparison['gain_of']}) | " + " | ".join("-" if gain[c] is None else f"{100 * gain[c]:.1f}%" for c in cols) + " |")
+        lines.append(
+            f"| gain ({comparison['gain_of']}) | "
+            + " | ".join("-" if gain[c] is None else f"{100 * gain[c]:.1f}%" for c in cols)
+            + " |"
+        )
     return "\n".join(lines) + "\n\nword perplexity (words counted) per bucket of train-split occurrences"
 
 

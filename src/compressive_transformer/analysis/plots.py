@@ -22,7 +22,9 @@ def _save(fig: Any, path: str | Path) -> Path:
     return path
 
 
-def plot_accuracy_by_distance(entries: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "", binned: bool = False) -> Path:
+def plot_accuracy_by_distance(
+    entries: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "", binned: bool = False
+) -> Path:
     """Accuracy against distance, one line per model, with each model's theoretical range l x (n_m + c n_cm) as a
     dashed vertical line of the same colour, one layer's reach from the answer's position (n_m + c n_cm + n_s - 1)
     as a dotted one, and chance level as a grey dotted line."""
@@ -78,11 +80,22 @@ def plot_attention_regions(result: Mapping[str, Any], path: str | Path, *, title
     for layer, per_layer in enumerate(result["layers"]):
         ys = [per_layer[r["name"]][b] for r in regions for b in range(r["buckets"])]
         ys = [float("nan") if y is None else y for y in ys]
-        ax.plot(positions, ys, linewidth=0.8, alpha=0.6, color="black", marker=".", markersize=3, label=f"layer {layer}" if layer == 0 else None)
+        ax.plot(
+            positions,
+            ys,
+            linewidth=0.8,
+            alpha=0.6,
+            color="black",
+            marker=".",
+            markersize=3,
+            label=f"layer {layer}" if layer == 0 else None,
+        )
     ax.set_xticks(positions)
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("average attention weight per slot")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=REGION_COLORS[r["name"]]) for r in regions if r["name"] in REGION_COLORS]
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color=REGION_COLORS[r["name"]]) for r in regions if r["name"] in REGION_COLORS
+    ]
     ax.legend(handles + ax.get_legend_handles_labels()[0][:1], [r["name"] for r in regions] + ["per layer"], fontsize=8)
     ax.set_title(title or "attention by memory region (oldest -> newest)")
     return _save(fig, path)
@@ -135,10 +148,28 @@ def plot_temporal_range(result: Mapping[str, Any], path: str | Path, *, title: s
     ds = result["distances"]
     ax.plot(ds, [max(e, 1e-12) for e in result["effects"]], marker=".")
     ax.axhline(result["tolerance"], color="grey", linestyle=":", label=f"tolerance {result['tolerance']:g}")
-    ax.axvline(result["theoretical_max_range"], color="C3", linestyle="--", label=f"theoretical l(n_m + c n_cm) = {result['theoretical_max_range']}")
+    ax.axvline(
+        result["theoretical_max_range"],
+        color="C3",
+        linestyle="--",
+        label=f"theoretical l(n_m + c n_cm) = {result['theoretical_max_range']}",
+    )
     if result.get("theoretical_reach") is not None:
-        ax.axvline(result["theoretical_reach"], color="C1", linestyle="-.", linewidth=2, label=f"+ position in segment = {result['theoretical_reach']}")
-    ax.axvline(result["empirical_range"], color="C2", linestyle="-", linewidth=1, alpha=0.8, label=f"empirical = {result['empirical_range']}")
+        ax.axvline(
+            result["theoretical_reach"],
+            color="C1",
+            linestyle="-.",
+            linewidth=2,
+            label=f"+ position in segment = {result['theoretical_reach']}",
+        )
+    ax.axvline(
+        result["empirical_range"],
+        color="C2",
+        linestyle="-",
+        linewidth=1,
+        alpha=0.8,
+        label=f"empirical = {result['empirical_range']}",
+    )
     ax.set_yscale("log")
     ax.set_xlabel("distance of the perturbed token (tokens back)")
     ax.set_ylabel("max |change of final log-probs|")
@@ -147,14 +178,18 @@ def plot_temporal_range(result: Mapping[str, Any], path: str | Path, *, title: s
     return _save(fig, path)
 
 
-def plot_training_curves(curves: Mapping[str, Mapping[str, Sequence[float]]], path: str | Path, *, key: str = "loss", title: str = "") -> Path:
+def plot_training_curves(
+    curves: Mapping[str, Mapping[str, Sequence[float]]], path: str | Path, *, key: str = "loss", title: str = ""
+) -> Path:
     """Several runs on one plot: ``{run name: {"step": [...], key: [...], "val_step": [...], "val_" + key: [...]}}``."""
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for i, (name, c) in enumerate(curves.items()):
         if c.get(key):
             ax.plot(c["step"], c[key], color=f"C{i}", label=f"{name} train")
         if c.get("val_" + key):
-            ax.plot(c["val_step"], c["val_" + key], color=f"C{i}", linestyle="--", marker="o", label=f"{name} validation")
+            ax.plot(
+                c["val_step"], c["val_" + key], color=f"C{i}", linestyle="--", marker="o", label=f"{name} validation"
+            )
     ax.set_xlabel("step")
     ax.set_ylabel(key)
     ax.grid(alpha=0.3)
@@ -183,15 +218,21 @@ def plot_study_curves(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[fl
             if c.get("loss"):
                 axes[0].plot(c["step"], _smooth(c["loss"], 8), color=f"C{i}", linewidth=0.9, alpha=0.8, label=label)
             if c.get("val_loss"):
-                axes[1].plot(c["val_step"], c["val_loss"], color=f"C{i}", marker=".", linewidth=0.9, alpha=0.8, label=label)
-    for ax, what in zip(axes, ("training loss (moving average of 8 logs)", "validation loss (first validation batches)")):
+                axes[1].plot(
+                    c["val_step"], c["val_loss"], color=f"C{i}", marker=".", linewidth=0.9, alpha=0.8, label=label
+                )
+    for ax, what in zip(
+        axes, ("training loss (moving average of 8 logs)", "validation loss (first validation batches)")
+    ):
         ax.set_xlabel("update")
         ax.set_ylabel("nats per token")
         ax.set_title(what, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     lows = [min(c["val_loss"]) for seeds in curves.values() for c in seeds.values() if c.get("val_loss")]
-    highs = [c["val_loss"][len(c["val_loss"]) // 3] for seeds in curves.values() for c in seeds.values() if c.get("val_loss")]
+    highs = [
+        c["val_loss"][len(c["val_loss"]) // 3] for seeds in curves.values() for c in seeds.values() if c.get("val_loss")
+    ]
     if lows and highs:  # zoom on the part of training where the variants separate
         axes[1].set_ylim(min(lows) - 0.05, max(highs) + 0.05)
     fig.suptitle("training curves, one line per seed")
@@ -212,7 +253,9 @@ def plot_study_bars(summary: Mapping[str, Any], path: str | Path) -> Path:
             means.append(iv["mean"] if iv["n"] else float("nan"))
             errs.append(iv["half_width"] if iv.get("half_width") is not None else 0.0)
         lo += [m - e for m, e in zip(means, errs) if m == m]
-        ax.bar([j + i * width for j in range(len(keys))], means, width=width, yerr=errs, capsize=3, color=f"C{i}", label=v)
+        ax.bar(
+            [j + i * width for j in range(len(keys))], means, width=width, yerr=errs, capsize=3, color=f"C{i}", label=v
+        )
     ax.set_xticks([j + width * (len(variants) - 1) / 2 for j in range(len(keys))])
     ax.set_xticklabels([k.replace("/", "\n") for k in keys], fontsize=8)
     if lo:
@@ -241,14 +284,26 @@ def plot_study_lookback(summary: Mapping[str, Any], key: str, path: str | Path) 
             iv = per[v][b].get("vs_baseline", {}).get("interval", {})
             means.append(iv.get("mean") if iv.get("n") else float("nan"))
             errs.append(iv.get("half_width") or 0.0)
-        ax.bar([j + i * width for j in range(len(buckets))], means, width=width, yerr=errs, capsize=3, color=f"C{i + 1}", label=f"{v} - {base}")
+        ax.bar(
+            [j + i * width for j in range(len(buckets))],
+            means,
+            width=width,
+            yerr=errs,
+            capsize=3,
+            color=f"C{i + 1}",
+            label=f"{v} - {base}",
+        )
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks([j + width * (len(others) - 1) / 2 for j in range(len(buckets))])
-    ax.set_xticklabels([f"{b}\n{100 * per[base][b].get('tokens', 0) / total:.0f}% of tokens" for b in buckets], fontsize=8)
+    ax.set_xticklabels(
+        [f"{b}\n{100 * per[base][b].get('tokens', 0) / total:.0f}% of tokens" for b in buckets], fontsize=8
+    )
     ax.set_xlabel("tokens since the word's previous occurrence, counted back from the segment start")
     ax.set_ylabel(f"bits per token, minus {base}'s")
     ev, split = key.split("/")
-    ax.set_title(f"where the memory helps ({split}, evaluation memory '{ev}'): below 0 is better than {base}", fontsize=10)
+    ax.set_title(
+        f"where the memory helps ({split}, evaluation memory '{ev}'): below 0 is better than {base}", fontsize=10
+    )
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)

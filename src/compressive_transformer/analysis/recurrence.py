@@ -147,4 +147,16 @@ def default_edges(reaches: Sequence[Reach]) -> list[int]:
     return sorted(e for e in edges if e > 0)
 
 
-__all__ = ["FIRST", "FIRST_SEEN", "NO_KEY", "SEGMENT", "Reach", "bucket_names", "bucket_of_lookback", "default_edges", "loss_by_lookback", "word_key", "word_lookbacks"]
+__all__ = [
+    "FIRST",
+    "FIRST_SEEN",
+    "NO_KEY",
+    "SEGMENT",
+    "Reach",
+    "bucket_names",
+    "bucket_of_lookback",
+    "default_edges",
+    "loss_by_lookback",
+    "word_key",
+    "word_lookbacks",
+]

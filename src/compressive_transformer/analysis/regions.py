@@ -62,7 +62,9 @@ class RegionAccumulator:
             self.sums = [torch.zeros(C + M + T, dtype=torch.float64) for _ in weights]
             self.counts = [torch.zeros(C + M + T, dtype=torch.float64) for _ in weights]
         elif self.sizes != (C, M, T):
-            raise ValueError(f"attention shapes changed from {self.sizes} to {(C, M, T)}; use one segment and memory length")
+            raise ValueError(
+                f"attention shapes changed from {self.sizes} to {(C, M, T)}; use one segment and memory length"
+            )
         readable = readable_keys(cmem_mask, mem_mask, query_mask).to(torch.float64)  # (B, T, K)
         for i, w in enumerate(weights):
             H = w.shape[1]
@@ -76,7 +78,10 @@ class RegionAccumulator:
             raise ValueError("no attention was accumulated")
         C, M, T = self.sizes
         spans = {"compressed": (0, C), "memory": (C, C + M), "segment": (C + M, C + M + T)}
-        regions = [{"name": n, "slots": b - a, "buckets": len(bucket_edges(b - a, self.buckets))} for n, (a, b) in spans.items()]
+        regions = [
+            {"name": n, "slots": b - a, "buckets": len(bucket_edges(b - a, self.buckets))}
+            for n, (a, b) in spans.items()
+        ]
 
         def layer_buckets(s: Tensor, c: Tensor) -> dict[str, list[float | None]]:
             out: dict[str, list[float | None]] = {}
@@ -93,7 +98,9 @@ class RegionAccumulator:
         region_share = []
         for s in self.sums:  # total weight each region receives, as a fraction (sums to 1 per layer)
             total = float(s.sum())
-            region_share.append({n: float(s[a:b].sum()) / total if total > 0 else math.nan for n, (a, b) in spans.items()})
+            region_share.append(
+                {n: float(s[a:b].sum()) / total if total > 0 else math.nan for n, (a, b) in spans.items()}
+            )
         return {
             "buckets_per_region": self.buckets,
             "regions": regions,
@@ -144,14 +151,20 @@ def attention_by_region(
     if warmup_segments is None:
         warmup_segments = math.ceil((first.mem_len + cfg.compression_rate * first.cmem_len) / seg_len)
     acc = RegionAccumulator(buckets)
-    batches = stream_batches(stream, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments + warmup_segments)
+    batches = stream_batches(
+        stream, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments + warmup_segments
+    )
     i = -1
-    for i, step in enumerate(stream_segments(model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len, need_weights=True)):
+    for i, step in enumerate(
+        stream_segments(model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len, need_weights=True)
+    ):
         if i >= warmup_segments:
             layer0 = step.memory.layers[0]
             acc.add(step.out.attentions, layer0.cmem_mask.cpu(), layer0.mem_mask.cpu(), step.batch.input_mask.cpu())
     if acc.sizes is None:
-        raise ValueError(f"the stream has no segment after the {warmup_segments} warm-up segments; give a longer stream or fewer warm-up segments")
+        raise ValueError(
+            f"the stream has no segment after the {warmup_segments} warm-up segments; give a longer stream or fewer warm-up segments"
+        )
     result = acc.result()
     result["segments"] = max(0, i + 1 - warmup_segments)
     result["warmup_segments"] = warmup_segments
@@ -172,4 +185,12 @@ def bucket_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["REGIONS", "RegionAccumulator", "attention_by_region", "bucket_attention", "bucket_edges", "bucket_table", "readable_keys"]
+__all__ = [
+    "REGIONS",
+    "RegionAccumulator",
+    "attention_by_region",
+    "bucket_attention",
+    "bucket_edges",
+    "bucket_table",
+    "readable_keys",
+]

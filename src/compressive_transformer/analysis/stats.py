@@ -119,7 +119,12 @@ def paired_differences(values: dict[Any, float], baseline: dict[Any, float], lev
     keys = sorted(k for k in values.keys() & baseline.keys() if _finite(values[k]) and _finite(baseline[k]))
     diffs = {k: float(values[k]) - float(baseline[k]) for k in keys}
     iv = mean_interval(list(diffs.values()), level)
-    return {"per_seed": {str(k): d for k, d in diffs.items()}, "interval": iv.to_dict(), "lower_in": sum(d < 0 for d in diffs.values()), "n": len(diffs)}
+    return {
+        "per_seed": {str(k): d for k, d in diffs.items()},
+        "interval": iv.to_dict(),
+        "lower_in": sum(d < 0 for d in diffs.values()),
+        "n": len(diffs),
+    }
 
 
 def _finite(v: Any) -> bool:

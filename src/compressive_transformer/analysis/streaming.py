@@ -55,7 +55,9 @@ def stream_batches(
             yield IndexedBatch(b.tokens, b.targets, b.input_mask, b.reset, None, None)
         return
     tokens, offsets = _flat(source)
-    index = StreamBatcher(np.arange(len(tokens), dtype=np.int64), offsets, batch_size=batch_size, seg_len=seg_len, pad_id=-1)
+    index = StreamBatcher(
+        np.arange(len(tokens), dtype=np.int64), offsets, batch_size=batch_size, seg_len=seg_len, pad_id=-1
+    )
     for i, b in enumerate(index):
         if max_segments and i >= max_segments:
             return
@@ -63,4 +65,6 @@ def stream_batches(
         tgt_pos = torch.where(b.targets != IGNORE_INDEX, b.targets, torch.full_like(b.targets, -1))
         toks = torch.where(pos >= 0, _gather(tokens, pos), torch.zeros_like(pos))
         tgts = torch.where(tgt_pos >= 0, _gather(tokens, tgt_pos), torch.full_like(tgt_pos, IGNORE_INDEX))
-        yield IndexedBatch(toks, tgts, b.input_mask, b.reset, pos if track_positions else None, tgt_pos if track_positions else None)
+        yield IndexedBatch(
+            toks, tgts, b.input_mask, b.reset, pos if track_positions else None, tgt_pos if track_positions else None
+        )

@@ -90,7 +90,9 @@ def empirical_temporal_range(
         rows = base_t.repeat(len(chunk), 1)
         for r, d in enumerate(chunk):
             p = length - 1 - d
-            rows[r, p] = (rows[r, p] + 1 + int(gen.integers(0, cfg.vocab_size - 1))) % cfg.vocab_size  # always another id
+            rows[r, p] = (
+                rows[r, p] + 1 + int(gen.integers(0, cfg.vocab_size - 1))
+            ) % cfg.vocab_size  # always another id
         logp = _probe(probe_model, rows, seg_len)
         effects.extend((logp - reference).abs().amax(dim=-1).tolist())
     model.train(was_training)

@@ -106,7 +106,9 @@ def cache_dir_for(cfg: DataConfig, run_dir: str | Path) -> Path:
     return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else Path(run_dir) / ".cache"
 
 
-def prepare_corpora(cfg: DataConfig, run_dir: str | Path, splits: tuple[str, ...] = SPLITS) -> tuple[Tokenizer, dict[str, Corpus]]:
+def prepare_corpora(
+    cfg: DataConfig, run_dir: str | Path, splits: tuple[str, ...] = SPLITS
+) -> tuple[Tokenizer, dict[str, Corpus]]:
     """What a run needs: its tokenizer (``<run_dir>/tokenizer.json``, trained once) and the encoded splits."""
     tokenizer = prepare_tokenizer(cfg, run_dir)
     cache_dir = cache_dir_for(cfg, run_dir)
@@ -114,7 +116,11 @@ def prepare_corpora(cfg: DataConfig, run_dir: str | Path, splits: tuple[str, ...
 
 
 def _paths(stem: Path) -> tuple[Path, Path, Path]:
-    return stem.with_name(stem.name + ".tokens.bin"), stem.with_name(stem.name + ".offsets.bin"), stem.with_name(stem.name + ".json")
+    return (
+        stem.with_name(stem.name + ".tokens.bin"),
+        stem.with_name(stem.name + ".offsets.bin"),
+        stem.with_name(stem.name + ".json"),
+    )
 
 
 def _open(stem: Path, key: dict[str, Any]) -> Corpus | None:
@@ -147,7 +153,13 @@ def _build(cfg: DataConfig, split: str, tokenizer: Tokenizer, stem: Path, key: d
     fd, tmp_tokens = tempfile.mkstemp(dir=stem.parent, prefix=tokens_path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            docs = tqdm(zip(raw.documents, raw.names), total=len(raw.documents), desc=f"tokenize {split}", unit="doc", disable=None)
+            docs = tqdm(
+                zip(raw.documents, raw.names),
+                total=len(raw.documents),
+                desc=f"tokenize {split}",
+                unit="doc",
+                disable=None,
+            )
             for doc, name in docs:
                 ids = tokenizer.encode_array(doc)
                 if len(ids) == 0:
@@ -156,7 +168,9 @@ def _build(cfg: DataConfig, split: str, tokenizer: Tokenizer, stem: Path, key: d
                 offsets.append(offsets[-1] + len(ids))
                 names.append(name)
         if offsets[-1] == 0:
-            raise ConfigError(f"data.path: the {split} split of {cfg.format} corpus {cfg.path or 'pydoc'} is empty (0 tokens); give it some text")
+            raise ConfigError(
+                f"data.path: the {split} split of {cfg.format} corpus {cfg.path or 'pydoc'} is empty (0 tokens); give it some text"
+            )
         fd2, tmp_offsets = tempfile.mkstemp(dir=stem.parent, prefix=offsets_path.name, suffix=".tmp")
         with os.fdopen(fd2, "wb") as f:
             np.asarray(offsets, dtype=np.int64).tofile(f)
@@ -185,4 +199,11 @@ def _build(cfg: DataConfig, split: str, tokenizer: Tokenizer, stem: Path, key: d
     with os.fdopen(fd3, "w", encoding="utf-8") as f:
         json.dump(meta, f)
     os.replace(tmp_meta, meta_path)
-    logger.info("cached %s %s: %d documents, %d tokens, %d words", cfg.format, split, len(offsets) - 1, offsets[-1], raw.num_words)
+    logger.info(
+        "cached %s %s: %d documents, %d tokens, %d words",
+        cfg.format,
+        split,
+        len(offsets) - 1,
+        offsets[-1],
+        raw.num_words,
+    )

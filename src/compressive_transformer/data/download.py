@@ -89,7 +89,9 @@ def download(
         pinned = _read_pinned(Path(manifest)) if manifest is not None else None
         return _download_pg19(source, directory, base, progress, limit, pinned)
     if limit is not None or manifest is not None:
-        raise ConfigError(f"download: limit and manifest apply to pg19 only; {name} is a single archive with a pinned checksum")
+        raise ConfigError(
+            f"download: limit and manifest apply to pg19 only; {name} is a single archive with a pinned checksum"
+        )
     archive = directory / source.filename
     _fetch(
         f"{base}/{source.filename}",
@@ -146,7 +148,9 @@ def _fetch(
         os.replace(tmp, dest)
         return dest
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-        raise DownloadError(f"download: {url} failed ({getattr(e, 'reason', e)}); check the network or pass --base-url URL of a mirror") from None
+        raise DownloadError(
+            f"download: {url} failed ({getattr(e, 'reason', e)}); check the network or pass --base-url URL of a mirror"
+        ) from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -161,12 +165,18 @@ def _hash_file(path: Path, digest: tuple[str, str] | None) -> str | None:
     return h.hexdigest()
 
 
-def _verify(path: Path, n: int, size: int | None, digest: tuple[str, str] | None, got: str | None, url: str = "") -> None:
+def _verify(
+    path: Path, n: int, size: int | None, digest: tuple[str, str] | None, got: str | None, url: str = ""
+) -> None:
     origin = url or str(path)
     if size is not None and n != size:
-        raise DownloadError(f"download: {origin} gave {n:,} bytes, expected {size:,}; try again or use another mirror (--base-url)")
+        raise DownloadError(
+            f"download: {origin} gave {n:,} bytes, expected {size:,}; try again or use another mirror (--base-url)"
+        )
     if digest and got != digest[1].lower():
-        raise DownloadError(f"download: {origin} has {digest[0]} {got}, expected {digest[1]}; the file is corrupt or changed, try again")
+        raise DownloadError(
+            f"download: {origin} has {digest[0]} {got}, expected {digest[1]}; the file is corrupt or changed, try again"
+        )
 
 
 def _check_zip(path: Path, members: dict[str, int | None]) -> None:
@@ -179,9 +189,13 @@ def _check_zip(path: Path, members: dict[str, int | None]) -> None:
                 try:
                     info = z.getinfo(member)
                 except KeyError:
-                    raise DownloadError(f"download: {path.name} has no {member}; it is not the expected archive") from None
+                    raise DownloadError(
+                        f"download: {path.name} has no {member}; it is not the expected archive"
+                    ) from None
                 if size is not None and info.file_size != size:
-                    raise DownloadError(f"download: {path.name}:{member} unpacks to {info.file_size:,} bytes, expected {size:,}")
+                    raise DownloadError(
+                        f"download: {path.name}:{member} unpacks to {info.file_size:,} bytes, expected {size:,}"
+                    )
     except zipfile.BadZipFile as e:
         raise DownloadError(f"download: {path.name} is not a valid zip ({e}); try again") from None
 
@@ -222,9 +236,13 @@ def _list_objects(base: str, bucket: str, prefix: str, limit: int | None) -> lis
             with urllib.request.urlopen(url, timeout=60) as resp:
                 page = json.load(resp)
         except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-            raise DownloadError(f"download: listing {url} failed ({getattr(e, 'reason', e)}); check the network or --base-url") from None
+            raise DownloadError(
+                f"download: listing {url} failed ({getattr(e, 'reason', e)}); check the network or --base-url"
+            ) from None
         except json.JSONDecodeError:
-            raise DownloadError(f"download: listing {url} did not return JSON; is --base-url a GCS-compatible server?") from None
+            raise DownloadError(
+                f"download: listing {url} did not return JSON; is --base-url a GCS-compatible server?"
+            ) from None
         try:
             for item in page.get("items", []):
                 if item["name"].endswith("/"):
@@ -237,7 +255,9 @@ def _list_objects(base: str, bucket: str, prefix: str, limit: int | None) -> lis
         except DownloadError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise DownloadError(f"download: listing {url} has an entry without a valid name and size; is --base-url a GCS-compatible server?") from None
+            raise DownloadError(
+                f"download: listing {url} has an entry without a valid name and size; is --base-url a GCS-compatible server?"
+            ) from None
         if not token:
             return out
 
@@ -253,21 +273,30 @@ def safe_pg19_name(name: str) -> str:
     """A listed object name, if it has PG-19's shape; a server cannot make the downloader write outside its
     directory (``../``, absolute paths, odd characters are refused)."""
     if not isinstance(name, str) or not PG19_NAME.match(name):
-        raise DownloadError(f"download: the listing names an unexpected file {name!r}; refusing to write it (is base_url a PG-19 mirror?)")
+        raise DownloadError(
+            f"download: the listing names an unexpected file {name!r}; refusing to write it (is base_url a PG-19 mirror?)"
+        )
     return name
 
 
 def _read_pinned(path: Path) -> dict[str, dict]:
     try:
         files = json.loads(path.read_text(encoding="utf-8"))["files"]
-        if not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) and isinstance(v.get("size"), int) for v in files.values()):
+        if not all(
+            isinstance(v, dict) and isinstance(v.get("sha256"), str) and isinstance(v.get("size"), int)
+            for v in files.values()
+        ):
             raise ValueError("bad entry")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise DownloadError(f"download: manifest {path} cannot be read ({type(e).__name__}); give a manifest.json written by a previous download") from None
+        raise DownloadError(
+            f"download: manifest {path} cannot be read ({type(e).__name__}); give a manifest.json written by a previous download"
+        ) from None
     return files
 
 
-def _download_pg19(source: Source, directory: Path, base: str, progress: bool, limit: int | None, pinned: dict[str, dict] | None) -> Path:
+def _download_pg19(
+    source: Source, directory: Path, base: str, progress: bool, limit: int | None, pinned: dict[str, dict] | None
+) -> Path:
     root = directory / source.target
     meta = _list_objects(base, source.bucket, "metadata.csv", None)
     meta = [m for m in meta if m[0] == "metadata.csv"]
@@ -283,13 +312,19 @@ def _download_pg19(source: Source, directory: Path, base: str, progress: bool, l
         safe_pg19_name(name)
         if pinned is not None:
             if name not in pinned:
-                raise DownloadError(f"download: the listing names {name}, which the pinned manifest does not hold; the mirror differs from the pinned copy")
+                raise DownloadError(
+                    f"download: the listing names {name}, which the pinned manifest does not hold; the mirror differs from the pinned copy"
+                )
             if pinned[name]["size"] != size:
-                raise DownloadError(f"download: the listing gives {name} {size:,} bytes, the pinned manifest {pinned[name]['size']:,}")
+                raise DownloadError(
+                    f"download: the listing gives {name} {size:,} bytes, the pinned manifest {pinned[name]['size']:,}"
+                )
     fetched: dict[str, dict] = {}
     for name, size, md5 in tqdm(todo, desc="pg19", unit="file", disable=not progress):
         digest = ("sha256", pinned[name]["sha256"]) if pinned is not None else (("md5", md5) if md5 else None)
-        dest = _fetch(f"{base}/{source.bucket}/{urllib.parse.quote(name)}", root / name, size=size, digest=digest, progress=False)
+        dest = _fetch(
+            f"{base}/{source.bucket}/{urllib.parse.quote(name)}", root / name, size=size, digest=digest, progress=False
+        )
         fetched[name] = {"size": dest.stat().st_size, "sha256": _hash_file(dest, ("sha256", ""))}
     record = root / PG19_MANIFEST
     tmp = record.with_name(record.name + ".part")

@@ -70,7 +70,9 @@ def read_split(cfg: DataConfig, split: str) -> RawSplit:
     check_split(split)
     raw = corpus_format(cfg.format).read(cfg, split)
     if not raw.documents:
-        raise ConfigError(f"data.path: the {split} split of {_where(cfg)} has no documents; point data.path at a non-empty corpus")
+        raise ConfigError(
+            f"data.path: the {split} split of {_where(cfg)} has no documents; point data.path at a non-empty corpus"
+        )
     return raw
 
 
@@ -260,7 +262,9 @@ def _enwik8_bytes(path: Path) -> bytes:
                 names = [n for n in z.namelist() if not n.endswith("/")]
                 member = "enwik8" if "enwik8" in names else (names[0] if len(names) == 1 else None)
                 if member is None:
-                    raise ConfigError(f"data.path: {path} has no member 'enwik8'; use the enwik8.zip of the Hutter prize")
+                    raise ConfigError(
+                        f"data.path: {path} has no member 'enwik8'; use the enwik8.zip of the Hutter prize"
+                    )
                 return z.read(member)
     except (OSError, zipfile.BadZipFile, EOFError) as e:
         raise ConfigError(f"data.path: {path} is not a readable archive ({e}); download it again") from None
@@ -277,7 +281,9 @@ def _read_wikitext(cfg: DataConfig, split: str) -> RawSplit:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"data.path: {path} is not UTF-8 text (byte {e.start}); WikiText files are UTF-8, download them again") from None
+        raise ConfigError(
+            f"data.path: {path} is not UTF-8 text (byte {e.start}); WikiText files are UTF-8, download them again"
+        ) from None
     doc, n_articles = wikitext_stream(text)
     return RawSplit(split, [doc], [split], count_words(doc), (path,), n_articles)
 
@@ -309,7 +315,9 @@ def count_wikitext_articles(lines: list[str]) -> int:
 def _wikitext_file(cfg: DataConfig, split: str) -> Path:
     root = _existing(cfg)
     if not root.is_dir():
-        raise ConfigError(f"data.path: {root} is a file; wikitext needs the directory holding wiki.{{train,valid,test}}.tokens")
+        raise ConfigError(
+            f"data.path: {root} is a file; wikitext needs the directory holding wiki.{{train,valid,test}}.tokens"
+        )
     if split == "train" and cfg.train_file:
         path = Path(cfg.train_file) if Path(cfg.train_file).is_absolute() else root / cfg.train_file
         if not path.is_file():
@@ -391,7 +399,9 @@ def data_root_path(path: str) -> str:
 def _existing(cfg: DataConfig) -> Path:
     path = Path(data_root_path(cfg.path)).expanduser()
     if not path.exists():
-        hint = f"`compressive-transformer data download` fills data/, or set {DATA_ROOT_ENV} to the directory holding it"
+        hint = (
+            f"`compressive-transformer data download` fills data/, or set {DATA_ROOT_ENV} to the directory holding it"
+        )
         raise ConfigError(f"data.path: {path} does not exist; point it at the {cfg.format} corpus ({hint})")
     return path
 
@@ -402,6 +412,7 @@ def _where(cfg: DataConfig) -> str:
 
 # ---------------------------------------------------------------------------------------------------------------
 # the built-in formats; download sizes and sha256 as recorded by the HuggingFace ``datasets`` checksums of the same URLs
+
 
 def _wikitext_source(name: str, size: int, sha256: str) -> Source:
     """One of the Salesforce WikiText archives: ``<name>/wiki.{train,valid,test}.tokens`` in ``<name>-v1.zip``."""
@@ -442,8 +453,12 @@ register_format(
         lambda cfg, split: [_wikitext_file(cfg, split)],
         _read_wikitext,
         sources={
-            "wikitext-103": _wikitext_source("wikitext-103", 190_229_076, "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"),
-            "wikitext-2": _wikitext_source("wikitext-2", 4_475_746, "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"),
+            "wikitext-103": _wikitext_source(
+                "wikitext-103", 190_229_076, "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"
+            ),
+            "wikitext-2": _wikitext_source(
+                "wikitext-2", 4_475_746, "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"
+            ),
         },
         train_file=True,
     )

@@ -21,6 +21,7 @@ import torch
 from compressive_transformer.config import ConfigError
 from compressive_transformer.constants import IGNORE_INDEX
 
+
 @dataclass
 class Batch:
     """One segment of every stream."""
@@ -42,7 +43,9 @@ class Batch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return Batch(move(self.tokens), move(self.targets), move(self.input_mask), move(self.reset), self.epoch, self.step)
+        return Batch(
+            move(self.tokens), move(self.targets), move(self.input_mask), move(self.reset), self.epoch, self.step
+        )
 
 
 @dataclass(frozen=True)
@@ -210,7 +213,14 @@ class StreamBatcher:
             targets[b, : t_end - s - 1] = self.tokens[s + 1 : t_end]
             mask[b, : e - s] = True
             reset[b] = k == 0
-        return Batch(torch.from_numpy(tokens), torch.from_numpy(targets), torch.from_numpy(mask), torch.from_numpy(reset), epoch, step)
+        return Batch(
+            torch.from_numpy(tokens),
+            torch.from_numpy(targets),
+            torch.from_numpy(mask),
+            torch.from_numpy(reset),
+            epoch,
+            step,
+        )
 
     # -- resumable state ----------------------------------------------------------------------------------------
 
@@ -253,5 +263,7 @@ class StreamBatcher:
                 )
         epoch, step = int(state["epoch"]), int(state["step"])
         if "positions" in state and list(state["positions"]) != self._positions(epoch, step):
-            raise ConfigError("data position: the saved stream positions do not match this corpus; the data changed since the checkpoint")
+            raise ConfigError(
+                "data position: the saved stream positions do not match this corpus; the data changed since the checkpoint"
+            )
         self.epoch, self.step, self.tokens_seen = epoch, step, int(state.get("tokens_seen", 0))

@@ -169,10 +169,14 @@ class SubwordTokenizer:
         progress = sys.stderr.isatty()  # training on a large corpus takes minutes
         if kind == "bpe":
             tok = HFTokenizer(models.BPE())
-            trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=progress, special_tokens=[])
+            trainer = trainers.BpeTrainer(
+                vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=progress, special_tokens=[]
+            )
         elif kind == "unigram":
             tok = HFTokenizer(models.Unigram())
-            trainer = trainers.UnigramTrainer(vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=progress, special_tokens=[])
+            trainer = trainers.UnigramTrainer(
+                vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=progress, special_tokens=[]
+            )
         else:
             raise ConfigError(f"data.tokenizer: {kind!r} is not a subword tokenizer; use 'bpe' or 'unigram'")
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -228,7 +232,9 @@ def build_tokenizer(cfg: DataConfig, train_documents: Iterable[Document]) -> Tok
         return load_pretrained(cfg.tokenizer_file)
     docs = list(train_documents)
     if not any(len(d) for d in docs):
-        raise ConfigError(f"data.path: the train split is empty; the {cfg.tokenizer!r} tokenizer needs text to learn from")
+        raise ConfigError(
+            f"data.path: the train split is empty; the {cfg.tokenizer!r} tokenizer needs text to learn from"
+        )
     if cfg.tokenizer == "words":
         return WordTokenizer.train(docs, min_freq=cfg.min_freq)
     return SubwordTokenizer.train(docs, kind=cfg.tokenizer, vocab_size=cfg.subword_vocab_size)
@@ -269,11 +275,15 @@ def load_pretrained(path: str | Path) -> SubwordTokenizer:
         raise ConfigError(f"data.tokenizer_file: {file} does not exist; point it at a tokenizer.json")
     tok = load_tokenizer(file)
     if not isinstance(tok, SubwordTokenizer):
-        raise ConfigError(f"data.tokenizer_file: {file} is not a HuggingFace tokenizers file; use a tokenizer.json saved by tokenizers")
+        raise ConfigError(
+            f"data.tokenizer_file: {file} is not a HuggingFace tokenizers file; use a tokenizer.json saved by tokenizers"
+        )
     return tok
 
 
-def prepare_tokenizer(cfg: DataConfig, directory: str | Path, train_documents: Iterable[Document] | None = None) -> Tokenizer:
+def prepare_tokenizer(
+    cfg: DataConfig, directory: str | Path, train_documents: Iterable[Document] | None = None
+) -> Tokenizer:
     """The run's tokenizer: loaded from ``directory`` when saved there before, else built from the train split and saved."""
     path = Path(directory) / TOKENIZER_FILE
     if path.is_file():

@@ -23,7 +23,14 @@ import torch
 
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
 from compressive_transformer.config import ConfigError, to_dict
-from compressive_transformer.experiments.long_range import ABLATION_MODELS, PRESETS, Preset, describe_model, run_one, train_config
+from compressive_transformer.experiments.long_range import (
+    ABLATION_MODELS,
+    PRESETS,
+    Preset,
+    describe_model,
+    run_one,
+    train_config,
+)
 from compressive_transformer.experiments.long_range_report import split_accuracy
 from compressive_transformer.tasks import Log, TaskRunConfig
 
@@ -56,7 +63,10 @@ def plan_cells(
     configs = {m: preset.model(m, vocab) for m in models}
     steps = budget if budget is not None else preset.ablation_steps
     return [
-        (Cell(t, m, s), TaskRunConfig(configs[m], all_tasks[t], train_config(preset, seed=s, steps=steps, ablation=True)))
+        (
+            Cell(t, m, s),
+            TaskRunConfig(configs[m], all_tasks[t], train_config(preset, seed=s, steps=steps, ablation=True)),
+        )
         for t in tasks
         for m in models
         for s in seeds
@@ -131,7 +141,9 @@ def run_seeded(
     return summary
 
 
-def summarise(records: Sequence[dict[str, Any]], preset: Preset, *, seeds: Sequence[int], command: str) -> dict[str, Any]:
+def summarise(
+    records: Sequence[dict[str, Any]], preset: Preset, *, seeds: Sequence[int], command: str
+) -> dict[str, Any]:
     """Per task and model: accuracy (all answers, and within / beyond Transformer-XL's reach) as mean and 95%
     interval over seeds, the per-seed values, and paired differences against :data:`BASELINE` where it ran."""
     vocab = max(cfg.vocab_size for cfg in preset.tasks().values())
@@ -141,28 +153,54 @@ def summarise(records: Sequence[dict[str, Any]], preset: Preset, *, seeds: Seque
     for r in records:
         within, beyond = split_accuracy(r, reach)
         values = per.setdefault(r["task"], {}).setdefault(r["name"], {"all": {}, "within": {}, "beyond": {}})
-        values["all"][r["seed"]], values["within"][r["seed"]], values["beyond"][r["seed"]] = r["overall_accuracy"], within, beyond
-        info[r["name"]] = {"compression": r["model"]["compression"], "compression_loss": r["model"]["compression_loss"],
-                           "steps": r["train"]["steps"], "attention_cost": r["model"]["attention_cost"]}  # fmt: skip
+        values["all"][r["seed"]], values["within"][r["seed"]], values["beyond"][r["seed"]] = (
+            r["overall_accuracy"],
+            within,
+            beyond,
+        )
+        info[r["name"]] = {
+            "compression": r["model"]["compression"],
+            "compression_loss": r["model"]["compression_loss"],
+            "steps": r["train"]["steps"],
+            "attention_cost": r["model"]["attention_cost"],
+        }
     tasks: dict[str, Any] = {}
     for task, models in per.items():
         rows = {}
         for name, values in models.items():
             row: dict[str, Any] = dict(info[name])
             for metric, by_seed in values.items():
-                row[metric] = mean_interval(list(by_seed.values())).to_dict() | {"per_seed": {str(k): v for k, v in by_seed.items()}}
+                row[metric] = mean_interval(list(by_seed.values())).to_dict() | {
+                    "per_seed": {str(k): v for k, v in by_seed.items()}
+                }
             if BASELINE in models and name != BASELINE:
                 row["vs_baseline"] = {m: paired_differences(values[m], models[BASELINE][m]) for m in ("all", "beyond")}
             rows[name] = row
         tasks[task] = rows
-    return {"preset": preset.name, "preset_config": dataclasses.asdict(preset), "seeds": list(seeds), "txl_reach": reach,
-            "baseline": BASELINE, "command": command, "tasks": tasks}  # fmt: skip
+    return {
+        "preset": preset.name,
+        "preset_config": dataclasses.asdict(preset),
+        "seeds": list(seeds),
+        "txl_reach": reach,
+        "baseline": BASELINE,
+        "command": command,
+        "tasks": tasks,
+    }
 
 
-def seeded_command(preset: str, out_dir: str | Path, tasks: Sequence[str], models: Sequence[str], seeds: Sequence[int],
-                   budget: int | None, parallel: int) -> str:  # fmt: skip
-    cmd = (f"compressive-transformer task long-range --preset {preset} --tasks {','.join(tasks)} --models {','.join(models)}"
-           f" --seeds {','.join(map(str, seeds))}")  # fmt: skip
+def seeded_command(
+    preset: str,
+    out_dir: str | Path,
+    tasks: Sequence[str],
+    models: Sequence[str],
+    seeds: Sequence[int],
+    budget: int | None,
+    parallel: int,
+) -> str:
+    cmd = (
+        f"compressive-transformer task long-range --preset {preset} --tasks {','.join(tasks)} --models {','.join(models)}"
+        f" --seeds {','.join(map(str, seeds))}"
+    )
     if budget is not None:
         cmd += f" --budget {budget}"
     return cmd + f" --parallel {parallel} --out {out_dir}"

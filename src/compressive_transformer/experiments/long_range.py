@@ -53,7 +53,10 @@ def describe_model(cfg: ModelConfig) -> dict[str, Any]:
         "max_range": r.max_range,
         # the last position of a segment sees n_s - 1 more tokens than the first, which the range counts
         "max_range_last_position": r.max_range + cfg.seg_len - 1,
-        "single_layer_reach_last_position": cfg.mem_len + (cfg.compression_rate * cfg.cmem_len if cfg.uses_compression else 0) + cfg.seg_len - 1,
+        "single_layer_reach_last_position": cfg.mem_len
+        + (cfg.compression_rate * cfg.cmem_len if cfg.uses_compression else 0)
+        + cfg.seg_len
+        - 1,
     }
 
 
@@ -65,12 +68,14 @@ def _history_summary(history: list[dict[str, Any]], points: int = 50) -> list[di
     out = []
     for i in range(0, len(history), size):
         chunk = history[i : i + size]
-        out.append({
-            "step": chunk[-1]["step"],
-            "loss": float(np.mean([r["loss"] for r in chunk])),
-            "accuracy": float(np.mean([r["accuracy"] for r in chunk])),
-            "aux_loss": float(np.mean([r["aux_loss"] for r in chunk])),
-        })  # fmt: skip
+        out.append(
+            {
+                "step": chunk[-1]["step"],
+                "loss": float(np.mean([r["loss"] for r in chunk])),
+                "accuracy": float(np.mean([r["accuracy"] for r in chunk])),
+                "aux_loss": float(np.mean([r["aux_loss"] for r in chunk])),
+            }
+        )
     return out
 
 
@@ -98,13 +103,17 @@ def run_one(run: TaskRunConfig, *, log: Log = _quiet) -> dict[str, Any]:
     }
 
 
-def run_task(config: str | Path | TaskRunConfig, out_dir: str | Path, *, overrides: Sequence[str] = (), log: Log = print) -> dict[str, Any]:
+def run_task(
+    config: str | Path | TaskRunConfig, out_dir: str | Path, *, overrides: Sequence[str] = (), log: Log = print
+) -> dict[str, Any]:
     """``task train CONFIG``: one model on one task from a TOML file; writes ``OUT/result.json`` and a plot."""
     run = config if isinstance(config, TaskRunConfig) else load_task_run_config(config, overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record = run_one(run, log=log)
-    record["command"] = f"compressive-transformer task train {config}" + "".join(f" --set {o}" for o in overrides) + f" --out {out_dir}"
+    record["command"] = (
+        f"compressive-transformer task train {config}" + "".join(f" --set {o}" for o in overrides) + f" --out {out_dir}"
+    )
     (out / "result.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     from compressive_transformer.analysis.plots import plot_accuracy_by_distance
 
@@ -143,18 +152,33 @@ class Preset:
         pairs, copies = min(4, (s - 1) // 3), min(4, (s - 1) // 2)  # the curriculum needs them within one segment
         return {
             # distances inside both ranges, between one- and two-layer TXL reach, and beyond TXL's range
-            "passkey": PasskeyConfig(seq_len=L, distances=_passkey_distances(s, L), n_filler=16, n_keys=16, n_values=16),
-            "associative_recall": AssociativeRecallConfig(
-                seq_len=L, n_pairs=pairs, gaps=tuple(sorted({s // 4, txl_reach // 2, txl_reach + s // 2, L - 3 * pairs - 2})), n_filler=16, n_keys=16, n_values=16
+            "passkey": PasskeyConfig(
+                seq_len=L, distances=_passkey_distances(s, L), n_filler=16, n_keys=16, n_values=16
             ),
-            "selective_copy": SelectiveCopyConfig(seq_len=L, n_tokens=copies, gap=s, n_filler=16, n_keys=1, n_values=16),
+            "associative_recall": AssociativeRecallConfig(
+                seq_len=L,
+                n_pairs=pairs,
+                gaps=tuple(sorted({s // 4, txl_reach // 2, txl_reach + s // 2, L - 3 * pairs - 2})),
+                n_filler=16,
+                n_keys=16,
+                n_values=16,
+            ),
+            "selective_copy": SelectiveCopyConfig(
+                seq_len=L, n_tokens=copies, gap=s, n_filler=16, n_keys=1, n_values=16
+            ),
         }
 
     def model(self, name: str, vocab_size: int) -> ModelConfig:
         base = dict(
-            vocab_size=vocab_size, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads, d_ff=self.d_ff,
-            seg_len=self.seg_len, dropout=0.0, compression_rate=self.compression_rate,
-        )  # fmt: skip
+            vocab_size=vocab_size,
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            seg_len=self.seg_len,
+            dropout=0.0,
+            compression_rate=self.compression_rate,
+        )
         k = self.seg_len
         if name == "txl":
             return ModelConfig(**base, mem_len=2 * k, cmem_len=0)
@@ -168,9 +192,14 @@ class Preset:
     def train(self, name: str, seed: int, *, ablation: bool) -> TaskTrainConfig:
         steps = self.ablation_steps if ablation else self.steps
         return TaskTrainConfig(
-            steps=steps, batch_size=self.batch_size, lr=self.lr, warmup_steps=self.warmup_steps,
-            eval_per_value=self.eval_per_value, seed=seed, curriculum_steps=min(self.curriculum_steps, steps),
-        )  # fmt: skip
+            steps=steps,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            warmup_steps=self.warmup_steps,
+            eval_per_value=self.eval_per_value,
+            seed=seed,
+            curriculum_steps=min(self.curriculum_steps, steps),
+        )
 
 
 def _passkey_distances(s: int, L: int) -> tuple[int, ...]:
@@ -202,12 +231,38 @@ def _ablation_cell(name: str) -> tuple[str, str]:
 
 PRESETS: dict[str, Preset] = {
     # seconds: the shape of the experiment at toy size, for tests and a first look
-    "quick": Preset("quick", seg_len=8, seq_len=80, d_model=16, n_heads=2, d_ff=32, steps=3, ablation_steps=2,
-                    batch_size=4, lr=3e-3, warmup_steps=1, eval_per_value=4, curriculum_steps=1),
+    "quick": Preset(
+        "quick",
+        seg_len=8,
+        seq_len=80,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        steps=3,
+        ablation_steps=2,
+        batch_size=4,
+        lr=3e-3,
+        warmup_steps=1,
+        eval_per_value=4,
+        curriculum_steps=1,
+    ),
     # the committed results: minutes per model on passkey on one CPU thread (lr 2e-3 and above stall at chance)
-    "full": Preset("full", seg_len=32, seq_len=320, d_model=64, n_heads=4, d_ff=128, steps=800, ablation_steps=500,
-                   batch_size=32, lr=1e-3, warmup_steps=40, eval_per_value=64, curriculum_steps=250),
-}  # fmt: skip
+    "full": Preset(
+        "full",
+        seg_len=32,
+        seq_len=320,
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        steps=800,
+        ablation_steps=500,
+        batch_size=32,
+        lr=1e-3,
+        warmup_steps=40,
+        eval_per_value=64,
+        curriculum_steps=250,
+    ),
+}
 
 
 def train_config(preset: Preset, *, seed: int, steps: int | None, ablation: bool) -> TaskTrainConfig:
@@ -217,12 +272,16 @@ def train_config(preset: Preset, *, seed: int, steps: int | None, ablation: bool
     if steps is None:
         return train
     return dataclasses.replace(
-        train, steps=steps, warmup_steps=min(train.warmup_steps, max(steps // 10, 1)),
+        train,
+        steps=steps,
+        warmup_steps=min(train.warmup_steps, max(steps // 10, 1)),
         curriculum_steps=min(train.curriculum_steps, steps // 2),
-    )  # fmt: skip
+    )
 
 
-def experiment_command(preset: str, out_dir: str | Path, tasks: Sequence[str], models: Sequence[str], seed: int, steps: int | None) -> str:
+def experiment_command(
+    preset: str, out_dir: str | Path, tasks: Sequence[str], models: Sequence[str], seed: int, steps: int | None
+) -> str:
     cmd = f"compressive-transformer task long-range --preset {preset} --tasks {','.join(tasks)} --models {','.join(models)} --seed {seed}"
     if steps is not None:
         cmd += f" --budget {steps}"
@@ -260,16 +319,22 @@ def run_long_range(
     command = experiment_command(p.name, out_dir, tasks, models, seed, budget)
     with locked_results(out) as results:  # fail early on a results file of another preset
         if results.get("preset") not in (None, p.name):
-            raise ConfigError(f"{out / RESULTS_FILE}: holds results of preset {results['preset']!r}; use another --out for preset {p.name!r}")
+            raise ConfigError(
+                f"{out / RESULTS_FILE}: holds results of preset {results['preset']!r}; use another --out for preset {p.name!r}"
+            )
     for task_name in tasks:
         for model_name in models:
             train = train_config(p, seed=seed, steps=budget, ablation=model_name.startswith("ct-"))
-            log(f"{task_name} / {model_name}: {train.steps} steps, {describe_model(runs[model_name])['attention_cost']} query-key pairs per segment")
+            log(
+                f"{task_name} / {model_name}: {train.steps} steps, {describe_model(runs[model_name])['attention_cost']} query-key pairs per segment"
+            )
             record = run_one(TaskRunConfig(runs[model_name], all_tasks[task_name], train), log=log)
             record.update({"name": model_name, "command": command})
             with locked_results(out) as results:  # other processes may be adding their runs to the same file
                 results.update({"preset": p.name, "preset_config": dataclasses.asdict(p), "seed": seed})
-                entries = [e for e in results.get("runs", []) if not (e["task"] == task_name and e["name"] == model_name)]
+                entries = [
+                    e for e in results.get("runs", []) if not (e["task"] == task_name and e["name"] == model_name)
+                ]
                 results["runs"] = entries + [record]
             key = "accuracy_binned" if binned(task_name) else "accuracy"
             log("  accuracy by distance: " + ", ".join(f"{d}: {a:.2f}" for d, a in record[key].items()))
@@ -278,4 +343,14 @@ def run_long_range(
     return results
 
 
-__all__ = ["ABLATION", "ABLATION_MODELS", "PRESETS", "Preset", "describe_model", "run_long_range", "run_one", "run_task", "train_config"]
+__all__ = [
+    "ABLATION",
+    "ABLATION_MODELS",
+    "PRESETS",
+    "Preset",
+    "describe_model",
+    "run_long_range",
+    "run_one",
+    "run_task",
+    "train_config",
+]

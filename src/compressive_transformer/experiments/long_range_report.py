@@ -14,11 +14,17 @@ def write_long_range_outputs(out: Path, results: dict[str, Any], order: Sequence
     for task, entries in _by_task(results, order).items():
         main = [e for e in entries if not e["name"].startswith("ct-")]
         if main:
-            plot_accuracy_by_distance(main, out / f"{task}.png", title=f"{task}: equal attention cost", binned=binned(task))
+            plot_accuracy_by_distance(
+                main, out / f"{task}.png", title=f"{task}: equal attention cost", binned=binned(task)
+            )
         cells = [e for e in entries if e["name"].startswith("ct-")]
         if cells:
-            plot_accuracy_by_distance(cells + [e for e in main if e["name"] == "txl"], out / f"{task}_ablation.png",
-                                      title=f"{task}: compression fn x loss", binned=binned(task))  # fmt: skip
+            plot_accuracy_by_distance(
+                cells + [e for e in main if e["name"] == "txl"],
+                out / f"{task}_ablation.png",
+                title=f"{task}: compression fn x loss",
+                binned=binned(task),
+            )
     (out / "results.md").write_text(results_markdown(results, order), encoding="utf-8")
 
 
@@ -48,13 +54,23 @@ def _by_task(results: dict[str, Any], order: Sequence[str]) -> dict[str, list[di
 
 def results_markdown(results: dict[str, Any], order: Sequence[str] = ()) -> str:
     """Accuracy-by-distance tables per task and the ablation table (compression fn x loss)."""
-    lines = [f"# Long-range tasks at equal attention cost (preset `{results.get('preset')}`, seed {results.get('seed')})", ""]
+    lines = [
+        f"# Long-range tasks at equal attention cost (preset `{results.get('preset')}`, seed {results.get('seed')})",
+        "",
+    ]
     by_task = _by_task(results, order)
     for task, entries in by_task.items():
         key = "accuracy_binned" if binned(task) else "accuracy"
         dists = sorted({int(d) for e in entries for d in e[key]})
-        lines += [f"## {task}", "", "accuracy by distance" + (" (bins of one segment, centres shown)" if key == "accuracy_binned" else ""), ""]
-        lines.append("| model | attention cost | max range l(n_m + c n_cm) | steps | " + " | ".join(str(d) for d in dists) + " |")
+        lines += [
+            f"## {task}",
+            "",
+            "accuracy by distance" + (" (bins of one segment, centres shown)" if key == "accuracy_binned" else ""),
+            "",
+        ]
+        lines.append(
+            "| model | attention cost | max range l(n_m + c n_cm) | steps | " + " | ".join(str(d) for d in dists) + " |"
+        )
         lines.append("|---|---|---|---|" + "---|" * len(dists))
         for e in entries:
             m = e["model"]
@@ -69,14 +85,21 @@ def results_markdown(results: dict[str, Any], order: Sequence[str] = ()) -> str:
             cells.append(main_ct)  # the main model is the conv x attention cell (at its own, larger budget)
         if cells:
             reach = txl["model"]["max_range_last_position"] if txl else cells[0]["model"]["seg_len"] * 5 - 1
-            lines += [f"### ablation: compression fn x loss ({task})", "",
-                      f"accuracy on answers within / beyond Transformer-XL's reach ({reach} tokens back from the answer)", "",
-                      "| compression fn | compression loss | within | beyond | all | steps |", "|---|---|---|---|---|---|"]  # fmt: skip
+            lines += [
+                f"### ablation: compression fn x loss ({task})",
+                "",
+                f"accuracy on answers within / beyond Transformer-XL's reach ({reach} tokens back from the answer)",
+                "",
+                "| compression fn | compression loss | within | beyond | all | steps |",
+                "|---|---|---|---|---|---|",
+            ]
             for e in cells + ([txl] if txl else []):
                 w, b = split_accuracy(e, reach)
                 fn = e["model"]["compression"] or "(Transformer-XL, n_m = 2k)"
                 loss = e["model"]["compression_loss"] or "-"
-                lines.append(f"| {fn} | {loss} | {w:.2f} | {b:.2f} | {e['overall_accuracy']:.2f} | {e['train']['steps']} |")
+                lines.append(
+                    f"| {fn} | {loss} | {w:.2f} | {b:.2f} | {e['overall_accuracy']:.2f} | {e['train']['steps']} |"
+                )
             lines.append("")
     commands = sorted({e["command"] for e in results.get("runs", [])})
     lines += ["Produced by:", ""] + [f"    {c}" for c in commands] + [""]

@@ -61,12 +61,28 @@ class StudySettings:
 
     def __post_init__(self) -> None:
         p = "study."
-        _require(len(self.seeds) > 0 and len(set(self.seeds)) == len(self.seeds), p + "seeds", "must be a non-empty list of distinct integers")
+        _require(
+            len(self.seeds) > 0 and len(set(self.seeds)) == len(self.seeds),
+            p + "seeds",
+            "must be a non-empty list of distinct integers",
+        )
         _require(all(s >= 0 for s in self.seeds), p + "seeds", "must be >= 0")
-        _require(len(self.splits) > 0 and all(s in ("train", "validation", "test") for s in self.splits), p + "splits", "use train, validation and/or test")
+        _require(
+            len(self.splits) > 0 and all(s in ("train", "validation", "test") for s in self.splits),
+            p + "splits",
+            "use train, validation and/or test",
+        )
         _require(0.0 < self.level < 1.0, p + "level", "must be in (0, 1), e.g. 0.95")
-        _require(all(e >= 1 for e in self.lookback_edges) and list(self.lookback_edges) == sorted(set(self.lookback_edges)), p + "lookback_edges", "must be increasing integers >= 1")
-        _require(self.attention_split in ("train", "validation", "test"), p + "attention_split", "use train, validation or test")
+        _require(
+            all(e >= 1 for e in self.lookback_edges) and list(self.lookback_edges) == sorted(set(self.lookback_edges)),
+            p + "lookback_edges",
+            "must be increasing integers >= 1",
+        )
+        _require(
+            self.attention_split in ("train", "validation", "test"),
+            p + "attention_split",
+            "use train, validation or test",
+        )
         _require(self.attention_segments >= 0, p + "attention_segments", "must be >= 0 (0 skips the attention profile)")
         _require(self.parallel >= 1, p + "parallel", "must be >= 1")
         _require(self.threads >= 0, p + "threads", "must be >= 0 (0 means every core)")
@@ -111,7 +127,11 @@ class Study:
     def lengths(self, variant: str, evaluation: str) -> tuple[int, int, int]:
         """(seg_len, mem_len, cmem_len) of ``variant`` under ``evaluation``."""
         m, e = self.configs[variant].model, self.evaluations[variant][evaluation]
-        return (e.seg_len or m.seg_len, m.mem_len if e.mem_len is None else e.mem_len, m.cmem_len if e.cmem_len is None else e.cmem_len)
+        return (
+            e.seg_len or m.seg_len,
+            m.mem_len if e.mem_len is None else e.mem_len,
+            m.cmem_len if e.cmem_len is None else e.cmem_len,
+        )
 
     def lookback_edges(self) -> list[int]:
         """The study's lookback edges: given, or every variant's raw memory and total reach at training lengths."""
@@ -135,9 +155,13 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     for name, extra in extras.items():
         tables = extra.get("evaluations", {})
         if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
-            raise ConfigError(f"variants.{name}.evaluations: write one table per evaluation, e.g. [variants.{name}.evaluations.long]")
+            raise ConfigError(
+                f"variants.{name}.evaluations: write one table per evaluation, e.g. [variants.{name}.evaluations.long]"
+            )
         if "train" in tables:
-            raise ConfigError(f"variants.{name}.evaluations.train: 'train' is the training lengths; name the evaluation otherwise")
+            raise ConfigError(
+                f"variants.{name}.evaluations.train: 'train' is the training lengths; name the evaluation otherwise"
+            )
         evaluations[name] = {"train": EvalLengths()} | {
             ev: from_dict(EvalLengths, t, f"variants.{name}.evaluations.{ev}") for ev, t in tables.items()
         }
@@ -147,14 +171,20 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
         if missing:
             ev = sorted(missing)[0]
             has, lacks = (first, name) if ev in evaluations[first] else (name, first)
-            raise ConfigError(f"variants.{lacks}: has no evaluations.{ev} (variant {has} has); every variant needs the same evaluations")
+            raise ConfigError(
+                f"variants.{lacks}: has no evaluations.{ev} (variant {has} has); every variant needs the same evaluations"
+            )
     for name, cfg in configs.items():
         for ev, lengths in evaluations[name].items():
             _, mem, cmem = (lengths.seg_len, lengths.mem_len, lengths.cmem_len)
             if cmem and not cfg.model.uses_compression:
-                raise ConfigError(f"variants.{name}.evaluations.{ev}.cmem_len: {name} has no compressed memory (model.cmem_len = 0)")
+                raise ConfigError(
+                    f"variants.{name}.evaluations.{ev}.cmem_len: {name} has no compressed memory (model.cmem_len = 0)"
+                )
             if cfg.model.is_ql and (mem is not None or cmem is not None):
-                raise ConfigError(f"variants.{name}.evaluations.{ev}: Transformer-QL's memories are fixed by its scales; remove the lengths")
+                raise ConfigError(
+                    f"variants.{name}.evaluations.{ev}: Transformer-QL's memories are fixed by its scales; remove the lengths"
+                )
     return Study(path, settings, configs, evaluations, tuple(overrides))
 
 
@@ -211,7 +241,9 @@ def study_jobs(study: Study, out: Path, *, threads: int, progress: bool) -> list
             cache = base.data.cache_dir or str((out / "cache").resolve())
             cfg = dataclasses.replace(
                 base,
-                train=dataclasses.replace(base.train, seed=seed, num_threads=threads, progress=progress and base.train.progress),
+                train=dataclasses.replace(
+                    base.train, seed=seed, num_threads=threads, progress=progress and base.train.progress
+                ),
                 data=dataclasses.replace(base.data, cache_dir=cache),
             )
             jobs.append(
@@ -432,14 +464,24 @@ def run_study(
     states = {j: result_state(j) for j in jobs}
     for j in jobs:  # a result is never replaced by one of a different run; re-measuring the same run is fine
         if states[j] == "retrain" or (states[j] == "remeasure" and not (j.run_dir / "config.toml").is_file()):
-            why = "another run config" if states[j] == "retrain" else "other measurement settings, and its run directory is gone"
-            raise ConfigError(f"{j.result_path}: was made with {why}; restore the spec it was made with, or study into another --out")
+            why = (
+                "another run config"
+                if states[j] == "retrain"
+                else "other measurement settings, and its run directory is gone"
+            )
+            raise ConfigError(
+                f"{j.result_path}: was made with {why}; restore the spec it was made with, or study into another --out"
+            )
     for cfg in {id(c.data): c for c in study.configs.values()}.values():
         read_documents(cfg.data, "train")  # a missing corpus stops here, once, before any run starts
     out.mkdir(parents=True, exist_ok=True)
     ignore = out / ".gitignore"
     if not ignore.exists():
-        ignore.write_text("# scratch of the study: checkpoints, token cache and logs (results/ and the reports are kept)\n" + "\n".join(SCRATCH) + "\n")
+        ignore.write_text(
+            "# scratch of the study: checkpoints, token cache and logs (results/ and the reports are kept)\n"
+            + "\n".join(SCRATCH)
+            + "\n"
+        )
     todo = [j for j in jobs if states[j] != "done"]
     log(
         f"study {study.path}: {len(study.configs)} variants x {len(s.seeds)} seeds; {len(jobs) - len(todo)} done, "
@@ -480,8 +522,20 @@ def run_study(
     summary = report()
     if errors:
         job, e = errors[0]
-        raise ConfigError(f"{len(errors)} of {len(todo)} runs failed; first: {job.name}: {e} (see {job.log_path}); rerun the study to retry them")
+        raise ConfigError(
+            f"{len(errors)} of {len(todo)} runs failed; first: {job.name}: {e} (see {job.log_path}); rerun the study to retry them"
+        )
     return summary
 
 
-__all__ = ["EvalLengths", "Job", "Study", "StudySettings", "load_study", "measure_run", "run_job", "run_study", "study_jobs"]
+__all__ = [
+    "EvalLengths",
+    "Job",
+    "Study",
+    "StudySettings",
+    "load_study",
+    "measure_run",
+    "run_job",
+    "run_study",
+    "study_jobs",
+]

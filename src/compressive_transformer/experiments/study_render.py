@@ -12,7 +12,9 @@ def _machine_line(summary: dict[str, Any]) -> str:
     lines = []
     for m in summary["machines"]:
         flags = ", ".join(m.get("cpu_flags") or []) or "none of avx2/avx512/amx"
-        lines.append(f"{m.get('cpu') or 'unknown CPU'} ({m.get('cores')} cores; flags: {flags}), torch {m.get('torch')}, {m.get('torch_threads')} thread(s) per run")
+        lines.append(
+            f"{m.get('cpu') or 'unknown CPU'} ({m.get('cores')} cores; flags: {flags}), torch {m.get('torch')}, {m.get('torch_threads')} thread(s) per run"
+        )
     return "; ".join(lines) or "-"
 
 
@@ -42,12 +44,22 @@ def summary_table(summary: dict[str, Any], split: str | None = None) -> list[str
     head = ["variant"]
     for ev in evs:
         head += [f"n_m / n_cm ({ev})", f"bits/char ({ev})", "delta", f"word ppl ({ev})"]
-    lines = [f"## Summary: {split} split, bits per character and word perplexity", "", "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    lines = [
+        f"## Summary: {split} split, bits per character and word perplexity",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|---" * len(head) + "|",
+    ]
     for v in summary["variants"]:
         cells = [v]
         for ev in evs:
             e = summary["metrics"][f"{ev}/{split}"][v]
-            cells += [_lengths(e), fmt_interval(e["bits_per_char"]["interval"], 4), _delta(e["bits_per_char"], 4), fmt_interval(e["word_ppl"]["interval"], 2)]
+            cells += [
+                _lengths(e),
+                fmt_interval(e["bits_per_char"]["interval"], 4),
+                _delta(e["bits_per_char"], 4),
+                fmt_interval(e["word_ppl"]["interval"], 2),
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -115,7 +127,11 @@ def markdown(summary: dict[str, Any]) -> str:
         for bk in buckets:
             n = per_variant[base][bk].get("tokens", 0)
             cells = [_delta(per_variant[v][bk]) for v in others]
-            out.append(f"| {bk} | {n:,} ({100 * n / total:.1f}%) | {fmt_interval(per_variant[base][bk]['interval'])} | " + " | ".join(cells) + " |")
+            out.append(
+                f"| {bk} | {n:,} ({100 * n / total:.1f}%) | {fmt_interval(per_variant[base][bk]['interval'])} | "
+                + " | ".join(cells)
+                + " |"
+            )
     for key, per_variant in summary["frequency"].items():
         ev, split = key.split("/")
         if not per_variant.get(base):
@@ -129,7 +145,10 @@ def markdown(summary: dict[str, Any]) -> str:
             cells = []
             for v in others:
                 ev_v = per_variant[v].get(bk, {})
-                cells += [fmt_interval(ev_v.get("interval"), 2), fmt_interval(ev_v.get("relative_gain"), 1, percent=True)]
+                cells += [
+                    fmt_interval(ev_v.get("interval"), 2),
+                    fmt_interval(ev_v.get("relative_gain"), 1, percent=True),
+                ]
             out.append(f"| {bk} | {e['words']:,} | {fmt_interval(e['interval'], 2)} | " + " | ".join(cells) + " |")
     for v, att in summary["attention"].items():
         regions = [r for r in att["regions"] if r["buckets"] > 0]

@@ -62,7 +62,10 @@ def _per_seed(runs: dict[int, dict[str, Any]], get: Any) -> dict[int, float]:
 
 
 def _compare(values: dict[int, float], base: dict[int, float] | None, level: float) -> dict[str, Any]:
-    entry: dict[str, Any] = {"per_seed": {str(k): v for k, v in values.items()}, "interval": mean_interval(list(values.values()), level).to_dict()}
+    entry: dict[str, Any] = {
+        "per_seed": {str(k): v for k, v in values.items()},
+        "interval": mean_interval(list(values.values()), level).to_dict(),
+    }
     if base is not None:
         entry["vs_baseline"] = paired_differences(values, base, level)
     return entry
@@ -97,7 +100,9 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
         "variants": {v: _variant_info(study, v, runs) for v, runs in results.items()},
         "runs_done": sum(len(r) for r in results.values()),
         "runs_total": len(study.configs) * len(s.seeds),
-        "machines": sorted({json.dumps(r["machine"], sort_keys=True) for runs in results.values() for r in runs.values()}),
+        "machines": sorted(
+            {json.dumps(r["machine"], sort_keys=True) for runs in results.values() for r in runs.values()}
+        ),
     }
     summary["machines"] = [json.loads(m) for m in summary["machines"]]
     metrics: dict[str, Any] = {}
@@ -107,7 +112,7 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
         for split in s.splits:
             key = f"{ev}/{split}"
             metrics[key], lookback[key], frequency[key] = {}, {}, {}
-            get = lambda m: (lambda r: r["evaluations"][ev][split][m])  # noqa: E731
+            get = lambda m: lambda r: r["evaluations"][ev][split][m]  # noqa: E731
             for v, runs in results.items():
                 metrics[key][v] = {}
                 for m in METRICS:
@@ -116,7 +121,11 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
                 first = next(iter(runs.values()), None)
                 if first is not None:
                     e = first["evaluations"][ev][split]
-                    metrics[key][v]["lengths"] = {"seg_len": e["seg_len"], "mem_len": e["mem_len"], "cmem_len": e["cmem_len"]}
+                    metrics[key][v]["lengths"] = {
+                        "seg_len": e["seg_len"],
+                        "mem_len": e["mem_len"],
+                        "cmem_len": e["cmem_len"],
+                    }
                 lookback[key][v] = {}
                 for b in summary["lookback_buckets"]:
                     getb = lambda r, b=b: r["evaluations"][ev][split]["lookback"]["buckets"][b]["bits_per_token"]  # noqa: E731
@@ -134,11 +143,17 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
                         entry["words"] = first["evaluations"][ev][split]["frequency"][b]["words"]
                         if base_vals is not None:  # the paper's relative gain 1 - ppl / ppl_baseline, per seed
                             vals = _per_seed(runs, getf)
-                            gains = {k: 1.0 - vals[k] / base_vals[k] for k in vals.keys() & base_vals.keys() if base_vals[k] > 0}
+                            gains = {
+                                k: 1.0 - vals[k] / base_vals[k]
+                                for k in vals.keys() & base_vals.keys()
+                                if base_vals[k] > 0
+                            }
                             entry["relative_gain"] = mean_interval(list(gains.values()), level).to_dict()
                         frequency[key][v][b] = entry
     summary["metrics"], summary["lookback"], summary["frequency"] = metrics, lookback, frequency
-    summary["attention"] = {v: _mean_attention(runs) for v, runs in results.items() if any(r.get("attention") for r in runs.values())}
+    summary["attention"] = {
+        v: _mean_attention(runs) for v, runs in results.items() if any(r.get("attention") for r in runs.values())
+    }
     summary["curves"] = {v: {str(seed): r["curve"] for seed, r in sorted(runs.items())} for v, runs in results.items()}
     return summary
 

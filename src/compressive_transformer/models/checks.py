@@ -28,10 +28,16 @@ def check_inputs(cfg: ModelConfig, inputs: Tensor, targets: Tensor | None, input
     shape = tuple(inputs.shape)
     if cfg.input_dim > 0:
         if inputs.dim() != 3 or shape[-1] != cfg.input_dim or not inputs.is_floating_point():
-            raise ValueError(f"inputs: expected floats of shape (B, T, {cfg.input_dim}), got {inputs.dtype} of shape {shape}")
+            raise ValueError(
+                f"inputs: expected floats of shape (B, T, {cfg.input_dim}), got {inputs.dtype} of shape {shape}"
+            )
     else:
         if inputs.dim() != 2:
-            raise ValueError(f"inputs: expected token ids of shape (B, T), got shape {shape}; add a batch dimension with inputs[None]" if inputs.dim() == 1 else f"inputs: expected token ids of shape (B, T), got shape {shape}")
+            raise ValueError(
+                f"inputs: expected token ids of shape (B, T), got shape {shape}; add a batch dimension with inputs[None]"
+                if inputs.dim() == 1
+                else f"inputs: expected token ids of shape (B, T), got shape {shape}"
+            )
         if inputs.is_floating_point() or inputs.is_complex() or inputs.dtype == torch.bool:
             raise ValueError(f"inputs: token ids must be an integer tensor (torch.long), got {inputs.dtype}")
     B, T = shape[:2]
@@ -58,9 +64,13 @@ def check_inputs(cfg: ModelConfig, inputs: Tensor, targets: Tensor | None, input
         else:
             flags = [bool(bad.any()), False]
         if flags[0]:
-            raise ValueError(f"inputs: token ids must be in [0, {V}), got min {int(inputs.min())}, max {int(inputs.max())}")
+            raise ValueError(
+                f"inputs: token ids must be in [0, {V}), got min {int(inputs.min())}, max {int(inputs.max())}"
+            )
         if flags[1]:
-            raise ValueError(f"targets: token ids must be in [0, {V}) or {IGNORE_INDEX} (ignored), got min {int(targets.min())}, max {int(targets.max())}")
+            raise ValueError(
+                f"targets: token ids must be in [0, {V}) or {IGNORE_INDEX} (ignored), got min {int(targets.min())}, max {int(targets.max())}"
+            )
     elif targets is not None and V > 0:
         if bool((((targets < 0) & (targets != IGNORE_INDEX)) | (targets >= V)).any()):
             raise ValueError(f"targets: token ids must be in [0, {V}) or {IGNORE_INDEX} (ignored)")
@@ -81,7 +91,16 @@ def expected_capacity(mem_len: int, cmem_len: int, compression_rate: int) -> int
     return mem_len + pending
 
 
-def check_memory(cfg: ModelConfig, memory: MemoryState, *, batch_size: int, n_layers: int, dtype: torch.dtype, device: torch.device, compressive: bool) -> None:
+def check_memory(
+    cfg: ModelConfig,
+    memory: MemoryState,
+    *,
+    batch_size: int,
+    n_layers: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    compressive: bool,
+) -> None:
     """A memory made by this model's ``init_memory`` (or returned by its forward) for ``batch_size`` rows: layer
     count, width, dtype (outside autocast), device, and for the Compressive Transformer the compression rate and
     whether it has a compressed memory at all."""
@@ -90,20 +109,30 @@ def check_memory(cfg: ModelConfig, memory: MemoryState, *, batch_size: int, n_la
     if len(memory.layers) != n_layers:
         raise ValueError(f"memory has {len(memory.layers)} layers, the model {n_layers}; use model.init_memory")
     if memory.batch_size != batch_size:
-        raise ValueError(f"memory holds {memory.batch_size} rows but the input has {batch_size}; use model.init_memory({batch_size})")
+        raise ValueError(
+            f"memory holds {memory.batch_size} rows but the input has {batch_size}; use model.init_memory({batch_size})"
+        )
     autocast = _autocast(device)
     for i, layer in enumerate(memory.layers):
         for name in ("mem", "cmem"):
             t = getattr(layer, name)
             if t.shape[-1] != cfg.d_model:
-                raise ValueError(f"memory: layer {i} {name} has width {t.shape[-1]}, the model d_model = {cfg.d_model}; it comes from another model, use model.init_memory")
+                raise ValueError(
+                    f"memory: layer {i} {name} has width {t.shape[-1]}, the model d_model = {cfg.d_model}; it comes from another model, use model.init_memory"
+                )
             if t.device.type != device.type:
-                raise ValueError(f"memory: layer {i} is on {t.device}, the model on {device}; move it with memory.to(device)")
+                raise ValueError(
+                    f"memory: layer {i} is on {t.device}, the model on {device}; move it with memory.to(device)"
+                )
             if not autocast and t.dtype != dtype:
-                raise ValueError(f"memory: layer {i} {name} is {t.dtype}, the model {dtype}; convert it with memory.to(dtype=...) or use model.init_memory")
+                raise ValueError(
+                    f"memory: layer {i} {name} is {t.dtype}, the model {dtype}; convert it with memory.to(dtype=...) or use model.init_memory"
+                )
         if compressive:
             if layer.cmem_len > 0 and not cfg.uses_compression:
-                raise ValueError("memory: has a compressed memory but this model has none (cmem_len = 0); use model.init_memory")
+                raise ValueError(
+                    "memory: has a compressed memory but this model has none (cmem_len = 0); use model.init_memory"
+                )
             if layer.rate and layer.cmem_len > 0 and layer.rate != cfg.compression_rate:
                 raise ValueError(
                     f"memory: layer {i} was compressed at rate {layer.rate}, this model's compression_rate is {cfg.compression_rate}; use model.init_memory"

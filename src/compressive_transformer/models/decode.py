@@ -176,9 +176,15 @@ class Decoder:
 
             # Positional tables at T = 1: memory distances cap .. 0 (and a spare -1), compressed C .. 1.
             positions = make_positions(
-                seg_len=1, mem_capacity=self.cap, cmem_len=C, cmem_offset=0, d_model=cfg.d_model,
-                clamp_len=cfg.clamp_len, device=ref.device, dtype=ref.dtype,
-            )  # fmt: skip
+                seg_len=1,
+                mem_capacity=self.cap,
+                cmem_len=C,
+                cmem_offset=0,
+                d_model=cfg.d_model,
+                clamp_len=cfg.clamp_len,
+                device=ref.device,
+                dtype=ref.dtype,
+            )
             # Doubled tables: column m holds distance (-m) mod R (mod C, plus 1, for the compressed ring), so with the
             # current token at ring slot p the view [a, a + R), a = (-p) mod R, gives every ring slot its distance.
             m_mem = torch.arange(2 * R, device=ref.device)
@@ -196,7 +202,9 @@ class Decoder:
             self._version = self._weights_version()
             # Every layer's table views at each ring offset, and each slot's index: a step only looks them up.
             self.mem_views = [[t[..., a : a + R] for t in mem_tables] for a in range(R)]
-            self.cmem_views = [[t[..., a : a + C] if t is not None else None for t in cmem_tables] for a in range(max(C, 1))]
+            self.cmem_views = [
+                [t[..., a : a + C] if t is not None else None for t in cmem_tables] for a in range(max(C, 1))
+            ]
             dev = ref.device
             self.slots = [torch.tensor([C + j], device=dev) for j in range(R)]
             self.cslots = [torch.tensor([j], device=dev) for j in range(C)]
@@ -217,9 +225,16 @@ class Decoder:
         a_cmem = (1 - self.pc) % C if C > 0 else 0  # the newest compressed slot is pc - 1
         self.mask[..., C + p] = 0.0  # the token itself
         logits = self._advance(
-            self.model, tokens.view(self.B), self.slots[p], self.kv, self.states,
-            self.mem_views[a_mem], self.cmem_views[a_cmem], self.biases, self.mask,
-        )  # fmt: skip
+            self.model,
+            tokens.view(self.B),
+            self.slots[p],
+            self.kv,
+            self.states,
+            self.mem_views[a_mem],
+            self.cmem_views[a_cmem],
+            self.biases,
+            self.mask,
+        )
         self._push()
         return logits
 
@@ -244,9 +259,15 @@ class Decoder:
             self.mask[..., C + oldest] = float("-inf")
             return
         self._compress(
-            self.model, self.spans[oldest], self.cslots[self.pc], self.states, self.kv, self.mask, self.history,
+            self.model,
+            self.spans[oldest],
+            self.cslots[self.pc],
+            self.states,
+            self.kv,
+            self.mask,
+            self.history,
             self.history_mask,
-        )  # fmt: skip
+        )
         self.pc = (self.pc + 1) % C
 
     def memory(self) -> MemoryState:
@@ -264,11 +285,16 @@ class Decoder:
             s = states[:, order].masked_fill(~allowed.unsqueeze(-1), 0.0)
             layers.append(
                 LayerMemory(
-                    mem=s[:, C:], mem_mask=allowed[:, C:], cmem=s[:, :C], cmem_mask=allowed[:, :C],
-                    mem_len=self.mem_len, fill=self.fill, rate=self.model.cfg.compression_rate if C > 0 else 0,
+                    mem=s[:, C:],
+                    mem_mask=allowed[:, C:],
+                    cmem=s[:, :C],
+                    cmem_mask=allowed[:, :C],
+                    mem_len=self.mem_len,
+                    fill=self.fill,
+                    rate=self.model.cfg.compression_rate if C > 0 else 0,
                     history=None if hist is None else hist.clone(),
                     history_mask=None if hist_mask is None else hist_mask.clone(),
                     kv=KVCache.of(kv[:, :, cmem_idx], kv[:, :, mem_idx], version=block.attn.kv_version),
                 )
-            )  # fmt: skip
+            )
         return MemoryState(tuple(layers))

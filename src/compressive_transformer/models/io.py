@@ -52,7 +52,9 @@ class OutputLayer(nn.Module):
             return h, logits, None
         if logits is None:
             raise ValueError("targets need a model with vocab_size > 0 (an LM head)")
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
+        nll = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
         return h, logits, nll / (targets != IGNORE_INDEX).sum().clamp(min=1)
 
 

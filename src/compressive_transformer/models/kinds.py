@@ -22,7 +22,9 @@ class ModelKind:
 MODEL_KINDS: dict[str, ModelKind] = {}
 
 
-def register_model(name: str, build: Callable[[ModelConfig], MemoryModel], applies: Callable[[ModelConfig], bool]) -> ModelKind:
+def register_model(
+    name: str, build: Callable[[ModelConfig], MemoryModel], applies: Callable[[ModelConfig], bool]
+) -> ModelKind:
     """Make ``build`` the model of every config ``applies`` accepts; kinds registered later are asked first, so a
     more specific kind registers after the general one. A name registered again is replaced."""
     MODEL_KINDS.pop(name, None)

@@ -62,7 +62,9 @@ class CompressiveTransformerLM(nn.Module):
         self.output = OutputLayer(cfg, self.input)
 
         trained = cfg.uses_compression and compressor_spec(cfg.compression).trainable
-        self.compressors = nn.ModuleList(build_compressor(cfg) for _ in range(cfg.n_layers)) if cfg.uses_compression else None
+        self.compressors = (
+            nn.ModuleList(build_compressor(cfg) for _ in range(cfg.n_layers)) if cfg.uses_compression else None
+        )
         self.decoders = (
             nn.ModuleList(ConvDecoder(d, cfg.compression_rate) for _ in range(cfg.n_layers))
             if trained and cfg.compression_loss == "autoencoder"
@@ -141,7 +143,9 @@ class CompressiveTransformerLM(nn.Module):
         if memory is None:
             memory = self.init_memory(B, device=inputs.device)
         param = next(self.parameters())
-        check_memory(cfg, memory, batch_size=B, n_layers=cfg.n_layers, dtype=param.dtype, device=param.device, compressive=True)
+        check_memory(
+            cfg, memory, batch_size=B, n_layers=cfg.n_layers, dtype=param.dtype, device=param.device, compressive=True
+        )
         if input_mask is None:
             input_mask = torch.ones(B, T, dtype=torch.bool, device=inputs.device)
         input_mask = input_mask.bool()
@@ -217,7 +221,9 @@ class CompressiveTransformerLM(nn.Module):
         valid_q = input_mask[:, None, :, None].to(weights.dtype)  # (B, 1, T, 1)
         return ((weights[..., C : C + M] * valid_q).sum(2) / valid_q.sum(2).clamp(min=1)).mean(1).detach()
 
-    def _compression_loss(self, i: int, out: BlockOutput, input_mask: Tensor, eviction: Eviction | None, n_cm: int) -> Tensor:
+    def _compression_loss(
+        self, i: int, out: BlockOutput, input_mask: Tensor, eviction: Eviction | None, n_cm: int
+    ) -> Tensor:
         cfg = self.cfg
         if eviction is None or cfg.compression_loss in ("none", "bptt"):
             return out.h.new_zeros(())
@@ -228,8 +234,15 @@ class CompressiveTransformerLM(nn.Module):
             old = slice(first, first + eviction.old.shape[1])
             attn = self.blocks[i].attn
             return attention_reconstruction_loss(
-                out.attn.q, input_mask, out.attn.k[:, :, old], out.attn.v[:, :, old], old_mask, eviction.compressed,
-                eviction.compressed_mask, attn.w_k, attn.w_v,
-            )  # fmt: skip
+                out.attn.q,
+                input_mask,
+                out.attn.k[:, :, old],
+                out.attn.v[:, :, old],
+                old_mask,
+                eviction.compressed,
+                eviction.compressed_mask,
+                attn.w_k,
+                attn.w_v,
+            )
         decoded = self.decoders[i](eviction.compressed)  # autoencoder
         return autoencoder_loss(eviction.old, old_mask, decoded)

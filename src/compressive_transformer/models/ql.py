@@ -106,8 +106,17 @@ class TransformerQL(nn.Module):
         kw = dict(device=param.device if device is None else device, dtype=param.dtype if dtype is None else dtype)
 
         def layer(n: int) -> LayerMemory:
-            return empty_layer(batch_size, cfg.d_model, mem_len=n, cmem_len=0, compression_rate=1, window=1,
-                               track_usage=False, keep_windows=False, **kw)  # fmt: skip
+            return empty_layer(
+                batch_size,
+                cfg.d_model,
+                mem_len=n,
+                cmem_len=0,
+                compression_rate=1,
+                window=1,
+                track_usage=False,
+                keep_windows=False,
+                **kw,
+            )
 
         scales = self.geometry(mem_len)
         blocks = [layer(s.mem) for s, n in zip(scales, cfg.scales) for _ in range(n)]
@@ -135,7 +144,15 @@ class TransformerQL(nn.Module):
         B, T = inputs.shape[:2]
         memory = self.init_memory(B, device=inputs.device) if memory is None else memory
         param = next(self.parameters())
-        check_memory(cfg, memory, batch_size=B, n_layers=cfg.n_layers + self.n_scales + 1, dtype=param.dtype, device=param.device, compressive=False)
+        check_memory(
+            cfg,
+            memory,
+            batch_size=B,
+            n_layers=cfg.n_layers + self.n_scales + 1,
+            dtype=param.dtype,
+            device=param.device,
+            compressive=False,
+        )
         mask = torch.ones(B, T, dtype=torch.bool, device=inputs.device) if input_mask is None else input_mask.bool()
         pending = memory.layers[-1]
         S, P = pending.capacity, pending.fill
@@ -145,7 +162,9 @@ class TransformerQL(nn.Module):
         states, outs, attentions = list(memory.layers[:-1]), [], None
         n_full = (P + T) // S
         for k in range(n_full):
-            h, states, attentions = self._segment(x[:, k * S : (k + 1) * S], x_mask[:, k * S : (k + 1) * S], states, scales, need_weights)
+            h, states, attentions = self._segment(
+                x[:, k * S : (k + 1) * S], x_mask[:, k * S : (k + 1) * S], states, scales, need_weights
+            )
             outs.append(h)
         rest = P + T - n_full * S
         if rest:  # answer the partial segment from a padded one, without advancing any memory
@@ -159,14 +178,21 @@ class TransformerQL(nn.Module):
         # without reaching back into this call's graph.
         tail = torch.cat([x.new_zeros(B, S, x.shape[-1]), x[:, n_full * S :].detach()], dim=1)[:, -S:]
         tail_mask = torch.cat([x_mask.new_zeros(B, S), x_mask[:, n_full * S :]], dim=1)[:, -S:] & keep
-        new_pending = replace(pending, mem=tail.masked_fill(~tail_mask.unsqueeze(-1), 0.0), mem_mask=tail_mask, fill=rest)
+        new_pending = replace(
+            pending, mem=tail.masked_fill(~tail_mask.unsqueeze(-1), 0.0), mem_mask=tail_mask, fill=rest
+        )
 
         hidden, logits, loss = self.output(torch.cat(outs, dim=1)[:, P:], targets)
         zeros = hidden.new_zeros(cfg.n_layers)
         return LMOutput(
-            logits=logits, loss=loss, aux_loss=zeros.sum(), aux_losses=zeros,
-            memory=MemoryState(tuple(states) + (new_pending,)), hidden=hidden, attentions=attentions if need_weights else None,
-        )  # fmt: skip
+            logits=logits,
+            loss=loss,
+            aux_loss=zeros.sum(),
+            aux_losses=zeros,
+            memory=MemoryState(tuple(states) + (new_pending,)),
+            hidden=hidden,
+            attentions=attentions if need_weights else None,
+        )
 
     def _segment(
         self, h: Tensor, mask: Tensor, states: list[LayerMemory], scales: list[Scale], need_weights: bool
@@ -190,26 +216,45 @@ class TransformerQL(nn.Module):
             out_state = states[cfg.n_layers + i]
             windows.append((torch.cat([out_state.mem, x], dim=1), torch.cat([out_state.mem_mask, x_mask], dim=1)))
             new[cfg.n_layers + i], _ = update_layer(
-                out_state, x[:, : scale.shift], x_mask[:, : scale.shift], compression_rate=1, extra_width=0, compress=None
+                out_state,
+                x[:, : scale.shift],
+                x_mask[:, : scale.shift],
+                compression_rate=1,
+                extra_width=0,
+                compress=None,
             )
         x = self._accumulate(windows, scales, mask)
         x = self._blocks(range(layer, cfg.n_layers), x, mask, new, scales[0].shift, attentions, need_weights)
         return x, new, attentions
 
     def _blocks(
-        self, layers: range, x: Tensor, x_mask: Tensor, states: list[LayerMemory], shift: int,
-        attentions: list[Tensor], need_weights: bool,
-    ) -> Tensor:  # fmt: skip
+        self,
+        layers: range,
+        x: Tensor,
+        x_mask: Tensor,
+        states: list[LayerMemory],
+        shift: int,
+        attentions: list[Tensor],
+        need_weights: bool,
+    ) -> Tensor:
         """Transformer-XL layers of one scale; each shifts the first ``shift`` states of its input into memory."""
         if len(layers) == 0:
             return x
         first = states[layers[0]]
         positions = make_positions(
-            seg_len=x.shape[1], mem_capacity=first.capacity, cmem_len=0, cmem_offset=0, d_model=self.cfg.d_model,
-            clamp_len=self.cfg.clamp_len, device=x.device, dtype=x.dtype,
-        )  # fmt: skip
+            seg_len=x.shape[1],
+            mem_capacity=first.capacity,
+            cmem_len=0,
+            cmem_offset=0,
+            d_model=self.cfg.d_model,
+            clamp_len=self.cfg.clamp_len,
+            device=x.device,
+            dtype=x.dtype,
+        )
         window = first.mem_len if self.cfg.same_length else 0
-        mask = additive_mask(attention_mask(x_mask, first.mem_mask, first.cmem_mask, same_length_window=window), x.dtype)
+        mask = additive_mask(
+            attention_mask(x_mask, first.mem_mask, first.cmem_mask, same_length_window=window), x.dtype
+        )
         explicit = explicit_attention(self.cfg, x.device, need_weights)
         for li in layers:
             state = states[li]
@@ -238,7 +283,9 @@ class TransformerQL(nn.Module):
         if self.training and self.cfg.droppath > 0 and len(scales) > 1:
             u = torch.rand(B, device=mask.device)
             first_kept = torch.where(
-                u < self.cfg.droppath, (u * (len(scales) - 1) / self.cfg.droppath).floor().long() + 1, torch.zeros_like(u, dtype=torch.long)
+                u < self.cfg.droppath,
+                (u * (len(scales) - 1) / self.cfg.droppath).floor().long() + 1,
+                torch.zeros_like(u, dtype=torch.long),
             )  # (B,)
             kept = (torch.arange(len(scales), device=mask.device)[None, :] >= first_kept[:, None]).to(states.dtype)
             dropped = weight * kept[:, None, :]

@@ -79,7 +79,9 @@ class _TaskConfig:
         p = self.name + "."
         for field in ("seq_len", "n_filler", "n_keys", "n_values"):
             value = getattr(self, field)
-            _require(isinstance(value, int) and not isinstance(value, bool), p + field, f"must be an integer, got {value!r}")
+            _require(
+                isinstance(value, int) and not isinstance(value, bool), p + field, f"must be an integer, got {value!r}"
+            )
         _require(self.n_filler >= 1, p + "n_filler", "must be >= 1")
         _require(self.n_keys >= 1, p + "n_keys", "must be >= 1")
         _require(self.n_values >= 2, p + "n_values", "must be >= 2 (one value would make the answer trivial)")
@@ -95,7 +97,9 @@ class _TaskConfig:
 
 def _check_choices(values: tuple[int, ...], key: str, low: int, high: int) -> None:
     _require(
-        isinstance(values, tuple) and len(values) > 0 and all(isinstance(v, int) and not isinstance(v, bool) for v in values),
+        isinstance(values, tuple)
+        and len(values) > 0
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in values),
         key,
         "must be a non-empty list of integers",
     )
@@ -270,7 +274,9 @@ def make_example(task_cfg: TaskConfig, rng: np.random.Generator | int) -> Exampl
     """One example of the task; the same generator state (or seed) gives the same example."""
     maker = _MAKERS.get(type(task_cfg))
     if maker is None:
-        raise TypeError(f"task_cfg: expected one of {', '.join(c.__name__ for c in _MAKERS)}, got {type(task_cfg).__name__}")
+        raise TypeError(
+            f"task_cfg: expected one of {', '.join(c.__name__ for c in _MAKERS)}, got {type(task_cfg).__name__}"
+        )
     return maker(task_cfg, _rng(rng))
 
 

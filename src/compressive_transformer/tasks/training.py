@@ -76,10 +76,17 @@ class TaskTrainConfig:
     def schedule(self) -> TrainConfig:
         """The trainer's TrainConfig with these numbers, so :func:`schedule.learning_rate` is reused as is."""
         return TrainConfig(
-            seed=self.seed, steps=self.steps, batch_size=self.batch_size, lr=self.lr, lr_start=self.lr_start,
-            lr_final=self.lr_final, warmup_steps=min(self.warmup_steps, self.steps), grad_clip=self.grad_clip,
-            device="cpu", progress=False,
-        )  # fmt: skip
+            seed=self.seed,
+            steps=self.steps,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            lr_start=self.lr_start,
+            lr_final=self.lr_final,
+            warmup_steps=min(self.warmup_steps, self.steps),
+            grad_clip=self.grad_clip,
+            device="cpu",
+            progress=False,
+        )
 
 
 @dataclass(frozen=True)
@@ -163,7 +170,9 @@ def stream_task_batch(
         return backward and (every or bool((seg.targets != IGNORE_INDEX).any()))
 
     parts = segments(tokens, seg_len, targets)
-    for step in stream(model, parts, batch_size=B, device=tokens.device, eval_mode=False, with_targets=True, grad=graph):
+    for step in stream(
+        model, parts, batch_size=B, device=tokens.device, eval_mode=False, with_targets=True, grad=graph
+    ):
         out = step.out
         n_here = int((step.batch.targets != IGNORE_INDEX).sum())
         nll = out.loss * n_here  # the model's loss is a mean over this segment's answers
@@ -193,7 +202,9 @@ def one_segment_version(task: TaskConfig, seg_len: int) -> TaskConfig:
             raise ConfigError(f"train.curriculum_steps: {task.n_pairs} pairs do not fit in one segment of {seg_len}")
         return dataclasses.replace(task, seq_len=seg_len, gaps=tuple(range(0, longest + 1)))
     if seg_len < 2 * task.n_tokens + 1:
-        raise ConfigError(f"train.curriculum_steps: {task.n_tokens} tokens to copy do not fit in one segment of {seg_len}")
+        raise ConfigError(
+            f"train.curriculum_steps: {task.n_tokens} tokens to copy do not fit in one segment of {seg_len}"
+        )
     return dataclasses.replace(task, seq_len=seg_len, gap=0)
 
 
@@ -223,7 +234,9 @@ def train_task(
         tokens, targets, _ = make_batch(short if step < train.curriculum_steps else task, train.batch_size, rng)
         tgt = torch.from_numpy(targets)
         res = stream_task_batch(model, torch.from_numpy(tokens), tgt, seg_len=seg_len, backward=True)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, train.grad_clip if train.grad_clip > 0 else float("inf")))
+        grad_norm = float(
+            torch.nn.utils.clip_grad_norm_(params, train.grad_clip if train.grad_clip > 0 else float("inf"))
+        )
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         mask = tgt != IGNORE_INDEX
@@ -231,11 +244,21 @@ def train_task(
         loss = res.nll / max(res.answers, 1)
         if not math.isfinite(loss):
             raise RuntimeError(f"the task loss became {loss} at step {step + 1}; lower train.lr")
-        record = {"step": step + 1, "loss": loss, "accuracy": acc, "aux_loss": res.aux_loss, "aux_losses": res.aux_losses,
-                  "lr": lr, "grad_norm": grad_norm, "seconds": time.perf_counter() - start}  # fmt: skip
+        record = {
+            "step": step + 1,
+            "loss": loss,
+            "accuracy": acc,
+            "aux_loss": res.aux_loss,
+            "aux_losses": res.aux_losses,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "seconds": time.perf_counter() - start,
+        }
         history.append(record)
         if (step + 1) % log_every == 0 or step + 1 == train.steps:
-            log(f"  step {step + 1}/{train.steps} loss {loss:.3f} acc {acc:.3f} aux {res.aux_loss:.4f} ({record['seconds']:.0f} s)")
+            log(
+                f"  step {step + 1}/{train.steps} loss {loss:.3f} acc {acc:.3f} aux {res.aux_loss:.4f} ({record['seconds']:.0f} s)"
+            )
     model.eval()
     return history
 
@@ -295,4 +318,15 @@ def bin_counts(counts: dict[int, tuple[int, int]], width: int) -> dict[int, floa
     return {k * width + width // 2: ok / n for k, (ok, n) in sorted(bins.items())}
 
 
-__all__ = ["Log", "StreamResult", "TaskRunConfig", "TaskTrainConfig", "bin_counts", "evaluate_task", "load_task_run_config", "one_segment_version", "stream_task_batch", "train_task"]
+__all__ = [
+    "Log",
+    "StreamResult",
+    "TaskRunConfig",
+    "TaskTrainConfig",
+    "bin_counts",
+    "evaluate_task",
+    "load_task_run_config",
+    "one_segment_version",
+    "stream_task_batch",
+    "train_task",
+]
