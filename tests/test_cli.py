@@ -56,8 +56,7 @@ def test_train_writes_a_complete_run_directory(trained: Path) -> None:
 def test_evaluate_and_generate(trained: Path, capsys: pytest.CaptureFixture) -> None:
     code, out, _ = cli_run(capsys, "evaluate", str(trained), "--split", "test", "--set", "eval.mem_len=24")
     assert code == 0 and "bits/char" in out and (trained / "eval_test.json").is_file()
-    code, out, _ = cli_run(
-        capsys,
+    sample = (
         "generate",
         str(trained),
         "--prompt",
@@ -71,21 +70,8 @@ def test_evaluate_and_generate(trained: Path, capsys: pytest.CaptureFixture) -> 
         "--top-p",
         "0.9",
     )
-    again = cli_run(
-        capsys,
-        "generate",
-        str(trained),
-        "--prompt",
-        "def ",
-        "--max-tokens",
-        "30",
-        "--seed",
-        "3",
-        "--top-k",
-        "10",
-        "--top-p",
-        "0.9",
-    )[1]
+    code, out, _ = cli_run(capsys, *sample)
+    again = cli_run(capsys, *sample)[1]
     assert code == 0 and out.startswith("def ") and out == again
     code, out, _ = cli_run(capsys, "generate", str(trained), "--prompt", "x", "--max-tokens", "5", "--temperature", "0")
     assert code == 0 and out.startswith("x")
