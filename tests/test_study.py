@@ -224,6 +224,36 @@ def test_aggregate_intervals_and_paired_deltas_by_hand(tmp_path: Path, spec: Pat
     assert aggregate(study, load_results(study, out))["runs_done"] == 5
 
 
+def test_a_result_matches_the_precision_that_ran_not_the_configured_name(tmp_path: Path, spec: Path) -> None:
+    """amp = "auto" trains in bf16 on a CPU with bf16 instructions and in fp32 elsewhere: a stored result counts for
+    a job only where both resolve to the same precision, and a key added to the config since the result was
+    written (at its default) does not invalidate it."""
+    from compressive_transformer.experiments.study import result_state, stored_identity
+
+    spec.write_text(spec.read_text().replace("[base.train]\n", '[base.train]\namp = "none"\n'))
+    job = study_jobs(load_study(spec), tmp_path, threads=1, progress=False)[0]
+    assert job.identity()["config"]["train.amp"] == job.identity()["config"]["eval.amp"] == "none"
+
+    def write(identity_config: dict, flags: list[str]) -> None:
+        result = fake_result(job, 1.0, 1.0)
+        result["identity"] = {**result["identity"], "config": identity_config}
+        result["machine"] = {"cpu": "test", "cpu_flags": flags}
+        job.result_path.parent.mkdir(parents=True, exist_ok=True)
+        job.result_path.write_text(json.dumps(result))
+
+    old = {**job.identity()["config"], "train.amp": "auto", "eval.amp": ""}
+    write(old, ["avx2", "fma"])  # "auto" on a CPU without bf16 ran in fp32
+    assert result_state(job) == "done"
+    write(old, ["avx2", "avx512_bf16"])  # the same config on a bf16 CPU trained another run
+    assert result_state(job) == "retrain"
+    assert stored_identity(json.loads(job.result_path.read_text()))["config"]["eval.amp"] == "bf16"
+    older = {k: v for k, v in job.identity()["config"].items() if k != "model.share_positions"}
+    write(older, [])
+    assert result_state(job) == "done"
+    write({**older, "model.share_positions": "all"}, [])
+    assert result_state(job) == "retrain"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # real runs
 

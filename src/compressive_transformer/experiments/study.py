@@ -217,12 +217,9 @@ class Job:
     def identity(self) -> dict[str, Any]:
         """What a result file must match to be reused: the run's config (bar keys that never change the
         trajectory) and the measurement settings."""
-        from compressive_transformer.run import RESUME_FREE_KEYS, flat
-
-        config = {k: v for k, v in flat(self.config).items() if not k.startswith(RESUME_FREE_KEYS)}
         return {
             "version": RESULT_VERSION,
-            "config": json.loads(json.dumps(config)),
+            "config": identity_config(self.config),
             "measure": {
                 "evaluations": {k: list(v) for k, v in self.evaluations.items()},
                 "splits": list(self.splits),
@@ -266,6 +263,44 @@ def study_jobs(study: Study, out: Path, *, threads: int, progress: bool) -> list
     return jobs
 
 
+def identity_config(cfg: RunConfig) -> dict[str, Any]:
+    """The config part of a result's identity: every key but those that never change the trajectory, with the
+    precisions resolved on this machine, since the same config trains in bf16 on a CPU with bf16 instructions and in
+    fp32 on one without, and the two are different runs."""
+    from compressive_transformer.precision import inference_amp, resolve_amp
+    from compressive_transformer.run import RESUME_FREE_KEYS, flat
+    from compressive_transformer.train import resolve_device
+
+    config = {k: v for k, v in flat(cfg).items() if not k.startswith(RESUME_FREE_KEYS)}
+    device = resolve_device(cfg.train.device)
+    config["train.amp"] = resolve_amp(cfg.train.amp, device)
+    config["eval.amp"] = inference_amp(cfg, device)
+    return json.loads(json.dumps(config))
+
+
+def stored_identity(result: dict[str, Any]) -> dict[str, Any]:
+    """A result's identity as this version would write it for the same run: config keys added since it was written
+    take their defaults (a new key's default keeps the old behaviour), and precisions stored as configured ("auto",
+    "") are resolved on the machine the run ran on (its ``machine`` record)."""
+    from compressive_transformer.precision import CPU_BF16_FLAGS
+    from compressive_transformer.run import RESUME_FREE_KEYS, flat
+
+    identity = result.get("identity") or {}
+    config = identity.get("config")
+    if not isinstance(config, dict):
+        return identity
+    defaults = {k: v for k, v in json.loads(json.dumps(flat(RunConfig()))).items() if not k.startswith(RESUME_FREE_KEYS)}
+    config = {**defaults, **config}
+    machine = result.get("machine") or {}
+    on_cpu = config["train.device"] == "cpu" or (config["train.device"] == "auto" and "gpu" not in machine)
+    if config["train.amp"] == "auto" and on_cpu:  # on a GPU "auto" is bf16 where supported: left unresolved
+        flags = machine.get("cpu_flags") or []
+        config["train.amp"] = "bf16" if any(f in CPU_BF16_FLAGS for f in flags) else "none"
+    if config["eval.amp"] == "":
+        config["eval.amp"] = config["train.amp"]
+    return {**identity, "config": {k: v for k, v in config.items() if k in defaults}}
+
+
 def read_result(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -279,7 +314,7 @@ def result_state(job: Job) -> str:
     result = read_result(job.result_path)
     if result is None:
         return "todo"
-    have, want = result.get("identity") or {}, job.identity()
+    have, want = stored_identity(result), job.identity()
     if have == want:
         return "done"
     return "remeasure" if have.get("config") == want["config"] and have.get("version") == want["version"] else "retrain"

@@ -22,12 +22,12 @@ METRICS = ("bits_per_char", "bits_per_byte", "bits_per_token", "word_ppl")
 
 def load_results(study: Study, out: Path) -> dict[str, dict[int, dict[str, Any]]]:
     """variant -> seed -> result, for the runs whose result matches the study's current settings."""
-    from compressive_transformer.experiments.study import read_result, study_jobs
+    from compressive_transformer.experiments.study import read_result, stored_identity, study_jobs
 
     results: dict[str, dict[int, dict[str, Any]]] = {v: {} for v in study.configs}
     for job in study_jobs(study, out, threads=1, progress=False):
         r = read_result(job.result_path)
-        if r is not None and r.get("identity") == job.identity():
+        if r is not None and stored_identity(r) == job.identity():
             results[job.variant][job.seed] = r
     return results
 
