@@ -27,6 +27,7 @@ OVERRIDES = [
     "model.compression=mean_pool",
     "model.compression_loss=none",
     "train.accumulate=[[0, 1], [4, 2]]",
+    "train.amp=none",  # the spawned workers do not see the test session's fp32 default for "auto"
 ]
 
 

@@ -154,6 +154,8 @@ KILL_RUN = [
     "train.checkpoint_every=10",
     "--set",
     "train.log_every=2",
+    "--set",
+    "train.amp=none",  # the killed subprocess does not see the test session's fp32 default for "auto"
 ]
 
 
