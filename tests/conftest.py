@@ -67,10 +67,14 @@ def eager_and_compiled_steps(model: CompressiveTransformerLM, device: torch.devi
         yield outs[0], outs[1]
 
 
-@pytest.fixture(autouse=True)
-def fp32_unless_asked(monkeypatch):
+@pytest.fixture(autouse=True, scope="session")
+def fp32_unless_asked():
     """``amp = "auto"`` resolves to fp32 on every test CPU (tests compare against fp32 references); a test that wants
-    bf16 asks for it, or patches ``cpu_bf16_flags`` itself."""
+    bf16 asks for it, or patches ``cpu_bf16_flags`` itself. Session-wide, so module fixtures (reference runs) see it
+    too; subprocesses do not, so tests that train in one pin ``train.amp = "none"``. Yields the real function."""
     import compressive_transformer.precision as precision
 
-    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: [])
+    real = precision.cpu_bf16_flags
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(precision, "cpu_bf16_flags", lambda: [])
+        yield real

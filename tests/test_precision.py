@@ -122,8 +122,8 @@ def test_auto_on_cuda_follows_the_devices_bf16_support(monkeypatch):
     assert resolve_amp("auto", "mps") == "none"
 
 
-def test_cpu_bf16_flags_read_from_proc_cpuinfo(monkeypatch):
-    monkeypatch.undo()  # the conftest pins them empty; read through the machine module's parser instead
+def test_cpu_bf16_flags_read_from_proc_cpuinfo(monkeypatch, fp32_unless_asked):
+    monkeypatch.setattr(precision, "cpu_bf16_flags", fp32_unless_asked)  # the real one: the conftest pins them empty
     monkeypatch.setattr(precision, "cpu_model_and_flags", lambda: ("Some CPU", ["avx2", "avx512_bf16"]))
     assert precision.cpu_bf16_flags() == ["avx512_bf16"]
 
