@@ -14,7 +14,7 @@ from compressive_transformer.attention import (
     additive_mask,
     attention_mask,
     make_positions,
-    positional_bias,
+    attention_scores,
     sinusoid,
 )
 
@@ -146,30 +146,44 @@ def naive_positional_bias(qv, r, qc, rc, mask, C):
 
 @pytest.mark.parametrize("pad", [0, 5])  # tables wider than the keys need (make_positions aligns them)
 @pytest.mark.parametrize("B,T,C,M", [(2, 4, 3, 5), (1, 1, 2, 3), (2, 3, 0, 4), (1, 5, 4, 0)])
-def test_positional_bias_is_the_formula_with_an_exact_gradient(B, T, C, M, pad):
+@pytest.mark.parametrize("content", [False, True])  # the positional bias alone, or the whole scores
+def test_scores_are_the_formula_with_an_exact_gradient(B, T, C, M, pad, content):
     torch.manual_seed(0)
     H, dh = 2, 3
+    K = C + M + T
     kw = dict(dtype=torch.float64, requires_grad=True)
     qv, qc = torch.randn(B, T, H, dh, **kw), torch.randn(B, T, H, dh, **kw)
     r, rc = torch.randn(H, dh, M + T + 1 + pad, **kw), torch.randn(H, dh, C + T - 1 + pad, **kw)
     qc, rc = (qc, rc) if C > 0 else (None, None)
+    # keys as the attention makes them: a (B*H, K, dh) view of a time-major (K, B*H, dh) projection
+    qu, k = torch.randn(B * H, T, dh, **kw), torch.randn(K, B * H, dh, **kw)
+    content_args = (qu, k.transpose(0, 1)) if content else ()
     allowed = attention_mask(torch.ones(B, T, dtype=torch.bool), torch.rand(B, M) > 0.3, torch.rand(B, C) > 0.3)
     mask = additive_mask(allowed, torch.float64)
-    got = positional_bias(qv, r, qc, rc, mask, C).view(B, H, T, C + M + T)
+    got = attention_scores(qv, r, qc, rc, mask, C, *content_args).view(B, H, T, K)
     want = naive_positional_bias(qv, r, qc, rc, mask, C)
+    if content:
+        want = want + torch.einsum("btd,kbd->btk", qu, k).view(B, H, T, K)
     torch.testing.assert_close(got[allowed.expand_as(got)], want[allowed.expand_as(want)], rtol=1e-12, atol=1e-12)
     assert torch.isneginf(got[~allowed.expand_as(got)]).all()
     # The gradient through a softmax (every real use) equals autograd's through the naive gather.
-    probe = torch.randn(B, H, T, C + M + T, dtype=torch.float64)
-    inputs = [t for t in (qv, r, qc, rc) if t is not None]
+    probe = torch.randn(B, H, T, K, dtype=torch.float64)
+    inputs = [t for t in (qv, r, qc, rc) + ((qu, k) if content else ()) if t is not None]
     g_got = torch.autograd.grad((torch.softmax(got, -1) * probe).sum(), inputs)
     g_want = torch.autograd.grad((torch.softmax(want, -1) * probe).sum(), inputs)
     for a, b in zip(g_got, g_want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     zero = torch.zeros_like(mask)  # with nothing masked the function is its own gradcheck
-    torch.autograd.gradcheck(
-        lambda *t: positional_bias(t[0], t[1], *(t[2:] if C > 0 else (None, None)), zero, C), inputs
-    )
+
+    def scores(*t: torch.Tensor) -> torch.Tensor:
+        pos = list(t[:4] if C > 0 else t[:2] + (None, None))
+        rest = t[4:] if C > 0 else t[2:]
+        return attention_scores(*pos, zero, C, *((rest[0], rest[1].transpose(0, 1)) if content else ()))
+
+    torch.autograd.gradcheck(scores, inputs)
+    # without autograd (evaluation) the same values
+    with torch.no_grad():
+        torch.testing.assert_close(attention_scores(qv, r, qc, rc, mask, C, *content_args).view(B, H, T, K), got)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.kv_cache import KVCache, SlotCache, spare_slots
+from compressive_transformer.precision import compute_dtype
 
 
 def sinusoid(distances: Tensor, d_model: int) -> Tensor:
@@ -141,46 +142,56 @@ def _shifted_gradient(grad: Tensor, H: int, W: int, dtype: torch.dtype) -> Tenso
     return g_raw
 
 
-class _PositionalBias(torch.autograd.Function):
-    """The positional term of every score plus the additive mask, written once into a (B, H, T, K) buffer.
+class _Scores(torch.autograd.Function):
+    """The attention scores before the softmax, written once into a (B * H, T, K) buffer: the positional term of every
+    score plus the additive mask and, given queries ``qu`` and keys ``k``, the content term.
 
-    bias[..., :C] = shift((q + v_c) W_rc R_c) and bias[..., C:] = shift((q + v) W_r R), plus ``mask`` (0 or -inf).
-    Composing this from autograd ops cost more than the matmuls on CPU (slice copies, a masked fill and their
-    backward passes over (B, H, T, K)); here the forward is one matmul and one add per stream, the backward one
-    zeroed buffer, one strided copy and two matmuls. The incoming gradient is used as is at blocked keys: after a
-    softmax (or SDPA) it is exactly zero there.
+    scores[..., :C] = shift((q + v_c) W_rc R_c) and scores[..., C:] = shift((q + v) W_r R), plus ``mask`` (0 or -inf),
+    plus (q + u) k^T. Composing this from autograd ops cost more than the matmuls on CPU (slice copies, a masked fill
+    and their backward passes over (B, H, T, K)); here the forward is one matmul and one add per stream and one
+    accumulating matmul, the backward one zeroed buffer, one strided copy and two matmuls per stream and two for the
+    content. The keys' gradient is computed as grad^T (q + u), in the keys' own (B * H, K, dh) layout: autograd's
+    (q + u)^T grad is its transpose, which cost a transposing copy as long as the matmul. The incoming gradient is
+    used as is at blocked keys: after a softmax (or SDPA) it is exactly zero there.
     """
 
     @staticmethod
-    def forward(ctx, qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor, C: int) -> Tensor:
+    def forward(ctx, qv, r, qc, rc, mask, C: int, qu, k) -> Tensor:  # type: ignore[override]
         out, qh, qch, ctx.dtype = _positional_bias(qv, r, qc, rc, mask, C)
-        ctx.save_for_backward(qh, r, qch, rc)
+        if qu is not None:
+            qu, k = qu.to(out.dtype), k.to(out.dtype)
+            out.baddbmm_(qu, k.transpose(1, 2))
+        ctx.save_for_backward(qh, r, qch, rc, qu, k)
         ctx.C = C
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        qh, r, qch, rc = ctx.saved_tensors
+        qh, r, qch, rc, qu, k = ctx.saved_tensors
         H, (BH, T, K), C = r.shape[0], grad.shape, ctx.C
         B = BH // H
-        grad = grad.view(B, H, T, K)
         grads = []
-        for qh_, r_, cols, _n in ((qh, r, slice(C, K), K - C), (qch, rc, slice(0, C), C)):
+        for qh_, r_, cols in ((qh, r, slice(C, K)), (qch, rc, slice(0, C))):
             if qh_ is None:  # no compressed memory
                 grads += [None, None]
                 continue
             W, dt = r_.shape[-1], ctx.dtype
-            g_raw = _shifted_gradient(grad[..., cols], H, W, dt)
+            g_raw = _shifted_gradient(grad.view(B, H, T, K)[..., cols], H, W, dt)
             g_raw, qh_, r_ = g_raw.view(H, B * T, W), qh_.to(dt), r_.to(dt)
             g_q = torch.bmm(g_raw, r_.transpose(1, 2)).view(H, B, T, -1).permute(1, 2, 0, 3)  # (B, T, H, dh)
             g_r = torch.bmm(qh_.transpose(1, 2), g_raw)  # (H, dh, W)
             grads += [g_q, g_r]
-        return grads[0], grads[1], grads[2], grads[3], None, None
+        g_qu = g_k = None
+        if qu is not None:
+            grad = grad.to(qu.dtype)
+            g_qu = torch.bmm(grad, k)  # (B*H, T, dh)
+            g_k = torch.bmm(grad.transpose(1, 2), qu)  # (B*H, K, dh)
+        return grads[0], grads[1], grads[2], grads[3], None, None, g_qu, g_k
 
 
 def _positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor, C: int):
-    """The forward of :class:`_PositionalBias`: the bias, the head-major queries the backward needs, the matmuls'
-    dtype (under autocast, the backward runs its matmuls in it too)."""
+    """The positional part of :class:`_Scores`' forward: the bias, the head-major queries the backward needs, the
+    matmuls' dtype (under autocast, the backward runs its matmuls in it too)."""
     B, T, H, dh = qv.shape
     K = mask.shape[-1]
     out = qv.new_empty(B * H, T, K)  # 3-D so the content matmul can accumulate into it (baddbmm_) in place
@@ -199,14 +210,29 @@ def _positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None
     return out, saved[0], saved[1], dtype
 
 
-def positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor, C: int) -> Tensor:
-    """(B * H, T, C+M+T) positional scores of ``[cmem; mem; segment]`` plus the additive ``mask``; see
-    :class:`_PositionalBias` (qv/qc: (B, T, H, dh), r: (H, dh, >= M+T+1), rc: (H, dh, >= C+T-1) or None when C = 0;
-    tables may have more columns than the keys need, see :func:`make_positions`).
-    Without gradients (evaluation, generation) the autograd function's overhead is skipped."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (qv, r, qc, rc)):
-        return _PositionalBias.apply(qv, r, qc, rc, mask, C)
-    return _positional_bias(qv, r, qc, rc, mask, C)[0]
+def attention_scores(
+    qv: Tensor,
+    r: Tensor,
+    qc: Tensor | None,
+    rc: Tensor | None,
+    mask: Tensor,
+    C: int,
+    qu: Tensor | None = None,
+    k: Tensor | None = None,
+) -> Tensor:
+    """(B * H, T, C+M+T) scores of ``[cmem; mem; segment]``: positional terms plus the additive ``mask`` and, given
+    ``qu`` (B * H, T, dh) and ``k`` (B * H, K, dh), the content term; see :class:`_Scores` (qv/qc: (B, T, H, dh),
+    r: (H, dh, >= M+T+1), rc: (H, dh, >= C+T-1) or None when C = 0; tables may have more columns than the keys need,
+    see :func:`make_positions`). Without gradients (evaluation, generation) the autograd function's overhead is
+    skipped."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (qv, r, qc, rc, qu, k)):
+        return _Scores.apply(qv, r, qc, rc, mask, C, qu, k)
+    out = _positional_bias(qv, r, qc, rc, mask, C)[0]
+    if qu is None:
+        return out
+    kt = k.transpose(1, 2)
+    # in place where the dtypes agree (keys from an fp32 cache under autocast do not)
+    return out.baddbmm_(qu, kt) if out.dtype == qu.dtype == k.dtype else torch.baddbmm(out, qu, kt)
 
 
 def share_positions(layers: Sequence["RelativeAttention"], mode: str) -> None:
@@ -312,29 +338,27 @@ class RelativeAttention(nn.Module):
         B, T, d = x.shape
         M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
         n, K = H * dh, C + M + T
-        q = F.linear(x, self.w_q).view(B, T, H, dh)
         cache = None
         if kv_cache is not None or not torch.is_grad_enabled():  # inference: the layout the cache keeps
+            q = F.linear(x, self.w_q).view(B, T, H, dh)
             cache = self._extend_cache(x, mem, cmem, kv_cache)
             kv = torch.cat([cache.cmem.kv, cache.mem.kv], dim=2) if C > 0 else cache.mem.kv  # (B, H, K, 2 dh)
             k, v = kv.reshape(B * H, K, 2 * dh).split(dh, dim=-1)  # strided views, (B*H, K, dh) each
         else:
-            k, v = self._project_time_major(x, torch.cat([cmem.transpose(0, 1), mem.transpose(0, 1)]))
+            q, k, v = self._project(x, cmem, mem)
 
         # Positional scores, scaled, plus the mask: the additive bias of the content scores.
         # Each biased, scaled query in one pass over q: (q + b) * s as b * s + s * q (the decoder's formula too).
+        # Everything stays in the queries' dtype (bf16 under autocast): an fp32 bias or mask beside bf16 products would
+        # promote the (B, H, T, K) buffers to fp32 and convert them back and forth, forward and backward.
         r, rc, cv = self.positional_streams(positions)
-        s = self.scale
-        qc = torch.add(cv * s, q, alpha=s) if rc is not None else None
-        bias = positional_bias(torch.add(self.v * s, q, alpha=s), r, qc, rc, mask, C)  # (B * H, T, K)
-
-        qu = torch.add(self.u * s, q, alpha=s).transpose(1, 2)  # (B, H, T, dh)
+        s, dt = self.scale, q.dtype
+        mask = mask.to(dt)  # no copy when the model made it in the compute dtype (:func:`compute_dtype`)
+        qc = torch.add((cv * s).to(dt), q, alpha=s) if rc is not None else None
+        qv = torch.add((self.v * s).to(dt), q, alpha=s)
+        qu = torch.add((self.u * s).to(dt), q, alpha=s).transpose(1, 2)  # (B, H, T, dh)
         if need_weights:
-            qk = (qu.reshape(B * H, T, dh), k.transpose(1, 2))
-            # Accumulate into the bias buffer; under autocast the matmul's dtype differs, so out of place.
-            scores = torch.baddbmm(bias, *qk) if torch.is_autocast_enabled(x.device.type) else bias.baddbmm_(*qk)
-            del bias  # the scores are only needed until the softmax: lower peak memory
-            scores = scores.view(B, H, T, K)
+            scores = attention_scores(qv, r, qc, rc, mask, C, qu.reshape(B * H, T, dh), k).view(B, H, T, K)
             # Without autograd the softmax overwrites the scores: no second (B, H, T, K) buffer.
             weights = torch.softmax(scores, dim=-1, out=None if torch.is_grad_enabled() else scores)
             del scores
@@ -344,6 +368,7 @@ class RelativeAttention(nn.Module):
             y = torch.bmm(dropped.view(B * H, T, K), v)  # (B*H, T, dh)
         else:
             weights = None
+            bias = attention_scores(qv, r, qc, rc, mask, C)  # (B * H, T, K)
             y = F.scaled_dot_product_attention(
                 qu,
                 k.view(B, H, K, dh),
@@ -369,18 +394,21 @@ class RelativeAttention(nn.Module):
             )
         return KVCache(cmem=kv_cache.cmem, mem=kv_cache.mem.extend(self.project_kv(x)), version=kv_cache.version)
 
-    def _project_time_major(self, x: Tensor, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of ``[memory; x]`` as (B*H, K, dh) views of time-major (K, B, H dh) projections.
+    def _project(self, x: Tensor, cmem: Tensor, mem: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Training: queries (B, T, H, dh) and the keys and values of ``[cmem; mem; x]``, head-major (B*H, K, dh).
 
-        Time-major rows make (batch, head) one strided batch dimension, so the attention's batched matmuls read them
-        without a permuting copy forward or backward. x: (B, T, d); memory: (C+M, B, d), detached (apart from BPTT's
-        recomputed slots), so it is projected apart from x and gets no input gradient.
+        The weight is cast to the compute dtype once per call: under autocast every slice of it would be cast again
+        at each use (a copy forward and another backward). x's queries, keys and values are one matmul. Keys and
+        values come out of one concatenation straight into the head-major layout the batched matmuls read without a
+        copy (oneDNN's bf16 kernels read a time-major view or its transpose ~4x slower). The memories are detached
+        (apart from BPTT's recomputed slots), so they are projected apart from x and get no input gradient.
         """
         B, T, _ = x.shape
         H, dh = self.n_heads, self.d_head
-        K = memory.shape[0] + T
-        out = []
-        for w in (self.w_k, self.w_v):
-            t = torch.cat([F.linear(memory, w), F.linear(x, w).transpose(0, 1)])  # (K, B, H dh)
-            out.append(t.view(K, B * H, dh).transpose(0, 1))
-        return out[0], out[1]
+        n = H * dh
+        w = self.qkv.weight.to(compute_dtype(x.device, x.dtype))
+        qkv = F.linear(x, w).view(B, T, 3, H, dh)
+        parts = [F.linear(m, w[n:]).view(B, -1, 2, H, dh) for m in (cmem, mem) if m.shape[1] > 0] + [qkv[:, :, 1:]]
+        kv = torch.cat([p.permute(2, 0, 3, 1, 4) for p in parts], dim=3)  # (2, B, H, K, dh), contiguous
+        K = kv.shape[3]
+        return qkv[:, :, 0], kv[0].view(B * H, K, dh), kv[1].view(B * H, K, dh)

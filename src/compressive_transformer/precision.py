@@ -61,6 +61,13 @@ def amp_dtype(amp: str | torch.dtype | None) -> torch.dtype | None:
     return AMP_DTYPES[amp]
 
 
+def compute_dtype(device: torch.device | str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype the matmuls produce on ``device``: autocast's where it is on, else ``dtype`` (the weights'). Tensors
+    that are added to those products (attention masks and biases) are made in it, so no large buffer is promoted."""
+    kind = torch.device(device).type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else dtype
+
+
 def describe(amp: str, device: torch.device | str) -> str:
     """One line for the log: the precision a run uses and, for "auto", why."""
     resolved = resolve_amp(amp, device)
@@ -92,6 +99,7 @@ __all__ = [
     "CPU_BF16_FLAGS",
     "amp_dtype",
     "autocast",
+    "compute_dtype",
     "cpu_bf16_flags",
     "describe",
     "full_precision",

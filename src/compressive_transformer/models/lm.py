@@ -36,6 +36,7 @@ from compressive_transformer.memory import (
 from compressive_transformer.models.block import Block, BlockOutput
 from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
+from compressive_transformer.precision import compute_dtype
 from compressive_transformer.registry import compressor_spec
 
 
@@ -168,7 +169,7 @@ class CompressiveTransformerLM(nn.Module):
             attention_mask(
                 input_mask, first.mem_mask, first.cmem_mask, same_length_window=first.mem_len if cfg.same_length else 0
             ),
-            h.dtype,
+            compute_dtype(h.device, h.dtype),
         )
         want_weights = explicit_attention(cfg, h.device, need_weights)
         caching = not self.training and not torch.is_grad_enabled()  # inference: keep keys/values of memory slots

@@ -32,6 +32,7 @@ from compressive_transformer.models.block import Block
 from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.models.lm import LMOutput
+from compressive_transformer.precision import compute_dtype
 from compressive_transformer.registry import compressor_spec
 
 
@@ -253,7 +254,8 @@ class TransformerQL(nn.Module):
         )
         window = first.mem_len if self.cfg.same_length else 0
         mask = additive_mask(
-            attention_mask(x_mask, first.mem_mask, first.cmem_mask, same_length_window=window), x.dtype
+            attention_mask(x_mask, first.mem_mask, first.cmem_mask, same_length_window=window),
+            compute_dtype(x.device, x.dtype),
         )
         explicit = explicit_attention(self.cfg, x.device, need_weights)
         for li in layers:
