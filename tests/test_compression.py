@@ -15,6 +15,7 @@ from compressive_transformer.compression import (
     attention_reconstruction_loss,
     autoencoder_loss,
     build_compressor,
+    content_attention,
 )
 
 
@@ -150,6 +151,28 @@ def test_reconstruction_gradient_reaches_only_the_compressed_states():
     _loss(h, m(5), old, m(4), new, m(2), wq, wkv, 2).backward()
     assert new.grad is not None and new.grad.abs().sum() > 0
     assert all(t.grad is None for t in (wq, wkv, h, old))
+
+
+def test_content_attention_with_and_without_gradients_agree():
+    """The read with gradients (the compressed slots') and without (the evicted slots') take different kernels on
+    CPU; both are softmax(q k^T / sqrt(d_h)) v over the valid keys, and a row with none reads all of them."""
+    torch.manual_seed(0)
+    q = torch.randn(3, 2, 5, 4, dtype=torch.float64)
+    k, v = torch.randn(3, 2, 6, 4, dtype=torch.float64), torch.randn(3, 2, 6, 4, dtype=torch.float64)
+    key_mask = torch.rand(3, 6) > 0.4
+    key_mask[0, 0] = True
+    key_mask[2] = False  # no valid key: every key is read
+    with torch.no_grad():
+        fused = content_attention(q, k, v, key_mask)
+    kg = k.clone().requires_grad_(True)
+    explicit = content_attention(q, kg, v, key_mask)
+    torch.testing.assert_close(explicit, fused)
+    visible = key_mask | ~key_mask.any(dim=1, keepdim=True)
+    scores = (q @ k.transpose(-1, -2) / 2.0).masked_fill(~visible[:, None, None, :], float("-inf"))
+    want = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(3, 5, 8)
+    torch.testing.assert_close(explicit, want)
+    explicit.sum().backward()
+    assert kg.grad is not None and torch.isfinite(kg.grad).all()
 
 
 def test_losses_ignore_invalid_slots_and_rows():

@@ -409,6 +409,7 @@ class RelativeAttention(nn.Module):
         w = self.qkv.weight.to(compute_dtype(x.device, x.dtype))
         qkv = F.linear(x, w).view(B, T, 3, H, dh)
         parts = [F.linear(m, w[n:]).view(B, -1, 2, H, dh) for m in (cmem, mem) if m.shape[1] > 0] + [qkv[:, :, 1:]]
-        kv = torch.cat([p.permute(2, 0, 3, 1, 4) for p in parts], dim=3)  # (2, B, H, K, dh), contiguous
-        K = kv.shape[3]
-        return qkv[:, :, 0], kv[0].view(B * H, K, dh), kv[1].view(B * H, K, dh)
+        # one concatenation each (their backward passes are views; one for both would stack or zero-fill gradients)
+        k, v = (torch.cat([p[:, :, i].transpose(1, 2) for p in parts], dim=2) for i in (0, 1))  # (B, H, K, dh)
+        K = k.shape[2]
+        return qkv[:, :, 0], k.view(B * H, K, dh), v.view(B * H, K, dh)
