@@ -13,8 +13,8 @@ from compressive_transformer.attention import (
     _shifted_view,
     additive_mask,
     attention_mask,
-    make_positions,
     attention_scores,
+    make_positions,
     sinusoid,
 )
 

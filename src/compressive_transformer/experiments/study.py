@@ -289,7 +289,9 @@ def stored_identity(result: dict[str, Any]) -> dict[str, Any]:
     config = identity.get("config")
     if not isinstance(config, dict):
         return identity
-    defaults = {k: v for k, v in json.loads(json.dumps(flat(RunConfig()))).items() if not k.startswith(RESUME_FREE_KEYS)}
+    defaults = {
+        k: v for k, v in json.loads(json.dumps(flat(RunConfig()))).items() if not k.startswith(RESUME_FREE_KEYS)
+    }
     config = {**defaults, **config}
     machine = result.get("machine") or {}
     on_cpu = config["train.device"] == "cpu" or (config["train.device"] == "auto" and "gpu" not in machine)
