@@ -4,6 +4,7 @@ generation), with memory buffers and the losses kept in fp32."""
 from __future__ import annotations
 
 import copy
+import shutil
 
 import pytest
 import torch
@@ -144,6 +145,18 @@ def test_eval_amp_follows_train_amp_unless_set():
     assert inference_amp(load_run_config(None, []), "cpu") == "none"  # auto, and this CPU has no bf16 (conftest)
 
 
+def test_generation_on_a_cpu_is_fp32_under_auto_and_bf16_only_when_asked(monkeypatch):
+    """Batch-1 decoding on a CPU is faster in fp32 even with bf16 instructions, so "auto" generates in fp32 there
+    while evaluation (large matmuls) takes bf16; an explicit bf16 is honoured."""
+    from compressive_transformer.precision import generation_amp
+
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ["avx512_bf16"])
+    auto = load_run_config(None, [])
+    assert inference_amp(auto, "cpu") == "bf16" and generation_amp(auto, "cpu") == "none"
+    assert generation_amp(load_run_config(None, ['eval.amp="bf16"']), "cpu") == "bf16"
+    assert generation_amp(load_run_config(None, ['train.amp="bf16"', 'eval.amp="none"']), "cpu") == "none"
+
+
 def test_trainer_logs_the_resolved_precision(tmp_path):
     lines = []
     cfg = config_from_text(TINY_TOML, ["train.progress=false", 'train.amp="auto"', 'train.device="cpu"'])
@@ -184,3 +197,27 @@ def test_bf16_training_tracks_fp32_loss_over_hundreds_of_steps():
     tail16 = sum(low[-TRACK_TAIL:]) / TRACK_TAIL
     assert tail32 < 0.5 * fp32[0] and tail16 < 0.5 * low[0]  # both learned
     assert abs(tail16 - tail32) <= TRACK_RTOL * tail32 + 0.02, (tail16, tail32)
+
+
+def test_a_run_resumed_in_another_precision_says_so_and_can_keep_its_own(tmp_path, monkeypatch):
+    """amp = "auto" resolves per machine: a run begun in bf16 and resumed where "auto" means fp32 warns in one line
+    naming the override that keeps bf16, and that override is accepted on resume."""
+    from compressive_transformer.checkpoint import list_checkpoints, load_checkpoint
+    from compressive_transformer.run import build_config, train_run
+
+    cfg = build_config(None, ["train.steps=4", "train.checkpoint_every=2", "train.val_every=0", "train.progress=false"])
+    begun = tmp_path / "begun"
+    with monkeypatch.context() as m:
+        m.setattr(precision, "cpu_bf16_flags", lambda: ["avx512_bf16"])
+        train_run(cfg, begun, max_steps=2, log=lambda s: None)
+    shutil.copytree(begun, tmp_path / "copy", ignore=shutil.ignore_patterns(".lock"))
+    lines: list[str] = []
+    train_run(None, begun, resume=True, log=lines.append)
+    warning = [line for line in lines if line.startswith("warning:") and "precision" in line]
+    assert len(warning) == 1 and "trained in bf16 and continues in fp32" in warning[0]
+    assert "--set train.amp=bf16" in warning[0]
+    lines.clear()
+    train_run(None, tmp_path / "copy", resume=True, overrides=["train.amp=bf16"], log=lines.append)
+    assert not [line for line in lines if line.startswith("warning:") and "precision" in line]
+    state = load_checkpoint(list_checkpoints(tmp_path / "copy")[-1], model=build_model(cfg.model))
+    assert state.extra["precision"] == "bf16"

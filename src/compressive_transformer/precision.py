@@ -52,6 +52,17 @@ def inference_amp(cfg: RunConfig, device: torch.device | str) -> str:
     return resolve_amp(cfg.eval.amp or cfg.train.amp, device, key="eval.amp" if cfg.eval.amp else "train.amp")
 
 
+def generation_amp(cfg: RunConfig, device: torch.device | str) -> str:
+    """The resolved precision of token-by-token generation: :func:`inference_amp`, except that "auto" means fp32 on a
+    CPU. At batch 1 every product is a matrix-vector product whose time is reading the weights and per-operation
+    overhead, and bf16 autocast adds a cast per operation: on a CPU with AVX-512 BF16 the decoder made 268 tokens/s
+    under bf16 against 360 in fp32 (benchmarks/README.md). An explicit "bf16" is honoured."""
+    configured = cfg.eval.amp or cfg.train.amp
+    if configured == "auto" and torch.device(device).type == "cpu":
+        return "none"
+    return inference_amp(cfg, device)
+
+
 def amp_dtype(amp: str | torch.dtype | None) -> torch.dtype | None:
     """The autocast dtype of a resolved ``amp`` name (None for "none"); a dtype or None passes through."""
     if amp is None or isinstance(amp, torch.dtype):
@@ -103,6 +114,7 @@ __all__ = [
     "cpu_bf16_flags",
     "describe",
     "full_precision",
+    "generation_amp",
     "inference_amp",
     "resolve_amp",
     "runs_bf16_fast",

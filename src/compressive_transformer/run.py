@@ -76,6 +76,7 @@ RESUME_REMEDY_KEYS = (
     "train.warmup_steps",
     "train.decay_steps",
     "train.grad_clip",
+    "train.amp",  # a run begun in bf16 may continue where bf16 is slow, or a diverging fp16 run in bf16
 )
 EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
 

@@ -19,7 +19,7 @@ from compressive_transformer.config import ConfigError, to_dict
 from compressive_transformer.generate import Generation, check_sampling, clean_prompt, generate
 from compressive_transformer.loading import Run
 from compressive_transformer.memory import MemoryState
-from compressive_transformer.precision import inference_amp
+from compressive_transformer.precision import generation_amp
 
 MEMORY_FORMAT = "compressive-transformer-memory-v1"
 
@@ -164,7 +164,7 @@ def generate_text(
         next_logits=logits,
         on_token=printer,
         return_memory=return_memory,
-        amp=inference_amp(run.config, next(run.model.parameters()).device),
+        amp=generation_amp(run.config, next(run.model.parameters()).device),
     )
     printer.flush()
     return TextGeneration(text=printer.text, stopped=printer.stopped, generation=out)

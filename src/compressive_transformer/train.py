@@ -249,7 +249,7 @@ class Trainer:
             memory=memory,
             data_state=self.batcher.state_dict(),
             config_toml=self.config_toml,
-            extra={"tokens_seen": self.tokens_seen, "scaler": self.scaler.state_dict()},
+            extra={"tokens_seen": self.tokens_seen, "scaler": self.scaler.state_dict(), "precision": self.amp},
             keep=self.cfg.train.keep_checkpoints,
         )
 
@@ -269,6 +269,13 @@ class Trainer:
         self.tokens_seen = int(ckpt.extra.get("tokens_seen", 0))
         if ckpt.extra.get("scaler"):
             self.scaler.load_state_dict(ckpt.extra["scaler"])
+        was = ckpt.extra.get("precision", self.amp)
+        if was != self.amp and self.dist.is_main:  # e.g. amp = "auto" resumed on a machine without fast bf16
+            names = {"none": "fp32", "bf16": "bf16", "fp16": "fp16"}
+            self.log(
+                f"warning: {path} was trained in {names.get(was, was)} and continues in {names.get(self.amp, self.amp)} "
+                f"on this machine; resume with --set train.amp={was} to keep its precision"
+            )
         if ckpt.memory is not None:
             try:
                 self.memory = MemoryState.from_tensors(ckpt.memory).select_rows(self.rows).to(self.device)
