@@ -18,6 +18,17 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def repo_path(path: str | Path) -> str:
+    """A path as results record it: relative to the repository root where it lies inside it (symlinks not followed),
+    else as given, so committed results do not carry the directory layout of the machine that made them."""
+    p = Path(path).absolute()
+    try:
+        return str(p.relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def rss_mb(field: str) -> float:
@@ -314,7 +325,7 @@ def main() -> None:
         "phase": a.phase,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "python": sys.executable,
+        "python": repo_path(sys.executable),
         "device": a.device,
         "amp": a.amp,
     }
@@ -332,7 +343,7 @@ def main() -> None:
         impl.model.to(a.device)  # in place: the optimizer built with the model keeps the same parameters
         result.update(
             label=getattr(mod, "LABEL", a.impl),
-            module_file=mod.__file__,
+            module_file=repo_path(mod.__file__),
             param_count=impl.param_count,
             config=getattr(impl, "config", {}),
             build_s=time.perf_counter() - t0,
@@ -340,7 +351,7 @@ def main() -> None:
             rss_after_build_mb=rss_mb("VmRSS"),
         )
         peers = {
-            name: sys.modules[name].__file__
+            name: repo_path(sys.modules[name].__file__)
             for name in ("compressive_transformer", "compressive_transformer_pytorch", "labml_nn")
             if name in sys.modules
         }

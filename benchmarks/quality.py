@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.child import repo_path
 from compressive_transformer.analysis.stats import mean_interval
 from compressive_transformer.data.readers import data_root_path
 
@@ -127,7 +128,7 @@ def settings(a: argparse.Namespace) -> dict[str, Any]:
         "budget_s": a.budget,
         "threads": a.threads,
         "val_segments": a.val_segments,
-        "data": str(Path(a.data).resolve()),
+        "data": repo_path(a.data),
     }
 
 

@@ -114,3 +114,10 @@ def test_unknown_precision_or_missing_data_stop_with_one_line(tmp_path: Path):
         quality.main(["--precisions", "fp8", "--data", str(tmp_path)])
     with pytest.raises(SystemExit, match="is not a directory"):
         quality.main(["--impl", "ours", "--data", str(tmp_path / "nowhere")])
+
+
+def test_results_record_paths_inside_the_repository_relative_to_it(tmp_path):
+    from benchmarks.child import ROOT, repo_path
+
+    assert repo_path(ROOT / "benchmarks" / "impls" / "ours.py") == "benchmarks/impls/ours.py"
+    assert repo_path(tmp_path / "x.txt") == str(tmp_path / "x.txt")
