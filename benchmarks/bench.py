@@ -47,10 +47,10 @@ PRECISIONS = {"fp32": "none", "bf16": "bf16"}  # --precisions label -> child.py 
 def machine_info() -> dict:
     """The CPU, its speed-relevant flags and whether it has bf16 instructions (without them bf16 is emulated)."""
     from compressive_transformer.machine import cpu_model_and_flags
-    from compressive_transformer.precision import CPU_BF16_FLAGS
+    from compressive_transformer.precision import bf16_flags
 
     cpu, flags = cpu_model_and_flags()
-    bf16 = [f for f in flags if f in CPU_BF16_FLAGS]
+    bf16 = bf16_flags(flags)
     return {
         "cpu": cpu,
         "cpu_flags": flags,

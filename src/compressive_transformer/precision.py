@@ -22,9 +22,17 @@ CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # instructions that make bf16 matm
 assert set(AMP_DTYPES) | {"auto"} == set(AMP_CHOICES)
 
 
+PRECISION_NAMES = {"none": "fp32", "bf16": "bf16", "fp16": "fp16"}  # resolved amp -> what logs call it
+
+
+def bf16_flags(flags: list[str]) -> list[str]:
+    """The bf16 instruction sets among a CPU's ``flags`` (as /proc/cpuinfo or a recorded machine lists them)."""
+    return [f for f in flags if f in CPU_BF16_FLAGS]
+
+
 def cpu_bf16_flags() -> list[str]:
     """The bf16 instruction sets this machine's CPU reports (empty where it has none, or outside Linux)."""
-    return [f for f in cpu_model_and_flags()[1] if f in CPU_BF16_FLAGS]
+    return bf16_flags(cpu_model_and_flags()[1])
 
 
 def runs_bf16_fast(device: torch.device | str) -> bool:
@@ -82,7 +90,7 @@ def compute_dtype(device: torch.device | str, dtype: torch.dtype) -> torch.dtype
 def describe(amp: str, device: torch.device | str) -> str:
     """One line for the log: the precision a run uses and, for "auto", why."""
     resolved = resolve_amp(amp, device)
-    name = {"none": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}[resolved]
+    name = PRECISION_NAMES[resolved] + ("" if resolved == "none" else " autocast")
     if amp != "auto":
         return f"precision {name} (amp = {amp!r})"
     why = "runs bf16 natively" if resolved == "bf16" else "has no fast bf16 (fp32 is faster there)"
@@ -108,8 +116,10 @@ def full_precision(device: torch.device | str) -> Iterator[None]:
 __all__ = [
     "AMP_DTYPES",
     "CPU_BF16_FLAGS",
+    "PRECISION_NAMES",
     "amp_dtype",
     "autocast",
+    "bf16_flags",
     "compute_dtype",
     "cpu_bf16_flags",
     "describe",

@@ -40,7 +40,14 @@ from compressive_transformer.machine import thread_warning
 from compressive_transformer.memory import MemoryState, is_row_tensor
 from compressive_transformer.metrics import MetricsLogger
 from compressive_transformer.models import IGNORE_INDEX, MemoryModel, build_model
-from compressive_transformer.precision import amp_dtype, autocast, describe, inference_amp, resolve_amp
+from compressive_transformer.precision import (
+    PRECISION_NAMES,
+    amp_dtype,
+    autocast,
+    describe,
+    inference_amp,
+    resolve_amp,
+)
 from compressive_transformer.schedule import learning_rate
 from compressive_transformer.toml_writer import config_text
 
@@ -271,10 +278,9 @@ class Trainer:
             self.scaler.load_state_dict(ckpt.extra["scaler"])
         was = ckpt.extra.get("precision", self.amp)
         if was != self.amp and self.dist.is_main:  # e.g. amp = "auto" resumed on a machine without fast bf16
-            names = {"none": "fp32", "bf16": "bf16", "fp16": "fp16"}
             self.log(
-                f"warning: {path} was trained in {names.get(was, was)} and continues in {names.get(self.amp, self.amp)} "
-                f"on this machine; resume with --set train.amp={was} to keep its precision"
+                f"warning: {path} was trained in {PRECISION_NAMES.get(was, was)} and continues in "
+                f"{PRECISION_NAMES[self.amp]} on this machine; resume with --set train.amp={was} to keep its precision"
             )
         if ckpt.memory is not None:
             try:

@@ -268,36 +268,38 @@ def identity_config(cfg: RunConfig) -> dict[str, Any]:
     precisions resolved on this machine, since the same config trains in bf16 on a CPU with bf16 instructions and in
     fp32 on one without, and the two are different runs."""
     from compressive_transformer.precision import inference_amp, resolve_amp
-    from compressive_transformer.run import RESUME_FREE_KEYS, flat
     from compressive_transformer.train import resolve_device
 
-    config = {k: v for k, v in flat(cfg).items() if not k.startswith(RESUME_FREE_KEYS)}
+    config = _trajectory_keys(cfg)
     device = resolve_device(cfg.train.device)
     config["train.amp"] = resolve_amp(cfg.train.amp, device)
     config["eval.amp"] = inference_amp(cfg, device)
-    return json.loads(json.dumps(config))
+    return config
+
+
+def _trajectory_keys(cfg: RunConfig) -> dict[str, Any]:
+    """Every dotted config key but those that never change the trajectory, as JSON stores them."""
+    from compressive_transformer.run import RESUME_FREE_KEYS, flat
+
+    return json.loads(json.dumps({k: v for k, v in flat(cfg).items() if not k.startswith(RESUME_FREE_KEYS)}))
 
 
 def stored_identity(result: dict[str, Any]) -> dict[str, Any]:
     """A result's identity as this version would write it for the same run: config keys added since it was written
     take their defaults (a new key's default keeps the old behaviour), and precisions stored as configured ("auto",
     "") are resolved on the machine the run ran on (its ``machine`` record)."""
-    from compressive_transformer.precision import CPU_BF16_FLAGS
-    from compressive_transformer.run import RESUME_FREE_KEYS, flat
+    from compressive_transformer.precision import bf16_flags
 
     identity = result.get("identity") or {}
     config = identity.get("config")
     if not isinstance(config, dict):
         return identity
-    defaults = {
-        k: v for k, v in json.loads(json.dumps(flat(RunConfig()))).items() if not k.startswith(RESUME_FREE_KEYS)
-    }
+    defaults = _trajectory_keys(RunConfig())
     config = {**defaults, **config}
     machine = result.get("machine") or {}
     on_cpu = config["train.device"] == "cpu" or (config["train.device"] == "auto" and "gpu" not in machine)
     if config["train.amp"] == "auto" and on_cpu:  # on a GPU "auto" is bf16 where supported: left unresolved
-        flags = machine.get("cpu_flags") or []
-        config["train.amp"] = "bf16" if any(f in CPU_BF16_FLAGS for f in flags) else "none"
+        config["train.amp"] = "bf16" if bf16_flags(machine.get("cpu_flags") or []) else "none"
     if config["eval.amp"] == "":
         config["eval.amp"] = config["train.amp"]
     return {**identity, "config": {k: v for k, v in config.items() if k in defaults}}
