@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.kv_cache import KVCache, SlotCache, spare_slots
 from compressive_transformer.precision import compute_dtype
+from compressive_transformer.stamps import ContentStamp
 
 
 def sinusoid(distances: Tensor, d_model: int) -> Tensor:
@@ -265,17 +266,20 @@ class RelativeAttention(nn.Module):
         self.out = nn.Linear(H * dh, d, bias=False)
         self.attn_dropout = cfg.attn_dropout
         self.scale = 1.0 / math.sqrt(dh)
-        self._projected: dict[tuple, Tensor] = {}  # inference only: W_r R for position tables already seen
+        # Inference only: W_r R for the position tables already seen, keyed on the projection's content stamp (so a
+        # weight written by any means, a fused optimizer step included, can never be served an older projection).
+        self._projected: dict[tuple, Tensor] = {}
+        self._stamps = {"pos": ContentStamp(), "cpos": ContentStamp(), "kv": ContentStamp()}
 
-    def _project_positions(self, proj: nn.Linear, table: Tensor, key: tuple) -> Tensor:
-        """W_r R as (H, dh, L). At inference the projection of a table is reused while the weights are unchanged,
-        so a generated token does not re-project every distance."""
+    def _project_positions(self, proj: nn.Linear, stream: str, table: Tensor, key: tuple) -> Tensor:
+        """W_r R as (H, dh, L). At inference the projection of a table is reused while the weight holds the same
+        values (:class:`~.stamps.ContentStamp`), so a generated token does not re-project every distance."""
         H, dh = self.n_heads, self.d_head
         if self.training or torch.is_grad_enabled():
             return proj(table).view(-1, H, dh).permute(1, 2, 0)
         w, device = proj.weight, proj.weight.device.type
         amp = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None  # the product's dtype
-        full_key = (id(proj), w._version, w.data_ptr(), w.dtype, w.device, table.dtype, amp) + key
+        full_key = (id(proj), self._stamps[stream].current(w), table.dtype, amp) + key
         if full_key not in self._projected:
             if len(self._projected) >= 16:
                 self._projected.clear()
@@ -285,11 +289,11 @@ class RelativeAttention(nn.Module):
     def positional_streams(self, positions: Positions) -> tuple[Tensor, Tensor | None, Tensor]:
         """W_r R of memory + segment (H, dh, M+T+1); W_rc R_c of the compressed memory (H, dh, C+T-1), None without
         one; and the compressed stream's position bias (H, dh)."""
-        r = self._project_positions(self.pos, positions.mem, ("mem",) + positions.key)
-        cpos, cv = (self.cpos, self.cv) if self.cpos is not None else (self.pos, self.v)
+        r = self._project_positions(self.pos, "pos", positions.mem, ("mem",) + positions.key)
+        cpos, stream, cv = (self.cpos, "cpos", self.cv) if self.cpos is not None else (self.pos, "pos", self.v)
         if positions.cmem.shape[0] == 0:
             return r, None, cv
-        return r, self._project_positions(cpos, positions.cmem, ("cmem",) + positions.key), cv
+        return r, self._project_positions(cpos, stream, positions.cmem, ("cmem",) + positions.key), cv
 
     @property
     def w_k(self) -> Tensor:
@@ -314,8 +318,9 @@ class RelativeAttention(nn.Module):
 
     @property
     def kv_version(self) -> int:
-        """Changes whenever the key/value weights change in place (an optimizer step, a load)."""
-        return self.qkv.weight._version
+        """The content stamp of the key/value weights: a memory's cached keys and values are used only while it is
+        unchanged, however the weights were written (:class:`~.stamps.ContentStamp`)."""
+        return self._stamps["kv"].current(self.qkv.weight[self.n_heads * self.d_head :])
 
     @property
     def w_q(self) -> Tensor:

@@ -30,6 +30,7 @@ from compressive_transformer.kv_cache import KVCache
 from compressive_transformer.memory import LayerMemory, MemoryState, evicted_count
 from compressive_transformer.models.lm import CompressiveTransformerLM
 from compressive_transformer.registry import compressor_spec
+from compressive_transformer.stamps import WriteWatch
 
 
 def unsupported(model: torch.nn.Module) -> str | None:
@@ -141,7 +142,12 @@ def _compiled():
 
 
 class Decoder:
-    """Advances ``memory`` one token at a time for ``model`` (in eval mode, weights unchanged while decoding)."""
+    """Advances ``memory`` one token at a time for ``model`` in eval mode.
+
+    Its positional tables, biases and key/value ring are derived from the weights when it is made, so it is scoped to
+    them: after any write to the weights (an optimizer step of any ``torch.optim`` optimizer, fused or not, a
+    ``load_state_dict``, an in-place op, or ``model.weights_changed()`` after a hand-made ``.data`` write) ``step``
+    raises; make a new Decoder from :meth:`memory`, whose keys and values the model then projects anew."""
 
     def __init__(self, model: CompressiveTransformerLM, memory: MemoryState, *, compile: bool = False) -> None:
         reason = unsupported(model)
@@ -164,11 +170,13 @@ class Decoder:
         with torch.no_grad():
             self.states: list[Tensor] = []  # per layer (B, C + R, d)
             self.kv: list[Tensor] = []  # per layer (B, H, C + R, 2 dh)
+            self.kv_stamps: list[int] = []  # per layer: the key/value weights' content stamp the ring was made with
             for block, layer in zip(model.blocks, memory.layers):
                 attn = block.attn
                 states = torch.cat([layer.cmem, layer.mem, ref.new_zeros(self.B, 1, ref.shape[-1])], dim=1)
                 cache = layer.usable_kv(attn.kv_version)
                 kv = cache.kv if cache is not None else attn.project_kv(states[:, : C + self.cap])
+                self.kv_stamps.append(attn.kv_version)
                 self.states.append(states)
                 self.kv.append(torch.cat([kv, kv.new_zeros(self.B, self.H, 1, 2 * self.dh)], dim=2))
             allowed = torch.cat([first.cmem_mask, first.mem_mask, first.mem_mask.new_zeros(self.B, 1)], dim=1)
@@ -198,8 +206,8 @@ class Decoder:
                 mem_tables.append(per_row(r[:, :, self.cap - (-m_mem) % R]))
                 cmem_tables.append(per_row(rc[:, :, C - 1 - (-m_cmem) % C]) if rc is not None else None)
                 self.biases.append(torch.stack([attn.u, attn.v, cv], dim=1) * attn.scale)
-            self._params = list(model.parameters())
-            self._version = self._weights_version()
+            # Tables, biases and the key/value ring are derived from the weights as they are now.
+            self._watch = WriteWatch(model.parameters())
             # Every layer's table views at each ring offset, and each slot's index: a step only looks them up.
             self.mem_views = [[t[..., a : a + R] for t in mem_tables] for a in range(R)]
             self.cmem_views = [
@@ -219,7 +227,7 @@ class Decoder:
     def step(self, tokens: Tensor) -> Tensor:
         """Feed one token per row, tokens: (B,) ids; returns the next-token logits (B, V)."""
         C, R, p = self.C, self.R, self.p
-        if self._weights_version() != self._version:
+        if self._watch.written:
             raise RuntimeError("the model's weights changed while decoding; make a new Decoder from decoder.memory()")
         a_mem = (-p) % R
         a_cmem = (1 - self.pc) % C if C > 0 else 0  # the newest compressed slot is pc - 1
@@ -237,11 +245,6 @@ class Decoder:
         )
         self._push()
         return logits
-
-    def _weights_version(self) -> int:
-        """Changes when any parameter is written in place (an optimizer step, a load): the decoder's positional
-        tables, biases and cached keys/values were derived from them."""
-        return sum(p._version for p in self._params)
 
     def _push(self) -> None:
         """Algorithm 1's memory update for one pushed token, in place: evict the oldest states when a whole group of
@@ -281,7 +284,7 @@ class Decoder:
         layers = []
         history = self.history or [None] * len(self.states)
         history_mask = self.history_mask or [None] * len(self.states)
-        for block, states, kv, hist, hist_mask in zip(self.model.blocks, self.states, self.kv, history, history_mask):
+        for states, kv, stamp, hist, hist_mask in zip(self.states, self.kv, self.kv_stamps, history, history_mask):
             s = states[:, order].masked_fill(~allowed.unsqueeze(-1), 0.0)
             layers.append(
                 LayerMemory(
@@ -294,7 +297,8 @@ class Decoder:
                     rate=self.model.cfg.compression_rate if C > 0 else 0,
                     history=None if hist is None else hist.clone(),
                     history_mask=None if hist_mask is None else hist_mask.clone(),
-                    kv=KVCache.of(kv[:, :, cmem_idx], kv[:, :, mem_idx], version=block.attn.kv_version),
+                    # tagged with the weights the ring was made with: after a write, the model projects anew
+                    kv=KVCache.of(kv[:, :, cmem_idx], kv[:, :, mem_idx], version=stamp),
                 )
             )
         return MemoryState(tuple(layers))

@@ -38,6 +38,7 @@ from compressive_transformer.models.checks import check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.precision import compute_dtype
 from compressive_transformer.registry import compressor_spec
+from compressive_transformer.stamps import DeclaresWrites
 
 
 @dataclass
@@ -51,7 +52,7 @@ class LMOutput:
     attentions: list[Tensor] | None = None  # per layer (B, H, T, C + M + T) over [cmem; mem; segment]
 
 
-class CompressiveTransformerLM(nn.Module):
+class CompressiveTransformerLM(DeclaresWrites, nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg

@@ -34,6 +34,7 @@ from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, 
 from compressive_transformer.models.lm import LMOutput
 from compressive_transformer.precision import compute_dtype
 from compressive_transformer.registry import compressor_spec
+from compressive_transformer.stamps import DeclaresWrites
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def ql_scales(*, seg_len: int, mem_len: int, compression_rate: int, n_scales: in
     return scales
 
 
-class TransformerQL(nn.Module):
+class TransformerQL(DeclaresWrites, nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         if not cfg.is_ql:
