@@ -160,7 +160,8 @@ def markdown(summary: dict[str, Any]) -> str:
             vals = [d[r["name"]][i] for r in regions for i in range(r["buckets"])]
             out.append(f"| {name} | " + " | ".join("-" if x is None else f"{x:.4f}" for x in vals) + " |")
     if summary.get("plots"):
-        out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in summary["plots"]]
+        out += ["", "## Plots", ""] + [f"Curves: {note}." for note in summary.get("curve_notes", [])]
+        out += [f"![{Path(p).stem}]({Path(p).name})" for p in summary["plots"]]
     return "\n".join(out) + "\n"
 
 

@@ -155,6 +155,10 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
         v: _mean_attention(runs) for v, runs in results.items() if any(r.get("attention") for r in runs.values())
     }
     summary["curves"] = {v: {str(seed): r["curve"] for seed, r in sorted(runs.items())} for v, runs in results.items()}
+    # why a curve lacks a part (e.g. a validation curve dropped as invalid), said once under the plots
+    summary["curve_notes"] = sorted(
+        {r["curve_note"] for runs in results.values() for r in runs.values() if "curve_note" in r}
+    )
     return summary
 
 
