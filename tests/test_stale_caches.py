@@ -287,3 +287,20 @@ def test_any_sequence_of_steps_evaluations_generations_and_loads_matches_a_fresh
             got = generate(model, [1, 2, 3], max_new_tokens=6, temperature=0.0, seed=0).tokens
             assert got == generate(fresh_copy(model), [1, 2, 3], max_new_tokens=6, temperature=0.0, seed=0).tokens
     torch.testing.assert_close(stream_logits(model, tokens), stream_logits(fresh_copy(model), tokens))
+
+
+def test_the_compiled_decoder_reads_the_weights_as_inputs_not_constants() -> None:
+    """A compiled graph is made once per process and reused by later decoders: it must see updated weights."""
+    torch.manual_seed(6)
+    model = build_model(small("compressive")).eval()
+
+    def run(compile: bool) -> torch.Tensor:
+        decoder = Decoder(model, model.init_memory(1), compile=compile)
+        return torch.stack([decoder.step(torch.tensor([t])) for t in (1, 2, 3, 4)])
+
+    before = run(True)
+    torch.testing.assert_close(before, run(False))
+    train_step(model, OPTIMIZERS["adam-fused"](model.parameters()), 0)
+    after = run(True)
+    assert not torch.allclose(after, before)
+    torch.testing.assert_close(after, run(False))
