@@ -1,4 +1,4 @@
-"""``compressive-transformer``: thin subcommands over :mod:`compressive_transformer.run`.
+"""``compressive-transformer``: thin subcommands over :mod:`compressive_transformer.training.workflows`.
 
 Mistakes a user can make (a missing file, an unknown key, a run that already exists, a diverged loss) end as one
 ``error: ...`` line on stderr with exit code 2, never a traceback.
@@ -11,8 +11,33 @@ import os
 import sys
 from pathlib import Path
 
-from compressive_transformer.config import ConfigError
+import torch
+
+from compressive_transformer import data
+from compressive_transformer.analysis.report import ANALYSES, write_report
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.context import range_report
+from compressive_transformer.core.version import __version__
+from compressive_transformer.data import SOURCES
 from compressive_transformer.data.formats import path_formats
+from compressive_transformer.experiments import run_long_range, run_task
+from compressive_transformer.experiments.ablation import run_seeded, seeded_command
+from compressive_transformer.experiments.compare import compare, results_table
+from compressive_transformer.experiments.study_run import run_study
+from compressive_transformer.runs import allocator
+from compressive_transformer.runs.export import export_run
+from compressive_transformer.runs.loading import load_run
+from compressive_transformer.runs.rundir import build_config, fresh_run_dir
+from compressive_transformer.training.distributed import DistInfo, shutdown
+from compressive_transformer.training.text_eval import (
+    check_text_overrides,
+    corpus_source,
+    evaluate_source,
+    files_source,
+)
+from compressive_transformer.training.textgen import generate_command
+from compressive_transformer.training.trainer import TrainingError
+from compressive_transformer.training.workflows import demo, evaluate_run, train_run
 
 EXIT_USER_ERROR = 2
 
@@ -35,7 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compressive-transformer",
         description="Train, evaluate and sample Compressive Transformers, Transformer-XL and Transformer-QL.",
     )
-    from compressive_transformer import __version__
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(
@@ -277,7 +301,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="download a benchmark corpus and verify its checksum",
         description="Download a benchmark corpus into DIR.",
     )
-    from compressive_transformer.data import SOURCES
 
     d.add_argument("name", choices=sorted(SOURCES), help="corpus to download")
     d.add_argument(
@@ -305,9 +328,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from compressive_transformer.distributed import DistInfo, shutdown
-    from compressive_transformer.run import build_config, fresh_run_dir, train_run
-
     if args.resume:
         if args.run_dir is None:
             raise ConfigError("--resume: needs --run-dir, the run to continue")
@@ -333,7 +353,6 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.text is None and args.data is None:
         if args.format is not None:
             raise ConfigError("--format: applies to --data DIR only; add --data DIR or drop --format")
-        from compressive_transformer.run import evaluate_run
 
         result = evaluate_run(
             args.run_dir,
@@ -347,8 +366,6 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         print(result.summary())
         print(f"wrote {args.out or args.run_dir / f'eval_{result.split}.json'}")
         return
-    from compressive_transformer.loading import load_run
-    from compressive_transformer.text_eval import check_text_overrides, corpus_source, evaluate_source, files_source
 
     if args.text is not None and args.data is not None:
         raise ConfigError("--text and --data: give one of them")
@@ -370,14 +387,10 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from compressive_transformer.textgen import generate_command
-
     generate_command(args)
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from compressive_transformer.export import export_run
-
     out = export_run(args.run_dir, args.out_dir, checkpoint=args.checkpoint)
     print(
         f"wrote {out} (config.json, model.safetensors, tokenizer.json); load it with compressive_transformer.from_pretrained"
@@ -385,16 +398,10 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_range(args: argparse.Namespace) -> None:
-    from compressive_transformer.context import range_report
-    from compressive_transformer.run import build_config
-
     print(range_report(build_config(args.config, args.overrides).model))
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    from compressive_transformer.experiments.compare import compare, results_table
-    from compressive_transformer.run import fresh_run_dir
-
     out = args.out or fresh_run_dir("compare")
     rows = compare(args.spec, out, overrides=args.overrides, split=args.split)
     print(results_table(rows))
@@ -402,8 +409,6 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 
 def cmd_study(args: argparse.Namespace) -> None:
-    from compressive_transformer.experiments.study import run_study
-
     out = args.out or args.spec.parent
     command = "compressive-transformer " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else ""
     summary = run_study(
@@ -415,15 +420,11 @@ def cmd_study(args: argparse.Namespace) -> None:
 
 
 def cmd_task(args: argparse.Namespace) -> None:
-    from compressive_transformer.experiments import run_long_range, run_task
-
     if args.task_command == "train":
         run_task(args.config, args.out, overrides=args.overrides)
         print(f"wrote {args.out / 'result.json'}")
         return
     if args.seeds is not None:
-        from compressive_transformer.experiments.ablation import run_seeded, seeded_command
-
         try:
             seeds = tuple(int(s) for s in args.seeds.split(","))
         except ValueError:
@@ -448,10 +449,7 @@ def cmd_task(args: argparse.Namespace) -> None:
     if args.parallel != 1:
         raise ConfigError("--parallel: only with --seeds (one seed runs its models one after another)")
     if args.threads:
-        import torch
-
         torch.set_num_threads(args.threads)
-    from compressive_transformer.run import fresh_run_dir
 
     args.out = args.out or fresh_run_dir("long-range")
     run_long_range(
@@ -466,8 +464,6 @@ def cmd_task(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from compressive_transformer.report import ANALYSES, write_report
-
     out = args.out or args.run_dirs[0] / "analysis"
     analyses = tuple(args.only.split(",")) if args.only else ANALYSES
     path = write_report(
@@ -484,15 +480,11 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> None:
-    from compressive_transformer.data import download
-
-    path = download(args.name, args.dir, base_url=args.base_url, limit=args.limit, manifest=args.manifest)
+    path = data.download(args.name, args.dir, base_url=args.base_url, limit=args.limit, manifest=args.manifest)
     print(f"{args.name}: {path}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from compressive_transformer.run import demo
-
     result = demo(steps=args.steps, run_dir=args.run_dir)
     print()
     print(result.validation.summary())
@@ -521,10 +513,8 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from compressive_transformer.allocator import keep_freed_memory
-    from compressive_transformer.train import TrainingError
 
-    keep_freed_memory()  # a process-wide allocator setting: the command line's to make, not the library's
+    allocator.keep_freed_memory()  # a process-wide allocator setting: the command line's to make, not the library's
 
     try:
         COMMANDS[args.command](args)

@@ -29,9 +29,13 @@ from compressive_transformer.analysis.frequency import (
 )
 from compressive_transformer.analysis.regions import attention_by_region, bucket_table
 from compressive_transformer.analysis.temporal import empirical_temporal_range
-from compressive_transformer.config import ConfigError
-from compressive_transformer.context import temporal_range
-from compressive_transformer.metrics import read_metrics
+from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.core.context import temporal_range
+from compressive_transformer.data import load_corpus, read_documents
+from compressive_transformer.runs.checkpoint import list_checkpoints
+from compressive_transformer.runs.loading import load_run
+from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.rundir import cache_dir, read_run_config
 
 ANALYSES = ("regions", "compressibility", "temporal", "frequency")
 Log = Callable[[str], None]
@@ -61,8 +65,6 @@ def load_trained(
     run_dir: str | Path, checkpoint: str | Path | None = None, *, device: str | None = None, threads: int | None = None
 ) -> tuple[Any, Any, Any]:
     """(RunConfig, tokenizer, model in eval mode) of a run directory, on ``device`` (default auto)."""
-    from compressive_transformer.loading import load_run
-
     run = load_run(run_dir, device=device, checkpoint=checkpoint, threads=threads)
     return run.config, run.tokenizer, run.model
 
@@ -84,9 +86,6 @@ def analyze_run(
     Frequency buckets need the run's train split (for the word counts) and are returned as the per-model part of
     :func:`compare_frequency`.
     """
-    from compressive_transformer.data import load_corpus, read_documents
-    from compressive_transformer.run import cache_dir
-
     bad = [a for a in analyses if a not in ANALYSES]
     if bad:
         raise ConfigError(f"analyses: unknown {bad[0]!r}; use {', '.join(ANALYSES)}")
@@ -123,10 +122,6 @@ def analyze_run(
 
 def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     """What a run directory says about itself: config, ranges, last metrics, evaluation results."""
-    from compressive_transformer.checkpoint import list_checkpoints
-    from compressive_transformer.config import to_dict
-    from compressive_transformer.run import read_run_config
-
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
     m = cfg.model

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.kv_cache import KVCache, SlotCache, spare_slots
-from compressive_transformer.precision import compute_dtype
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.dtypes import compute_dtype
+from compressive_transformer.core.kv_cache import KVCache, SlotCache, spare_slots
 
 
 def sinusoid(distances: Tensor, d_model: int) -> Tensor:

@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.attention import additive_mask
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.precision import full_precision
-from compressive_transformer.registry import compressor_spec, register_compressor
+from compressive_transformer.core.attention import additive_mask
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.dtypes import full_precision
+from compressive_transformer.core.registry import compressor_spec, register_compressor
 
 
 class Compressor(nn.Module):
@@ -152,7 +152,7 @@ register_compressor(
 
 
 def build_compressor(cfg: ModelConfig) -> Compressor:
-    """The compressor ``cfg.compression`` names in :data:`~compressive_transformer.registry.COMPRESSORS`."""
+    """The compressor ``cfg.compression`` names in :data:`~compressive_transformer.core.registry.COMPRESSORS`."""
     return compressor_spec(cfg.compression).build(cfg)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
-from compressive_transformer.registry import COMPRESSORS, FORMATS
+from compressive_transformer.core.registry import COMPRESSORS, FORMATS
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compressive_transformer.config import ConfigError, ModelConfig
+from compressive_transformer.core.config import ConfigError, ModelConfig
 
 MODELS = ("transformer-xl", "compressive", "transformer-ql")
 _ALIASES = {
@@ -178,7 +178,7 @@ def context_length(
 def context_length_from_config(cfg: Any) -> ContextLength:
     """Context lengths of the model a config describes.
 
-    Accepts a :class:`~compressive_transformer.config.ModelConfig` (``cmem_len == 0`` is Transformer-XL, otherwise
+    Accepts a :class:`~compressive_transformer.core.config.ModelConfig` (``cmem_len == 0`` is Transformer-XL, otherwise
     the Compressive Transformer) or any object with ``seg_len, mem_len, n_layers, cmem_len, compression_rate`` and
     optionally ``scales``, ``output_layers`` and ``model_type`` (a non-empty ``scales`` means Transformer-QL).
     """

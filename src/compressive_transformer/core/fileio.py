@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from compressive_transformer.config import ConfigError
+from compressive_transformer.core.config import ConfigError
 
 
 def write_text_atomic(path: Path, text: str) -> Path:

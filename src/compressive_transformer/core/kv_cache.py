@@ -1,8 +1,8 @@
 """The inference cache of keys and values per layer: each memory slot's keys/values are projected once and reused
 by every later step that still holds the slot, in buffers that successive memory states share.
 
-It rides along in :class:`~compressive_transformer.memory.LayerMemory` (``kv``), and
-:func:`~compressive_transformer.memory.update_layer` keeps it in step with the memory it describes. Training never
+It rides along in :class:`~compressive_transformer.core.memory.LayerMemory` (``kv``), and
+:func:`~compressive_transformer.core.memory.update_layer` keeps it in step with the memory it describes. Training never
 builds one.
 """
 

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from compressive_transformer.kv_cache import KVCache
+from compressive_transformer.core.kv_cache import KVCache
 
 Compress = Callable[[Tensor, "Tensor | None"], Tensor]  # (windows (B,G,k,d), usage (B,G*c) | None) -> (B,G,d)
 
@@ -192,7 +192,7 @@ def empty_layer(
 ) -> LayerMemory:
     """A layer memory with no valid slot. Pending-eviction room (c - 1 slots) exists only when compressing; it is
     rounded up so that the memory keys (cmem_len + capacity) are a multiple of :data:`KEY_ALIGN`. ``window`` is the
-    compressor's :attr:`~compressive_transformer.compression.Compressor.window` and ``context`` its context h (the
+    compressor's :attr:`~compressive_transformer.core.compression.Compressor.window` and ``context`` its context h (the
     evicted states it reads before each group, kept in ``history``)."""
     pending = compression_rate - 1 if cmem_len > 0 else 0
     if pending:

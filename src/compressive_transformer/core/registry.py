@@ -1,8 +1,8 @@
 """The extension tables: compression functions and corpus formats by name, with what the rest of the code needs to
 know about each.
 
-They sit at the bottom floor (no torch, no package imports) so that :mod:`compressive_transformer.config` can
-validate ``model.compression`` and ``data.format`` against them. :mod:`compressive_transformer.compression`
+They sit at the bottom floor (no torch, no package imports) so that :mod:`compressive_transformer.core.config` can
+validate ``model.compression`` and ``data.format`` against them. :mod:`compressive_transformer.core.compression`
 registers the built-in compressors and :mod:`compressive_transformer.data.readers` the built-in corpora; a user's
 module registers more with :func:`register_compressor` or :func:`compressive_transformer.data.formats.register_format`.
 No other module compares compressor or format names: each reads the flags of the entry.

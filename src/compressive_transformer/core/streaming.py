@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import Tensor
 
-from compressive_transformer.memory import MemoryState
+from compressive_transformer.core.memory import MemoryState
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from compressive_transformer.config import ConfigError, ModelConfig
+from compressive_transformer.core.config import ConfigError, ModelConfig
 
 GiB = 1 << 30
 

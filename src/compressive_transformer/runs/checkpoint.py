@@ -8,7 +8,7 @@ A checkpoint is a directory ``<run>/checkpoints/step-00000100/`` holding
 - ``rng.safetensors``        torch / numpy RNG states
 - ``state.json``             step, data-iterator position, python RNG, counters
 - ``config.toml``            the resolved run config that wrote it
-- ``manifest.json``          size and sha256 of every file above (see :mod:`compressive_transformer.integrity`)
+- ``manifest.json``          size and sha256 of every file above (see :mod:`compressive_transformer.runs.integrity`)
 
 It is assembled in a temporary sibling directory, fsynced, and renamed into place with ``os.replace``, so a crash
 mid-write leaves the previous checkpoints untouched and never a half-written ``step-*`` directory. Weights that are
@@ -31,8 +31,8 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from compressive_transformer.config import ConfigError
-from compressive_transformer.integrity import IntegrityError, fsync_dir, verify_files, write_manifest
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.runs.integrity import IntegrityError, fsync_dir, verify_files, write_manifest
 
 CHECKPOINTS = "checkpoints"
 _NAME = re.compile(r"^step-(\d{8,})$")

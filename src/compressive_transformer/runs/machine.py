@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
+
+from compressive_transformer.core.config import ConfigError
 
 # flags that change matmul speed by large factors: AVX-512 doubles fp32 width, BF16/AMX run bf16 at 2-16x fp32
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
@@ -53,6 +55,36 @@ def thread_warning(requested: int) -> str | None:
     return None
 
 
+_warned_threads: set[int] = set()
+
+
+def set_threads(num_threads: int, log: Callable[[str], None] | None = None) -> None:
+    """Pin torch's CPU thread count (0 leaves PyTorch's default); oversubscribed cores make every op wait, so a
+    count likely to collapse throughput is reported once per process through ``log``."""
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+    message = thread_warning(num_threads)
+    if message and log is not None and num_threads not in _warned_threads:
+        _warned_threads.add(num_threads)
+        log(message)
+
+
+def resolve_device(name: str, key: str = "train.device") -> torch.device:
+    """``auto`` is CUDA where available, else CPU; a device this machine lacks is a one-line error naming ``key``."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"{key}: {name!r} asked for but CUDA is not available; use cpu or auto")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{key}: 'mps' asked for but not available; use cpu or auto")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"{key}: unknown device {name!r}; use auto, cpu or cuda") from None
+
+
 def machine_info() -> dict[str, Any]:
     model, flags = cpu_model_and_flags()
     info: dict[str, Any] = {
@@ -69,4 +101,13 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-__all__ = ["SMALL_MACHINE", "available_cores", "thread_warning", "SPEED_FLAGS", "cpu_model_and_flags", "machine_info"]
+__all__ = [
+    "SMALL_MACHINE",
+    "SPEED_FLAGS",
+    "available_cores",
+    "cpu_model_and_flags",
+    "machine_info",
+    "resolve_device",
+    "set_threads",
+    "thread_warning",
+]

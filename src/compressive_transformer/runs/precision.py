@@ -9,15 +9,12 @@ the optimizer stay fp32 under autocast; only the products are rounded.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 
-from compressive_transformer.config import AMP_CHOICES, ConfigError, RunConfig
-from compressive_transformer.machine import cpu_model_and_flags
+from compressive_transformer.core.config import AMP_CHOICES, ConfigError, RunConfig
+from compressive_transformer.core.dtypes import AMP_DTYPES, amp_dtype, autocast, compute_dtype, full_precision
+from compressive_transformer.runs.machine import cpu_model_and_flags
 
-AMP_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # instructions that make bf16 matmuls faster than fp32 on a CPU
 assert set(AMP_DTYPES) | {"auto"} == set(AMP_CHOICES)
 
@@ -71,22 +68,6 @@ def generation_amp(cfg: RunConfig, device: torch.device | str) -> str:
     return inference_amp(cfg, device)
 
 
-def amp_dtype(amp: str | torch.dtype | None) -> torch.dtype | None:
-    """The autocast dtype of a resolved ``amp`` name (None for "none"); a dtype or None passes through."""
-    if amp is None or isinstance(amp, torch.dtype):
-        return amp
-    if amp == "auto":
-        raise ValueError("resolve 'auto' with resolve_amp(amp, device) first")
-    return AMP_DTYPES[amp]
-
-
-def compute_dtype(device: torch.device | str, dtype: torch.dtype) -> torch.dtype:
-    """The dtype the matmuls produce on ``device``: autocast's where it is on, else ``dtype`` (the weights'). Tensors
-    that are added to those products (attention masks and biases) are made in it, so no large buffer is promoted."""
-    kind = torch.device(device).type
-    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else dtype
-
-
 def describe(amp: str, device: torch.device | str) -> str:
     """One line for the log: the precision a run uses and, for "auto", why."""
     resolved = resolve_amp(amp, device)
@@ -95,22 +76,6 @@ def describe(amp: str, device: torch.device | str) -> str:
         return f"precision {name} (amp = {amp!r})"
     why = "runs bf16 natively" if resolved == "bf16" else "has no fast bf16 (fp32 is faster there)"
     return f"precision {name} (amp = 'auto': {torch.device(device).type} {why})"
-
-
-@contextlib.contextmanager
-def autocast(device: torch.device | str, amp: str | torch.dtype | None) -> Iterator[None]:
-    """``torch.autocast`` to ``amp`` (a resolved name, a dtype, or None/"none" for fp32) on ``device``'s type."""
-    dtype = amp_dtype(amp)
-    with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
-        yield
-
-
-@contextlib.contextmanager
-def full_precision(device: torch.device | str) -> Iterator[None]:
-    """Autocast off: for the few computations whose result is the small difference of two large numbers (the
-    compression losses), which bf16's 8-bit mantissa would turn into noise."""
-    with torch.autocast(torch.device(device).type, enabled=False):
-        yield
 
 
 __all__ = [

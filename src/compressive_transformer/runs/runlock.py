@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from compressive_transformer.config import ConfigError
+from compressive_transformer.core.config import ConfigError
 
 LOCK_FILE = ".lock"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from compressive_transformer.config import RunConfig, to_dict
+from compressive_transformer.core.config import RunConfig, to_dict
 
 
 def _value(v: Any) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from compressive_transformer.config import ConfigError
+from compressive_transformer.core.config import ConfigError
 
 
 @dataclass(frozen=True)

@@ -20,16 +20,16 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from compressive_transformer.constants import IGNORE_INDEX
+from compressive_transformer.core.constants import IGNORE_INDEX
+from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.streaming import stream
 from compressive_transformer.data import StreamBatcher
-from compressive_transformer.fileio import write_text_atomic
-from compressive_transformer.streaming import stream
-from compressive_transformer.units import LN2, TextSize, Units, summary_line, units
+from compressive_transformer.data.units import LN2, TextSize, Units, summary_line, units
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    """One streaming evaluation. Units come from :mod:`compressive_transformer.units`: per-text units (bits per
+    """One streaming evaluation. Units come from :mod:`compressive_transformer.data.units`: per-text units (bits per
     character / byte, word perplexity) are None when only part of the text was evaluated."""
 
     split: str

@@ -1,6 +1,6 @@
 """Sampling with memory: the prompt is read in segments of ``seg_len``, then each new token is one step of length 1
 against the memory, so every generated token costs the same (no window is ever recomputed). The steps run on the
-ring-buffer :class:`~compressive_transformer.models.decode.Decoder` where the model has one, else on ``model.forward``."""
+ring-buffer :class:`~compressive_transformer.core.models.decode.Decoder` where the model has one, else on ``model.forward``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Callable
 
 import torch
 
-from compressive_transformer.config import ConfigError
-from compressive_transformer.memory import MemoryState
-from compressive_transformer.models.decode import Decoder, unsupported
-from compressive_transformer.precision import autocast
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.dtypes import autocast
+from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.core.models.decode import Decoder, unsupported
 
 
 def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:

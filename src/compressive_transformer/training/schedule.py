@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from compressive_transformer.config import TrainConfig
+from compressive_transformer.core.config import TrainConfig
 
 
 def learning_rate(cfg: TrainConfig, step: int) -> float:

@@ -11,13 +11,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compressive_transformer.config import ConfigError
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.dtypes import amp_dtype
+from compressive_transformer.core.fileio import require_writable
 from compressive_transformer.data.readers import Document, decode_file, read_split
-from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
-from compressive_transformer.fileio import require_writable
-from compressive_transformer.loading import Run
-from compressive_transformer.precision import amp_dtype, inference_amp
-from compressive_transformer.units import texts_size
+from compressive_transformer.data.units import texts_size
+from compressive_transformer.runs.loading import Run
+from compressive_transformer.runs.precision import inference_amp
+from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
 
 TextInput = str | Path | Sequence[str | Path]
 # what may change when scoring a user's text; anything else would be ignored, so it is refused

@@ -15,11 +15,11 @@ from typing import IO, Any, Sequence
 import safetensors.torch
 import torch
 
-from compressive_transformer.config import ConfigError, to_dict
-from compressive_transformer.generate import Generation, check_sampling, clean_prompt, generate
-from compressive_transformer.loading import Run
-from compressive_transformer.memory import MemoryState
-from compressive_transformer.precision import generation_amp
+from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.runs.loading import Run, load_run
+from compressive_transformer.runs.precision import generation_amp
+from compressive_transformer.training.generate import Generation, check_sampling, clean_prompt, generate
 
 MEMORY_FORMAT = "compressive-transformer-memory-v1"
 
@@ -183,8 +183,6 @@ def read_prompts(path: str | Path) -> list[str]:
 
 def generate_command(args: Any) -> None:
     """``compressive-transformer generate``: each prompt is printed, then its continuation as it is produced."""
-    from compressive_transformer.loading import load_run
-
     check_sampling(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     prompts = [clean_prompt(p) for p in _prompts(args)]
     if args.save_memory is not None and len(prompts) > 1:

@@ -23,7 +23,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from compressive_transformer.checkpoint import (
+from compressive_transformer.core.config import ConfigError, RunConfig, TrainConfig
+from compressive_transformer.core.dtypes import amp_dtype, autocast
+from compressive_transformer.core.memory import MemoryState, is_row_tensor
+from compressive_transformer.core.models import IGNORE_INDEX, MemoryModel, build_model
+from compressive_transformer.data import StreamBatcher
+from compressive_transformer.runs.checkpoint import (
     Checkpoint,
     CheckpointError,
     NonFiniteWeights,
@@ -32,24 +37,13 @@ from compressive_transformer.checkpoint import (
     report_fallback,
     save_checkpoint,
 )
-from compressive_transformer.config import ConfigError, RunConfig, TrainConfig
-from compressive_transformer.data import StreamBatcher
-from compressive_transformer.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
-from compressive_transformer.evaluate import EvalResult, evaluate
-from compressive_transformer.machine import thread_warning
-from compressive_transformer.memory import MemoryState, is_row_tensor
-from compressive_transformer.metrics import MetricsLogger
-from compressive_transformer.models import IGNORE_INDEX, MemoryModel, build_model
-from compressive_transformer.precision import (
-    PRECISION_NAMES,
-    amp_dtype,
-    autocast,
-    describe,
-    inference_amp,
-    resolve_amp,
-)
-from compressive_transformer.schedule import learning_rate
-from compressive_transformer.toml_writer import config_text
+from compressive_transformer.runs.machine import resolve_device, set_threads
+from compressive_transformer.runs.metrics import MetricsLogger
+from compressive_transformer.runs.precision import PRECISION_NAMES, describe, inference_amp, resolve_amp
+from compressive_transformer.runs.toml_writer import config_text
+from compressive_transformer.training.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
+from compressive_transformer.training.evaluate import EvalResult, evaluate
+from compressive_transformer.training.schedule import learning_rate
 
 
 class TrainingError(RuntimeError):
@@ -68,36 +62,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-_warned_threads: set[int] = set()
-
-
-def set_threads(num_threads: int, log: Callable[[str], None] | None = None) -> None:
-    """Pin torch's CPU thread count (0 leaves PyTorch's default); oversubscribed cores make every op wait, so a
-    count likely to collapse throughput is reported once per process through ``log``."""
-    if num_threads > 0:
-        torch.set_num_threads(num_threads)
-    message = thread_warning(num_threads)
-    if message and log is not None and num_threads not in _warned_threads:
-        _warned_threads.add(num_threads)
-        log(message)
-
-
-def resolve_device(name: str, key: str = "train.device") -> torch.device:
-    """``auto`` is CUDA where available, else CPU; a device this machine lacks is a one-line error naming ``key``."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        return torch.device("cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"{key}: {name!r} asked for but CUDA is not available; use cpu or auto")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"{key}: 'mps' asked for but not available; use cpu or auto")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"{key}: unknown device {name!r}; use auto, cpu or cuda") from None
 
 
 class ThroughputWatch:

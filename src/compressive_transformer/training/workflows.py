@@ -1,10 +1,7 @@
-"""Run directories: what the CLI subcommands do, as plain functions (no argparse).
+"""Whole workflows over a run directory, as plain functions (no argparse): train (or resume) a run, evaluate it,
+sample from it, and the demo that does all three.
 
-A run directory holds ``config.toml`` (the resolved config), ``tokenizer/``, ``checkpoints/``, ``metrics.jsonl``,
-``eval_<split>.json`` and ``.lock``. A new run never writes into a directory that already holds something; a resumed
-run must have been written by the same config (keys that only change logging may differ, and the optimisation keys
-of :data:`RESUME_REMEDY_KEYS`, the remedy for a diverged run). Training holds the run's lock throughout, so a second
-``train``/``--resume`` of the same run stops in one line.
+Training holds the run's lock throughout, so a second ``train``/``--resume`` of the same run stops in one line.
 """
 
 from __future__ import annotations
@@ -13,201 +10,49 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from compressive_transformer.budget import check_fits
-from compressive_transformer.checkpoint import (
-    RESUME_FILES,
-    CheckpointError,
-    load_newest_weights,
-    newest_good_checkpoint,
-)
-from compressive_transformer.config import (
-    ConfigError,
-    RunConfig,
-    apply_overrides,
-    load_toml,
-    to_dict,
-    tomllib,
-)
+from compressive_transformer.core.config import ConfigError, RunConfig
+from compressive_transformer.core.dtypes import amp_dtype
+from compressive_transformer.core.fileio import require_writable, write_text_atomic
+from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
-from compressive_transformer.data.readers import data_root_path
-from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
-from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
-from compressive_transformer.fileio import require_writable, write_text_atomic
-from compressive_transformer.models import MemoryModel, build_model
-from compressive_transformer.precision import amp_dtype, inference_amp
-from compressive_transformer.presets import DEMO_TOML, TINY_TOML
-from compressive_transformer.registry import corpus_format
-from compressive_transformer.runlock import LOCK_FILE, RunLock
-from compressive_transformer.toml_writer import config_text
-from compressive_transformer.train import Trainer, TrainSummary, resolve_device, set_threads
-
-CONFIG_FILE = "config.toml"
-TOKENIZER_DIR = "tokenizer"
-# keys that change what is logged or kept, where the (verified) data lives, or how many CPU threads work on it,
-# never the trajectory: a resumed run may change them. A moved corpus is checked by the data iterator, which refuses
-# a different one. (Another thread count can change the order of float sums, so bit-for-bit resume holds for equal
-# thread counts.)
-RESUME_FREE_KEYS = (
-    "train.progress",
-    "train.log_every",
-    "train.val_every",
-    "train.val_batches",
-    "train.checkpoint_every",
-    "train.keep_checkpoints",
-    "train.num_threads",
-    "train.divergence_factor",
-    "data.path",
-    "data.cache_dir",
-    "data.tokenizer_file",  # the tokenizer itself is saved in the run; where its source file lives does not matter
+from compressive_transformer.runs.budget import check_fits
+from compressive_transformer.runs.checkpoint import RESUME_FILES, CheckpointError, newest_good_checkpoint
+from compressive_transformer.runs.loading import Run, load_run
+from compressive_transformer.runs.machine import resolve_device
+from compressive_transformer.runs.precision import inference_amp
+from compressive_transformer.runs.presets import DEMO_TOML
+from compressive_transformer.runs.rundir import (
+    CONFIG_FILE,
+    EVAL_KEYS,
+    RESUME_FREE_KEYS,
+    RESUME_REMEDY_KEYS,
+    TOKENIZER_DIR,
+    Log,
+    cache_dir,
+    config_difference,
+    config_from_text,
+    flat,
+    fresh_run_dir,
+    load_model_from,
+    log_stderr,
+    open_run,
+    read_run_config,
+    require_empty,
+    resolve,
 )
-# keys that do change the trajectory but nothing a checkpoint holds (the schedule, clipping), so a resumed run may
-# change them: the remedy for a run that diverged. The run's config.toml records the new values.
-RESUME_REMEDY_KEYS = (
-    "train.lr",
-    "train.lr_start",
-    "train.lr_final",
-    "train.warmup_steps",
-    "train.decay_steps",
-    "train.grad_clip",
-    "train.amp",  # a run begun in bf16 may continue where bf16 is slow, or a diverging fp16 run in bf16
-)
-EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
-
-Log = Callable[[str], None]
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# configs
-
-
-def config_from_text(text: str, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    return RunConfig.from_raw(apply_overrides(tomllib.loads(text), overrides))
-
-
-def build_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """A config file plus overrides; no file means the built-in tiny config."""
-    raw = load_toml(path) if path is not None else tomllib.loads(TINY_TOML)
-    return RunConfig.from_raw(apply_overrides(raw, overrides))
-
-
-def flat(cfg: RunConfig) -> dict[str, Any]:
-    return {f"{section}.{key}": value for section, table in to_dict(cfg).items() for key, value in table.items()}
-
-
-def config_difference(old: RunConfig, new: RunConfig, *, ignore: tuple[str, ...] = ()) -> str | None:
-    """The first dotted key whose value differs, with both values (None when they agree). ``ignore`` holds keys
-    or prefixes such as ``"eval."``."""
-    a, b = flat(old), flat(new)
-    for key in a:
-        if not key.startswith(ignore) and a[key] != b[key]:
-            return f"{key}: {a[key]!r} in the run, {b[key]!r} now"
-    return None
-
-
-def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
-    """What a run records: the model's vocabulary is the tokenizer's, and data paths are absolute so the run
-    can be evaluated or resumed from any working directory."""
-    absolute = lambda p: str(Path(p).expanduser().resolve()) if p else p  # noqa: E731
-    data = dataclasses.replace(
-        cfg.data,
-        path=absolute(data_root_path(cfg.data.path)),
-        cache_dir=absolute(cfg.data.cache_dir),
-        tokenizer_file=absolute(cfg.data.tokenizer_file),
-    )
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data)
-
-
-def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise ConfigError(
-            f"{run_dir}: not a run directory (no {CONFIG_FILE}); train one with `compressive-transformer train`"
-        )
-    return RunConfig.from_raw(apply_overrides(load_toml(path), overrides))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# run directories
-
-
-def fresh_run_dir(prefix: str, root: str | Path = "runs") -> Path:
-    """``runs/<prefix>-YYYYmmdd-HHMMSS`` (with a counter if that exists already): never an existing run."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = Path(root) / f"{prefix}-{stamp}"
-    n = 2
-    while path.exists():
-        path = Path(root) / f"{prefix}-{stamp}-{n}"
-        n += 1
-    return path
-
-
-def _require_empty(run_dir: Path) -> None:
-    """A new run needs a missing or empty directory (a lock file left by a run killed while it was being set up
-    does not count)."""
-    if run_dir.exists() and (not run_dir.is_dir() or any(p.name != LOCK_FILE for p in run_dir.iterdir())):
-        raise ConfigError(
-            f"{run_dir}: already holds a run or other files; pass --resume to continue it, or choose another --run-dir"
-        )
-
-
-def cache_dir(cfg: RunConfig, run_dir: Path) -> Path:
-    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / ".cache"
-
-
-def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, Any]:
-    """Config and tokenizer of a trained run."""
-    run_dir = Path(run_dir)
-    cfg = read_run_config(run_dir, overrides)
-    if not (run_dir / TOKENIZER_DIR).exists():
-        raise ConfigError(f"{run_dir}: has no {TOKENIZER_DIR}/; it is not a complete run directory")
-    return cfg, load_tokenizer(run_dir / TOKENIZER_DIR)
-
-
-def load_model(
-    run_dir: str | Path,
-    cfg: RunConfig,
-    checkpoint: str | Path | None = None,
-    *,
-    device: str | None = None,
-    threads: int | None = None,
-    log: Log | None = _stderr,
-) -> MemoryModel:
-    """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint that verifies; newer ones
-    that do not are reported through ``log``), on ``device`` (default ``auto``: CUDA where this machine has it, else
-    CPU; where the run was trained does not matter) with ``threads`` CPU threads (default: ``train.num_threads``)."""
-    return load_model_from(run_dir, cfg, checkpoint, device=device, threads=threads, log=log)[0]
-
-
-def load_model_from(
-    run_dir: str | Path,
-    cfg: RunConfig,
-    checkpoint: str | Path | None = None,
-    *,
-    device: str | None = None,
-    threads: int | None = None,
-    log: Log | None = _stderr,
-) -> tuple[MemoryModel, Path]:
-    """:func:`load_model` and the checkpoint it loaded."""
-    if threads is not None and threads < 1:
-        raise ConfigError(f"--threads: must be >= 1, got {threads}")
-    target = resolve_device(device or "auto", key="--device")
-    set_threads(threads if threads is not None else cfg.train.num_threads, log if target.type == "cpu" else None)
-    model = build_model(cfg.model).to(target)
-    path = load_newest_weights(run_dir, model, checkpoint, log)
-    model.eval()
-    return model, path
-
+from compressive_transformer.runs.runlock import RunLock
+from compressive_transformer.runs.toml_writer import config_text
+from compressive_transformer.training.distributed import DistInfo, barrier, init_distributed, local_device
+from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
+from compressive_transformer.training.text_eval import run_record
+from compressive_transformer.training.textgen import generate_text
+from compressive_transformer.training.trainer import Trainer, TrainSummary
 
 # ---------------------------------------------------------------------------------------------------------------
 # subcommands
@@ -258,7 +103,7 @@ def _train_locked(
     else:
         if cfg is None:
             raise ConfigError("train: no config given")
-        _require_empty(run_dir)
+        require_empty(run_dir)
         check_fits(
             cfg.model,
             batch_size=max(cfg.train.batch_size // info.world_size, 1),
@@ -274,7 +119,7 @@ def _train_locked(
     if not resume and info.is_main:  # hold the run before writing into it; a racing second `train` stops here
         run_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
-        _require_empty(run_dir)
+        require_empty(run_dir)
     try:
         caches = cache_dir(cfg, run_dir)
         train_corpus = load_corpus(cfg.data, "train", tokenizer, caches)
@@ -388,7 +233,7 @@ def evaluate_run(
     checkpoint: str | Path | None = None,
     progress: bool = True,
     out: str | Path | None = None,
-    log: Log = _stderr,
+    log: Log = log_stderr,
     device: str | None = None,
     threads: int | None = None,
 ) -> EvalResult:
@@ -435,18 +280,10 @@ def evaluate_run(
         progress=progress,
         amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
     )
-    from compressive_transformer.loading import Run
-    from compressive_transformer.text_eval import run_record
-
     run = Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=run_dir, checkpoint=path)
     source = {"kind": "split", "format": cfg.data.format, "path": cfg.data.path, "split": split}
     write_eval_record(target, run_record(run, result, source))
     return result
-
-
-def log_stderr(message: str) -> None:
-    """Notes for the user of a command whose stdout is its result (scores, generated text)."""
-    print(message, file=sys.stderr)
 
 
 def generate_run(
@@ -460,12 +297,9 @@ def generate_run(
     seed: int | None = None,
     compile: bool = False,
     device: str | None = None,
-    log: Log = _stderr,
+    log: Log = log_stderr,
 ) -> str:
     """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest good model."""
-    from compressive_transformer.loading import load_run
-    from compressive_transformer.textgen import generate_text
-
     run = load_run(run_dir, device=device, log=log)
     return generate_text(
         run,

@@ -3,12 +3,12 @@ the :class:`MemoryModel` protocol and the table of model kinds."""
 
 from __future__ import annotations
 
-from compressive_transformer.constants import IGNORE_INDEX
-from compressive_transformer.models.block import Block
-from compressive_transformer.models.kinds import MODEL_KINDS, ModelKind, build_model, model_kind, register_model
-from compressive_transformer.models.lm import CompressiveTransformerLM, LMOutput
-from compressive_transformer.models.protocol import MemoryModel
-from compressive_transformer.models.ql import TransformerQL, ql_scales
+from compressive_transformer.core.constants import IGNORE_INDEX
+from compressive_transformer.core.models.block import Block
+from compressive_transformer.core.models.kinds import MODEL_KINDS, ModelKind, build_model, model_kind, register_model
+from compressive_transformer.core.models.lm import CompressiveTransformerLM, LMOutput
+from compressive_transformer.core.models.protocol import MemoryModel
+from compressive_transformer.core.models.ql import TransformerQL, ql_scales
 
 register_model("compressive", CompressiveTransformerLM, lambda cfg: True)
 register_model("transformer-ql", TransformerQL, lambda cfg: cfg.is_ql)

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.attention import AttentionOutput, Positions, RelativeAttention
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.kv_cache import KVCache
-from compressive_transformer.models.io import dropout
+from compressive_transformer.core.attention import AttentionOutput, Positions, RelativeAttention
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.kv_cache import KVCache
+from compressive_transformer.core.models.io import dropout
 
 
 class GRUGate(nn.Module):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.constants import IGNORE_INDEX
-from compressive_transformer.memory import KEY_ALIGN, MemoryState
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.constants import IGNORE_INDEX
+from compressive_transformer.core.memory import KEY_ALIGN, MemoryState
 
 
 def _tracing() -> bool:
@@ -84,7 +84,7 @@ def _autocast(device: torch.device) -> bool:
 
 
 def expected_capacity(mem_len: int, cmem_len: int, compression_rate: int) -> int:
-    """Memory slots a layer has for ``mem_len`` (see :func:`compressive_transformer.memory.empty_layer`)."""
+    """Memory slots a layer has for ``mem_len`` (see :func:`compressive_transformer.core.memory.empty_layer`)."""
     pending = compression_rate - 1 if cmem_len > 0 else 0
     if pending:
         pending += -(cmem_len + mem_len + pending) % KEY_ALIGN

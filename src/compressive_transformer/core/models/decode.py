@@ -5,7 +5,7 @@ and values, and makes a new immutable state (~340 operator calls for 4 layers). 
 memory states and their keys/values in preallocated rings that advance in place, so a token costs ~150 calls and
 copies nothing but its own slot. It computes what the model computes (tests pin it against ``model.forward`` token by
 token, memory included) and gives back a :class:`MemoryState` on request. Its update mirrors
-:func:`~compressive_transformer.memory.update_layer` for one token (sharing its eviction rule), in place.
+:func:`~compressive_transformer.core.memory.update_layer` for one token (sharing its eviction rule), in place.
 
 Ring layout per layer, along the slot axis: ``[compressed ring (C) | memory ring (R = capacity + 1)]``, one
 buffer for the states and one for their keys/values, so one matmul reads every key. Slot order lives in the
@@ -25,11 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from compressive_transformer.attention import additive_mask, make_positions
-from compressive_transformer.kv_cache import KVCache
-from compressive_transformer.memory import LayerMemory, MemoryState, evicted_count
-from compressive_transformer.models.lm import CompressiveTransformerLM
-from compressive_transformer.registry import compressor_spec
+from compressive_transformer.core.attention import additive_mask, make_positions
+from compressive_transformer.core.kv_cache import KVCache
+from compressive_transformer.core.memory import LayerMemory, MemoryState, evicted_count
+from compressive_transformer.core.models.lm import CompressiveTransformerLM
+from compressive_transformer.core.registry import compressor_spec
 
 
 def unsupported(model: torch.nn.Module) -> str | None:

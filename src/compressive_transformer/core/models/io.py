@@ -7,8 +7,8 @@ import math
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.constants import IGNORE_INDEX
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.constants import IGNORE_INDEX
 
 
 def dropout(p: float) -> nn.Module:

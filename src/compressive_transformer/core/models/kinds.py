@@ -1,13 +1,13 @@
 """The table of model kinds: which class a ``ModelConfig`` builds. Adding a model is one module that defines it
-(implementing :class:`~compressive_transformer.models.protocol.MemoryModel`) and calls :func:`register_model`."""
+(implementing :class:`~compressive_transformer.core.models.protocol.MemoryModel`) and calls :func:`register_model`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.models.protocol import MemoryModel
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.models.protocol import MemoryModel
 
 
 @dataclass(frozen=True)

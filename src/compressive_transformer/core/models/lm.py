@@ -11,21 +11,22 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from compressive_transformer.attention import (
+from compressive_transformer.core.attention import (
     additive_mask,
     attention_mask,
     explicit_attention,
     make_positions,
     share_positions,
 )
-from compressive_transformer.compression import (
+from compressive_transformer.core.compression import (
     ConvDecoder,
     attention_reconstruction_loss,
     autoencoder_loss,
     build_compressor,
 )
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.memory import (
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.dtypes import compute_dtype
+from compressive_transformer.core.memory import (
     Eviction,
     LayerMemory,
     MemoryState,
@@ -33,11 +34,10 @@ from compressive_transformer.memory import (
     empty_layer,
     update_layer,
 )
-from compressive_transformer.models.block import Block, BlockOutput
-from compressive_transformer.models.checks import check_inputs, check_memory
-from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
-from compressive_transformer.precision import compute_dtype
-from compressive_transformer.registry import compressor_spec
+from compressive_transformer.core.models.block import Block, BlockOutput
+from compressive_transformer.core.models.checks import check_inputs, check_memory
+from compressive_transformer.core.models.io import InputLayer, OutputLayer, dropout, init_weights
+from compressive_transformer.core.registry import compressor_spec
 
 
 @dataclass

@@ -11,9 +11,9 @@ from typing import Any, Iterator, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.memory import MemoryState
-from compressive_transformer.models.lm import LMOutput
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.core.models.lm import LMOutput
 
 
 @runtime_checkable

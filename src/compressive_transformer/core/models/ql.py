@@ -19,21 +19,21 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
-from compressive_transformer.attention import (
+from compressive_transformer.core.attention import (
     additive_mask,
     attention_mask,
     explicit_attention,
     make_positions,
     share_positions,
 )
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.memory import LayerMemory, MemoryState, empty_layer, update_layer
-from compressive_transformer.models.block import Block
-from compressive_transformer.models.checks import check_inputs, check_memory
-from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
-from compressive_transformer.models.lm import LMOutput
-from compressive_transformer.precision import compute_dtype
-from compressive_transformer.registry import compressor_spec
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.dtypes import compute_dtype
+from compressive_transformer.core.memory import LayerMemory, MemoryState, empty_layer, update_layer
+from compressive_transformer.core.models.block import Block
+from compressive_transformer.core.models.checks import check_inputs, check_memory
+from compressive_transformer.core.models.io import InputLayer, OutputLayer, dropout, init_weights
+from compressive_transformer.core.models.lm import LMOutput
+from compressive_transformer.core.registry import compressor_spec
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Synthetic long-range tasks with exact, controlled distances: passkey retrieval, associative recall, selective copy.
 
 They measure what a memory actually carries: each answer depends on one earlier token at a known distance, so
-accuracy by distance can be set against a model's context length (:mod:`compressive_transformer.context`).
+accuracy by distance can be set against a model's context length (:mod:`compressive_transformer.core.context`).
 
 Conventions shared by every task:
 
-- ``targets`` is aligned with ``tokens`` (as a :class:`~compressive_transformer.models.MemoryModel` expects):
+- ``targets`` is aligned with ``tokens`` (as a :class:`~compressive_transformer.core.models.MemoryModel` expects):
   ``targets[i]`` is what the model's output at position ``i`` (having read ``tokens[: i + 1]``) must be.
   It is ``-100`` everywhere except at answer positions.
 - The *distance* of an answer at position ``a`` whose information token sits at position ``p`` is ``a - p``: the
@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from compressive_transformer.config import ConfigError
-from compressive_transformer.constants import IGNORE_INDEX
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.constants import IGNORE_INDEX
 
 PAD, SEP, QUERY, MARK = 0, 1, 2, 3
 N_SPECIAL = 4

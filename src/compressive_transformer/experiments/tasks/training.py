@@ -4,7 +4,7 @@ Every example is fed in segments of ``n_s`` tokens with memory carried from segm
 sequence in one window) and emptied between examples (a fresh memory per batch of examples). The loss is the
 cross-entropy at answer positions only, plus the auxiliary compression loss; accuracy is measured per distance on
 fresh examples drawn from a seed the training stream never uses. The schedule and the optimizer are the trainer's
-(:func:`~compressive_transformer.schedule.learning_rate`, :func:`~compressive_transformer.train.build_optimizer`).
+(:func:`~compressive_transformer.training.schedule.learning_rate`, :func:`~compressive_transformer.training.trainer.build_optimizer`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from compressive_transformer.config import ConfigError, ModelConfig, TrainConfig, apply_overrides, from_dict, load_toml
-from compressive_transformer.models import MemoryModel
-from compressive_transformer.schedule import learning_rate
-from compressive_transformer.streaming import Segment, segments, stream
-from compressive_transformer.tasks.generators import (
+from compressive_transformer.core.config import (
+    ConfigError,
+    ModelConfig,
+    TrainConfig,
+    apply_overrides,
+    from_dict,
+    load_toml,
+)
+from compressive_transformer.core.models import MemoryModel
+from compressive_transformer.core.streaming import Segment, segments, stream
+from compressive_transformer.experiments.tasks.generators import (
     IGNORE_INDEX,
     AssociativeRecallConfig,
     PasskeyConfig,
@@ -32,7 +38,8 @@ from compressive_transformer.tasks.generators import (
     make_batch,
     task_config,
 )
-from compressive_transformer.train import build_optimizer
+from compressive_transformer.training.schedule import learning_rate
+from compressive_transformer.training.trainer import build_optimizer
 
 Log = Callable[[str], None]
 
