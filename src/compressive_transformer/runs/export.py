@@ -17,7 +17,6 @@ from compressive_transformer.core.version import __version__
 from compressive_transformer.runs.loading import CONFIG_JSON, MODEL_TYPE, WEIGHTS, from_pretrained, load_run
 
 
-
 def export_run(run_dir: str | Path, out_dir: str | Path, *, checkpoint: str | Path | None = None) -> Path:
     """Write the run's newest (or ``checkpoint``'s) model into the new directory ``out_dir``; never into one that
     already holds something."""

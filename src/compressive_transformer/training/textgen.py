@@ -6,18 +6,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Sequence
 
 import safetensors.torch
 import torch
 
 from compressive_transformer.core.config import ConfigError, to_dict
 from compressive_transformer.core.memory import MemoryState
-from compressive_transformer.runs.loading import Run, load_run
+from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import generation_amp
 from compressive_transformer.training.generate import Generation, check_sampling, clean_prompt, generate
 
@@ -179,63 +178,6 @@ def read_prompts(path: str | Path) -> list[str]:
     if not prompts:
         raise ConfigError(f"--prompts-file: {path} has no prompts; write one per line")
     return prompts
-
-
-def generate_command(args: Any) -> None:
-    """``compressive-transformer generate``: each prompt is printed, then its continuation as it is produced."""
-    check_sampling(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    prompts = [clean_prompt(p) for p in _prompts(args)]
-    if args.save_memory is not None and len(prompts) > 1:
-        raise ConfigError("--save-memory: keeps the memory of one document; give one prompt")
-    if args.save_memory is not None and args.save_memory.exists() and args.save_memory != args.load_memory:
-        raise ConfigError(
-            f"--save-memory: {args.save_memory} exists; choose a new file (only the --load-memory file may be replaced)"
-        )
-    run = load_run(args.run_dir, device=args.device, threads=args.threads)
-    memory = load_memory(args.load_memory, run) if args.load_memory is not None else None
-    for i, prompt in enumerate(prompts):
-        if i:
-            sys.stdout.write("\n")
-        sys.stdout.write(prompt)
-        sys.stdout.flush()
-        out = generate_text(
-            run,
-            prompt,
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-            compile=args.compile,
-            mem_len=args.mem_len,
-            cmem_len=args.cmem_len,
-            stop=args.stop,
-            stream=sys.stdout,
-            memory=memory,
-            return_memory=args.save_memory is not None,
-        )
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-    if args.save_memory is not None:
-        g = out.generation
-        save_memory(args.save_memory, run, g.memory, g.next_logits)
-        print(
-            f"saved the memory to {args.save_memory}; continue with --load-memory {args.save_memory}", file=sys.stderr
-        )
-
-
-def _prompts(args: Any) -> list[str]:
-    if args.prompt is not None and args.prompts_file is not None:
-        raise ConfigError("--prompt and --prompts-file: give one of them")
-    if args.prompts_file is not None:
-        if args.load_memory is not None:
-            raise ConfigError("--load-memory: continues one document; use --prompt, not --prompts-file")
-        return read_prompts(args.prompts_file)
-    if args.prompt is None and args.load_memory is None:
-        raise ConfigError(
-            "--prompt: give the text to continue (or --prompts-file, or --load-memory to go on from a saved memory)"
-        )
-    return [args.prompt or ""]
 
 
 __all__ = [
