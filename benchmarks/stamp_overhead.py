@@ -1,5 +1,5 @@
 """What keeping the inference caches true costs: evaluation and generation with the weight-content checks
-(:class:`compressive_transformer.stamps.ContentStamp`) against the same run with the checks replaced by a constant,
+(:class:`compressive_transformer.core.stamps.ContentStamp`) against the same run with the checks replaced by a constant,
 interleaved in one process on the reference workload (so a busy machine slows both alike).
 
     python -m benchmarks.stamp_overhead [--rounds 5]
@@ -14,11 +14,11 @@ import time
 
 import torch
 
-from compressive_transformer import stamps
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.generate import generate
-from compressive_transformer.machine import machine_info
-from compressive_transformer.models import build_model
+from compressive_transformer.core import stamps
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.models import build_model
+from compressive_transformer.runs.machine import machine_info
+from compressive_transformer.training.generate import generate
 
 
 def main() -> None:

@@ -10,7 +10,10 @@ import pytest
 import safetensors.torch
 import torch
 
-from compressive_transformer.checkpoint import (
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.core.models import CompressiveTransformerLM
+from compressive_transformer.runs.checkpoint import (
     CheckpointError,
     decode,
     encode,
@@ -19,9 +22,6 @@ from compressive_transformer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.memory import MemoryState
-from compressive_transformer.models import CompressiveTransformerLM
 
 torch.set_num_threads(1)
 CFG = ModelConfig(

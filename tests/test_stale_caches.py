@@ -1,7 +1,7 @@
 """No inference cache outlives the weights it was derived from, whoever wrote them and however.
 
 The positional projections W_r R and the memory's cached keys/values are keyed on the weights' content
-(:class:`~compressive_transformer.stamps.ContentStamp`); the decoder is told of writes (:class:`~.stamps.WriteWatch`).
+(:class:`~compressive_transformer.core.stamps.ContentStamp`); the decoder is told of writes (:class:`~.stamps.WriteWatch`).
 The optimizer the trainer really uses is ``Adam(fused=True)``, whose CPU step writes parameters without bumping
 ``Tensor._version``: every test here runs it, and every optimizer option the trainer offers.
 """
@@ -16,18 +16,19 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compressive_transformer.checkpoint import list_checkpoints, load_weights
-from compressive_transformer.config import ModelConfig
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.models import build_model
+from compressive_transformer.core.models.decode import Decoder
+from compressive_transformer.core.stamps import ContentStamp
 from compressive_transformer.data import build_tokenizer, load_corpus, read_documents
-from compressive_transformer.evaluate import evaluate
-from compressive_transformer.generate import generate
-from compressive_transformer.metrics import read_metrics
-from compressive_transformer.models import build_model
-from compressive_transformer.models.decode import Decoder
-from compressive_transformer.presets import TINY_TOML
-from compressive_transformer.run import config_from_text, read_run_config, train_run
-from compressive_transformer.stamps import ContentStamp
-from compressive_transformer.train import adam
+from compressive_transformer.runs.checkpoint import list_checkpoints, load_weights
+from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import config_from_text, read_run_config
+from compressive_transformer.training.evaluate import evaluate
+from compressive_transformer.training.generate import generate
+from compressive_transformer.training.trainer import adam
+from compressive_transformer.training.workflows import train_run
 
 torch.set_num_threads(1)
 
@@ -225,7 +226,7 @@ def test_in_training_validation_equals_evaluating_the_saved_checkpoint_fresh(tmp
 
 
 def test_train_then_evaluate_and_generate_in_process_equals_a_reload(tmp_path: Path) -> None:
-    from compressive_transformer.train import Trainer
+    from compressive_transformer.training.trainer import Trainer
 
     cfg = _tiny(tmp_path, "train.val_every=0")
     tok = build_tokenizer(cfg.data, read_documents(cfg.data, "train"))

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from compressive_transformer.analysis.streaming import stream_batches
-from compressive_transformer.streaming import stream as stream_segments
+from compressive_transformer.core.streaming import stream as stream_segments
 
 
 def compressibility_over_training(records: list[dict[str, Any]]) -> dict[str, Any]:

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, read_split, source_files
 from compressive_transformer.data.tokenizers import Tokenizer, prepare_tokenizer
-from compressive_transformer.units import TextSize, texts_size
+from compressive_transformer.data.units import TextSize, texts_size
 
 logger = logging.getLogger(__name__)
 CACHE_VERSION = 2  # 2: the split's characters and bytes are recorded (bits per character / byte)

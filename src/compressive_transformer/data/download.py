@@ -33,7 +33,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from compressive_transformer.config import ConfigError
+from compressive_transformer.core.config import ConfigError
 
 logger = logging.getLogger(__name__)
 CHUNK = 1 << 20

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import torch
 
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
-from compressive_transformer.config import ConfigError, to_dict
+from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.experiments.ablation_report import render
 from compressive_transformer.experiments.long_range import (
     ABLATION_MODELS,
     PRESETS,
@@ -32,7 +33,7 @@ from compressive_transformer.experiments.long_range import (
     train_config,
 )
 from compressive_transformer.experiments.long_range_report import split_accuracy
-from compressive_transformer.tasks import Log, TaskRunConfig
+from compressive_transformer.experiments.tasks import Log, TaskRunConfig
 
 SUMMARY_FILE = "seeds.json"
 BASELINE = "ct-conv-attention"  # the paper's best cell: paired differences are taken against it
@@ -135,7 +136,6 @@ def run_seeded(
     summary = summarise(records, p, seeds=seeds, command=command)
     out.mkdir(parents=True, exist_ok=True)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    from compressive_transformer.experiments.ablation_report import render
 
     (out / "seeds.md").write_text(render(summary), encoding="utf-8")
     return summary

@@ -14,12 +14,13 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.context import context_length_from_config
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.context import context_length_from_config
+from compressive_transformer.core.models import build_model
 from compressive_transformer.experiments.spec import load_spec
-from compressive_transformer.metrics import read_metrics
-from compressive_transformer.models import build_model
-from compressive_transformer.run import evaluate_run, read_run_config, train_run
+from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.rundir import read_run_config
+from compressive_transformer.training.workflows import evaluate_run, train_run
 
 Log = Callable[[str], None]
 

@@ -3,7 +3,7 @@
 :func:`run_long_range` trains Transformer-XL and the Compressive Transformer at equal attention cost
 (``n_s (n_s + n_m + n_cm)``), plus, optionally, every compression function x compression loss of the paper's
 ablation, and writes ``results.json`` (accuracy by distance, attention cost, theoretical range, the command) with
-plots and tables beside it. Training one model on one task is :mod:`compressive_transformer.tasks.training`.
+plots and tables beside it. Training one model on one task is :mod:`compressive_transformer.experiments.tasks.training`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from compressive_transformer.config import ConfigError, ModelConfig, to_dict
-from compressive_transformer.context import temporal_range
+from compressive_transformer.analysis.plots import plot_accuracy_by_distance
+from compressive_transformer.core.config import ConfigError, ModelConfig, to_dict
+from compressive_transformer.core.context import temporal_range
+from compressive_transformer.core.models import build_model
 from compressive_transformer.experiments.long_range_report import binned, write_long_range_outputs
 from compressive_transformer.experiments.long_range_results import RESULTS_FILE, locked_results
-from compressive_transformer.models import build_model
-from compressive_transformer.tasks import (
+from compressive_transformer.experiments.tasks import (
     AssociativeRecallConfig,
     PasskeyConfig,
     SelectiveCopyConfig,
@@ -33,7 +34,7 @@ from compressive_transformer.tasks import (
     load_task_run_config,
     train_task,
 )
-from compressive_transformer.tasks.training import Log, TaskRunConfig, TaskTrainConfig, _quiet
+from compressive_transformer.experiments.tasks.training import Log, TaskRunConfig, TaskTrainConfig, _quiet
 
 
 def describe_model(cfg: ModelConfig) -> dict[str, Any]:
@@ -115,7 +116,6 @@ def run_task(
         f"compressive-transformer task train {config}" + "".join(f" --set {o}" for o in overrides) + f" --out {out_dir}"
     )
     (out / "result.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    from compressive_transformer.analysis.plots import plot_accuracy_by_distance
 
     plot_accuracy_by_distance([record], out / "accuracy_by_distance.png", title=f"{run.task.name}")
     return record

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from compressive_transformer.analysis.plots import plot_accuracy_by_distance
+
 
 def write_long_range_outputs(out: Path, results: dict[str, Any], order: Sequence[str] = ()) -> None:
     """The plots (one per task: accuracy against distance with each model's range) and the markdown tables; models
     in ``order`` first, in that order."""
-    from compressive_transformer.analysis.plots import plot_accuracy_by_distance
-
     for task, entries in _by_task(results, order).items():
         main = [e for e in entries if not e["name"].startswith("ct-")]
         if main:

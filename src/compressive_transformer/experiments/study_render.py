@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
-from compressive_transformer.experiments.study_report import fmt_interval
+from compressive_transformer.analysis.plots import (
+    plot_attention_regions,
+    plot_study_bars,
+    plot_study_curves,
+    plot_study_lookback,
+)
+
+
+def fmt_interval(d: dict[str, Any] | None, digits: int = 3, *, percent: bool = False) -> str:
+    if not d or not d.get("n"):
+        return "-"
+    scale = 100.0 if percent else 1.0
+    mean = d["mean"] * scale
+    hw = d.get("half_width")
+    unit = "%" if percent else ""
+    sign = "+" if percent and mean > 0 else ""
+    if hw is None or (isinstance(hw, float) and math.isnan(hw)):
+        return f"{sign}{mean:.{digits}f}{unit}"
+    return f"{sign}{mean:.{digits}f} ± {hw * scale:.{digits}f}{unit}"
 
 
 def _machine_line(summary: dict[str, Any]) -> str:
@@ -167,13 +186,6 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def plots(summary: dict[str, Any], out: Path) -> list[str]:
     """Training curves, bits per character with intervals, loss-by-lookback deltas, attention profiles."""
-    from compressive_transformer.analysis.plots import (
-        plot_attention_regions,
-        plot_study_bars,
-        plot_study_curves,
-        plot_study_lookback,
-    )
-
     paths = [plot_study_curves(summary["curves"], out / "curves.png")]
     paths.append(plot_study_bars(summary, out / "bits_per_char.png"))
     key = next(iter(summary["lookback"]), None)
@@ -189,4 +201,4 @@ def plots(summary: dict[str, Any], out: Path) -> list[str]:
     return [str(Path(p).name) for p in paths]
 
 
-__all__ = ["markdown", "plots", "summary_table"]
+__all__ = ["fmt_interval", "markdown", "plots", "summary_table"]

@@ -7,23 +7,21 @@ cut short reports the runs it finished, and the report can be rebuilt without an
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from compressive_transformer.analysis.recurrence import bucket_names
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.experiments.compare import model_name
-
-if TYPE_CHECKING:
-    from compressive_transformer.experiments.study import Study
+from compressive_transformer.experiments.study import Study, read_result, stored_identity, study_jobs
+from compressive_transformer.experiments.study_render import markdown, plots
 
 METRICS = ("bits_per_char", "bits_per_byte", "bits_per_token", "word_ppl")
 
 
 def load_results(study: Study, out: Path) -> dict[str, dict[int, dict[str, Any]]]:
     """variant -> seed -> result, for the runs whose result matches the study's current settings."""
-    from compressive_transformer.experiments.study import read_result, stored_identity, study_jobs
-
     results: dict[str, dict[int, dict[str, Any]]] = {v: {} for v in study.configs}
     for job in study_jobs(study, out, threads=1, progress=False):
         r = read_result(job.result_path)
@@ -73,8 +71,6 @@ def _compare(values: dict[int, float], base: dict[int, float] | None, level: flo
 
 def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, command: str = "") -> dict[str, Any]:
     """The study's JSON summary (see the module docstring of :mod:`.study`)."""
-    from compressive_transformer.analysis.recurrence import bucket_names
-
     s, level, base = study.settings, study.settings.level, study.baseline
     cfg0 = study.configs[base]
     t = cfg0.train
@@ -187,27 +183,11 @@ def _mean_attention(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 def write_report(study: Study, out: Path, *, command: str = "") -> dict[str, Any]:
     """Aggregate the finished runs into ``results.json``, ``results.md`` and PNG plots in ``out``."""
-    from compressive_transformer.experiments.study import _write_json
-    from compressive_transformer.experiments.study_render import markdown, plots
-
     summary = aggregate(study, load_results(study, out), command=command)
     summary["plots"] = plots(summary, out) if summary["runs_done"] else []
-    _write_json(out / "results.json", summary)
+    write_text_atomic(out / "results.json", json.dumps(summary, indent=1) + "\n")
     (out / "results.md").write_text(markdown(summary), encoding="utf-8")
     return summary
 
 
-def fmt_interval(d: dict[str, Any] | None, digits: int = 3, *, percent: bool = False) -> str:
-    if not d or not d.get("n"):
-        return "-"
-    scale = 100.0 if percent else 1.0
-    mean = d["mean"] * scale
-    hw = d.get("half_width")
-    unit = "%" if percent else ""
-    sign = "+" if percent and mean > 0 else ""
-    if hw is None or (isinstance(hw, float) and math.isnan(hw)):
-        return f"{sign}{mean:.{digits}f}{unit}"
-    return f"{sign}{mean:.{digits}f} ± {hw * scale:.{digits}f}{unit}"
-
-
-__all__ = ["aggregate", "fmt_interval", "load_results", "write_report"]
+__all__ = ["aggregate", "load_results", "write_report"]

@@ -1,0 +1,29 @@
+"""The model family: the shared block, the Compressive Transformer / Transformer-XL LM, and Transformer-QL, behind
+the :class:`MemoryModel` protocol and the table of model kinds."""
+
+from __future__ import annotations
+
+from compressive_transformer.core.constants import IGNORE_INDEX
+from compressive_transformer.core.models.block import Block
+from compressive_transformer.core.models.kinds import MODEL_KINDS, ModelKind, build_model, model_kind, register_model
+from compressive_transformer.core.models.lm import CompressiveTransformerLM, LMOutput
+from compressive_transformer.core.models.protocol import MemoryModel
+from compressive_transformer.core.models.ql import TransformerQL, ql_scales
+
+register_model("compressive", CompressiveTransformerLM, lambda cfg: True)
+register_model("transformer-ql", TransformerQL, lambda cfg: cfg.is_ql)
+
+__all__ = [
+    "Block",
+    "CompressiveTransformerLM",
+    "IGNORE_INDEX",
+    "LMOutput",
+    "MODEL_KINDS",
+    "MemoryModel",
+    "ModelKind",
+    "TransformerQL",
+    "build_model",
+    "model_kind",
+    "ql_scales",
+    "register_model",
+]
