@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="score these files (each one whole, memory carried through it) with the run's tokenizer",
     )
+    p.add_argument(
+        "--allow-binary", action="store_true", help="score --text files that are not text (a byte-level run only)"
+    )
     p.add_argument("--data", type=Path, metavar="DIR", help="score a split of another corpus (with --format)")
     p.add_argument("--format", choices=path_formats(), help="the corpus format of --data")
     _add_overrides(p, "override an eval key, e.g. --set eval.mem_len=1024 (repeatable)")
@@ -231,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--parallel", type=int, default=1, help="cells trained at once with --seeds (default 1)")
     t.add_argument("--budget", type=int, help="training steps per model (default: the preset's)")
-    t.add_argument("--out", type=Path, help="output directory (default: a fresh runs/long-range-<time>)")
+    t.add_argument(
+        "--out", type=Path, help="output directory (default: a fresh runs/long-range-<time>; needed with --seeds)"
+    )
     t.add_argument("--threads", type=int, help="torch CPU threads")
     t = task_sub.add_parser(
         "train",
@@ -316,7 +321,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         run_dir = args.run_dir
     else:
         cfg = build_config(args.config, args.overrides)
-        run_dir = args.run_dir or fresh_run_dir(args.config.stem if args.config else "tiny")
+        run_dir = args.run_dir = args.run_dir or fresh_run_dir(args.config.stem if args.config else "tiny")
         if args.run_dir is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ConfigError("--run-dir: name the run directory when several processes train one run (torchrun)")
         summary = train_run(cfg, run_dir)
@@ -330,6 +335,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
+    if args.allow_binary and args.text is None:
+        raise ConfigError("--allow-binary: applies to --text FILE only; drop it")
     if args.text is None and args.data is None:
         if args.format is not None:
             raise ConfigError("--format: applies to --data DIR only; add --data DIR or drop --format")
@@ -361,7 +368,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         args.run_dir, device=args.device, checkpoint=args.checkpoint, threads=args.threads, overrides=args.overrides
     )
     if args.text is not None:
-        source = files_source(args.text, run.tokenizer.kind)
+        source = files_source(args.text, run.tokenizer.kind, allow_binary=args.allow_binary)
     else:
         source = corpus_source(run, args.data, args.format, args.split or run.config.eval.split)
     result, path = evaluate_source(run, source, out=args.out)
@@ -430,6 +437,8 @@ def cmd_task(args: argparse.Namespace) -> None:
             raise ConfigError(
                 f"--seeds: {args.seeds!r} is not a comma-separated list of integers, e.g. 0,1,2"
             ) from None
+        if args.out is None:  # the cells a rerun resumes live there: a fresh default directory would lose them
+            raise ConfigError("--seeds: needs --out DIR, where each finished cell is kept and a rerun resumes them")
         tasks, models = tuple(args.tasks.split(",")), tuple(args.models.split(","))
         command = seeded_command(args.preset, args.out, tasks, models, seeds, args.budget, args.parallel)
         run_seeded(
@@ -535,7 +544,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}; the run's previous checkpoints are untouched", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print("error: interrupted; continue the run with `train --run-dir DIR --resume`", file=sys.stderr)
+        from compressive_transformer.failures import interrupted_message
+
+        run_dir = args.run_dir if args.command == "train" else None
+        message = interrupted_message(args.command, run_dir, seeded=getattr(args, "seeds", None) is not None)
+        print(f"error: {message}", file=sys.stderr)
         return 130
     return 0
 

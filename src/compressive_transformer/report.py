@@ -31,6 +31,7 @@ from compressive_transformer.analysis.regions import attention_by_region, bucket
 from compressive_transformer.analysis.temporal import empirical_temporal_range
 from compressive_transformer.config import ConfigError
 from compressive_transformer.context import temporal_range
+from compressive_transformer.fileio import write_text_atomic
 from compressive_transformer.metrics import read_metrics
 
 ANALYSES = ("regions", "compressibility", "temporal", "frequency")
@@ -320,11 +321,11 @@ def write_report(
             frequency_table(comparison),
             "",
         ]
-    (out / "report.json").write_text(json.dumps(_json_safe(results), indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(out / "report.json", json.dumps(_json_safe(results), indent=1) + "\n")
     md += ["The numbers behind every plot are in report.json.", ""]
     text = "\n".join(md)
-    (out / "report.md").write_text(text, encoding="utf-8")
-    (out / "report.html").write_text(markdown_to_html(text, title=f"Report: {', '.join(names)}"), encoding="utf-8")
+    write_text_atomic(out / "report.md", text)
+    write_text_atomic(out / "report.html", markdown_to_html(text, title=f"Report: {', '.join(names)}"))
     log(f"wrote {out / 'report.md'} and report.html")
     return out / "report.md"
 

@@ -39,6 +39,13 @@ from compressive_transformer.data import build_tokenizer, load_corpus, load_toke
 from compressive_transformer.data.readers import data_root_path
 from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
+from compressive_transformer.failures import (
+    EVALUATION_REMEDY,
+    TRAINING_REMEDY,
+    evaluation_sizes,
+    sizes_to_lower,
+    training_sizes,
+)
 from compressive_transformer.fileio import require_writable, write_text_atomic
 from compressive_transformer.models import MemoryModel, build_model
 from compressive_transformer.precision import amp_dtype, inference_amp
@@ -126,6 +133,24 @@ def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
         tokenizer_file=absolute(cfg.data.tokenizer_file),
     )
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data)
+
+
+def _check_vocabulary(cfg: RunConfig, tokenizer: Any, log: Log) -> None:
+    """The model's vocabulary is its tokenizer's (:func:`resolve` records it). The byte tokenizer's is always 256,
+    so another ``model.vocab_size`` is a mistake; a learned tokenizer's size is known only once it is built, so a
+    configured size it does not reach is said, not refused."""
+    want, have = cfg.model.vocab_size, tokenizer.vocab_size
+    if want == have or cfg.model.input_dim > 0:
+        return
+    if tokenizer.kind == "bytes":
+        raise ConfigError(
+            f"model.vocab_size: {want}, but the byte tokenizer has exactly {have} tokens; set {have} or drop the "
+            "override (data.tokenizer = 'bpe' with data.vocab_size = N learns a vocabulary of another size)"
+        )
+    log(
+        f"note: model.vocab_size = {want} is replaced by {have}, the size of the {tokenizer.kind} tokenizer built "
+        "from the training data (a model's vocabulary is its tokenizer's)"
+    )
 
 
 def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
@@ -269,6 +294,7 @@ def _train_locked(
         )
         train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
         tokenizer = build_tokenizer(cfg.data, train_docs)
+        _check_vocabulary(cfg, tokenizer, log)
         cfg = resolve(cfg, tokenizer.vocab_size)
     created = not run_dir.exists()
     if not resume and info.is_main:  # hold the run before writing into it; a racing second `train` stops here
@@ -289,7 +315,8 @@ def _train_locked(
                 run_dir / CONFIG_FILE, config_text(cfg)
             )  # last: its presence marks a run that --resume accepts
             barrier(info)  # the other processes may read the run now
-        trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
+        with sizes_to_lower("training", training_sizes(cfg), TRAINING_REMEDY):
+            trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
     except BaseException:
         if not resume and info.is_main:  # leave no half-made run behind; the directory was empty or missing before
             if created:
@@ -309,7 +336,8 @@ def _train_locked(
         log(
             f"run {run_dir}: {n_params:,} parameters, {train_corpus.num_tokens:,} training tokens, device {trainer.device}{procs}"
         )
-    return trainer.train(max_steps=max_steps)
+    with sizes_to_lower("training", training_sizes(cfg), TRAINING_REMEDY):
+        return trainer.train(max_steps=max_steps)
 
 
 def _join_processes(cfg: RunConfig | None, run_dir: Path) -> DistInfo:
@@ -423,18 +451,19 @@ def evaluate_run(
     )
     with _writable_cache(cache_dir(cfg, run_dir)) as caches:
         corpus = load_corpus(cfg.data, split, tokenizer, caches)
-    result = evaluate(
-        model,
-        corpus,
-        split=split,
-        batch_size=e.batch_size,
-        seg_len=e.seg_len or cfg.model.seg_len,
-        mem_len=e.mem_len,
-        cmem_len=e.cmem_len,
-        max_batches=e.max_batches,
-        progress=progress,
-        amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
-    )
+    with sizes_to_lower("evaluating", evaluation_sizes(cfg), EVALUATION_REMEDY):
+        result = evaluate(
+            model,
+            corpus,
+            split=split,
+            batch_size=e.batch_size,
+            seg_len=e.seg_len or cfg.model.seg_len,
+            mem_len=e.mem_len,
+            cmem_len=e.cmem_len,
+            max_batches=e.max_batches,
+            progress=progress,
+            amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
+        )
     from compressive_transformer.loading import Run
     from compressive_transformer.text_eval import run_record
 

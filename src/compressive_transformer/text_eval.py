@@ -14,6 +14,7 @@ import numpy as np
 from compressive_transformer.config import ConfigError
 from compressive_transformer.data.readers import Document, decode_file, read_split
 from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
+from compressive_transformer.failures import EVALUATION_REMEDY, evaluation_sizes, sizes_to_lower
 from compressive_transformer.fileio import require_writable
 from compressive_transformer.loading import Run
 from compressive_transformer.precision import amp_dtype, inference_amp
@@ -33,15 +34,42 @@ class TextSource:
     description: dict[str, Any] = field(default_factory=dict)
 
 
-def files_source(paths: Sequence[str | Path], tokenizer_kind: str) -> TextSource:
-    """Each file is one document, read whole (UTF-8, or raw bytes for a byte-level run)."""
+# a file is not text when it holds a NUL byte, control characters text does not use, or mostly bytes that are not
+# UTF-8; text in a legacy encoding (Latin-1 accents: a few percent of its bytes) stays text
+_CONTROL = frozenset(range(32)) - {9, 10, 11, 12, 13, 27}
+MAX_CONTROL_SHARE, MAX_INVALID_SHARE = 0.05, 0.3
+
+
+def binary_reason(data: bytes) -> str | None:
+    """Why ``data`` is not text, or None when it is."""
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        return f"a NUL byte at offset {nul}"
+    if not data:
+        return None
+    control = sum(data.count(c) for c in _CONTROL) / len(data)
+    if control > MAX_CONTROL_SHARE:
+        return f"{control:.0%} control bytes"
+    invalid = data.decode("utf-8", errors="replace").count("\ufffd") / len(data)
+    if invalid > MAX_INVALID_SHARE:
+        return f"{invalid:.0%} of its bytes are not UTF-8"
+    return None
+
+
+def files_source(paths: Sequence[str | Path], tokenizer_kind: str, *, allow_binary: bool = False) -> TextSource:
+    """Each file is one document, read whole (UTF-8, or raw bytes for a byte-level run). A binary file (an
+    executable, an archive) is refused unless ``allow_binary``: its score would mean nothing as text."""
     if not paths:
         raise ConfigError("--text: give at least one file")
     docs, files = [], []
     for p in map(Path, paths):
         if not p.is_file():
             raise ConfigError(f"--text: {p} is not a file; give text files to score")
-        docs.append(decode_file(p, tokenizer_kind))
+        doc = decode_file(p, tokenizer_kind)  # bytes only where it is not UTF-8 text
+        reason = binary_reason(doc) if isinstance(doc, bytes) and not allow_binary else None
+        if reason:
+            raise ConfigError(f"--text: {p} is not text ({reason}); pass --allow-binary to score its bytes anyway")
+        docs.append(doc)
         files.append({"path": str(p.resolve()), "bytes": p.stat().st_size})
     stem = Path(paths[0]).stem + (f"-and-{len(paths) - 1}-more" if len(paths) > 1 else "")
     return TextSource(f"text-{stem}", docs, {"kind": "files", "files": files})
@@ -160,7 +188,8 @@ def evaluate_source(
         )
     path = Path(out) if out is not None else fresh_result_path(run.run_dir, source.name)
     require_writable(path)
-    result = score_documents(run, source.documents, name=source.name, progress=progress)
+    with sizes_to_lower("evaluating", evaluation_sizes(run.config), EVALUATION_REMEDY):
+        result = score_documents(run, source.documents, name=source.name, progress=progress)
     write_eval_record(path, run_record(run, result, source.description))
     return result, path
 
@@ -178,6 +207,7 @@ def check_text_overrides(overrides: Sequence[str], *, split: str | None, what: s
 
 __all__ = [
     "TextSource",
+    "binary_reason",
     "files_source",
     "corpus_source",
     "evaluate_text",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
-import os
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from compressive_transformer.experiments.long_range import (
     train_config,
 )
 from compressive_transformer.experiments.long_range_report import split_accuracy
+from compressive_transformer.fileio import write_text_atomic
 from compressive_transformer.tasks import Log, TaskRunConfig
 
 SUMMARY_FILE = "seeds.json"
@@ -89,17 +89,13 @@ def run_cell(cell: Cell, run: TaskRunConfig, out: Path, threads: int = 1) -> dic
     """Train and evaluate one cell and write its record (temp file + rename: a kill never leaves half a cell)."""
     torch.set_num_threads(threads)
     record = run_one(run) | {"name": cell.model, "seed": cell.seed}
-    path = cell.path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(cell.path(out), json.dumps(record, indent=1) + "\n")
     return record
 
 
 def run_seeded(
-    preset: str | Preset = "full",
-    out_dir: str | Path = "benchmarks/long_range/seeds",
+    preset: str | Preset,
+    out_dir: str | Path,
     *,
     tasks: Sequence[str] = ("passkey",),
     models: Sequence[str] = ("ablation",),
@@ -133,11 +129,10 @@ def run_seeded(
                 log(f"{cell.task} / {cell.model} / seed {cell.seed}: accuracy {record['overall_accuracy']:.3f}")
     records = [_finished(c, r, out) for c, r in cells]
     summary = summarise(records, p, seeds=seeds, command=command)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=1) + "\n")
     from compressive_transformer.experiments.ablation_report import render
 
-    (out / "seeds.md").write_text(render(summary), encoding="utf-8")
+    write_text_atomic(out / "seeds.md", render(summary))
     return summary
 
 

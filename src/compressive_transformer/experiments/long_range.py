@@ -22,6 +22,7 @@ from compressive_transformer.config import ConfigError, ModelConfig, to_dict
 from compressive_transformer.context import temporal_range
 from compressive_transformer.experiments.long_range_report import binned, write_long_range_outputs
 from compressive_transformer.experiments.long_range_results import RESULTS_FILE, locked_results
+from compressive_transformer.fileio import write_text_atomic
 from compressive_transformer.models import build_model
 from compressive_transformer.tasks import (
     AssociativeRecallConfig,
@@ -114,7 +115,7 @@ def run_task(
     record["command"] = (
         f"compressive-transformer task train {config}" + "".join(f" --set {o}" for o in overrides) + f" --out {out_dir}"
     )
-    (out / "result.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(out / "result.json", json.dumps(record, indent=1) + "\n")
     from compressive_transformer.analysis.plots import plot_accuracy_by_distance
 
     plot_accuracy_by_distance([record], out / "accuracy_by_distance.png", title=f"{run.task.name}")
@@ -289,8 +290,8 @@ def experiment_command(
 
 
 def run_long_range(
-    preset: str | Preset = "full",
-    out_dir: str | Path = "benchmarks/long_range",
+    preset: str | Preset,
+    out_dir: str | Path,
     *,
     tasks: Sequence[str] = ("passkey",),
     models: Sequence[str] = ("txl", "ct"),

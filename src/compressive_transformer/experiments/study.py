@@ -37,6 +37,7 @@ import numpy as np
 
 from compressive_transformer.config import ConfigError, RunConfig, from_dict, load_toml
 from compressive_transformer.experiments.spec import load_variants
+from compressive_transformer.fileio import write_text_atomic
 
 Log = Callable[[str], None]
 
@@ -326,10 +327,7 @@ def result_state(job: Job) -> str:
 
 def _write_json(path: Path, data: Any) -> None:
     """Atomically: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def run_job(job: Job) -> dict[str, Any]:
@@ -516,10 +514,11 @@ def run_study(
     out.mkdir(parents=True, exist_ok=True)
     ignore = out / ".gitignore"
     if not ignore.exists():
-        ignore.write_text(
+        write_text_atomic(
+            ignore,
             "# scratch of the study: checkpoints, token cache and logs (results/ and the reports are kept)\n"
             + "\n".join(SCRATCH)
-            + "\n"
+            + "\n",
         )
     todo = [j for j in jobs if states[j] != "done"]
     log(

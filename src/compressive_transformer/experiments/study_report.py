@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
 from compressive_transformer.experiments.compare import model_name
+from compressive_transformer.fileio import write_text_atomic
 
 if TYPE_CHECKING:
     from compressive_transformer.experiments.study import Study
@@ -189,7 +190,7 @@ def write_report(study: Study, out: Path, *, command: str = "") -> dict[str, Any
     summary = aggregate(study, load_results(study, out), command=command)
     summary["plots"] = plots(summary, out) if summary["runs_done"] else []
     _write_json(out / "results.json", summary)
-    (out / "results.md").write_text(markdown(summary), encoding="utf-8")
+    write_text_atomic(out / "results.md", markdown(summary))
     return summary
 
 

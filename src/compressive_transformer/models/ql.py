@@ -29,7 +29,7 @@ from compressive_transformer.attention import (
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.memory import LayerMemory, MemoryState, empty_layer, update_layer
 from compressive_transformer.models.block import Block
-from compressive_transformer.models.checks import check_inputs, check_memory
+from compressive_transformer.models.checks import check_batch_size, check_inputs, check_memory
 from compressive_transformer.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.models.lm import LMOutput
 from compressive_transformer.precision import compute_dtype
@@ -97,6 +97,7 @@ class TransformerQL(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> MemoryState:
+        check_batch_size(batch_size)
         cfg = self.cfg
         if cmem_len:
             raise ValueError("Transformer-QL has no compressed memory; leave cmem_len unset or 0")
