@@ -172,7 +172,7 @@ def test_disk_full_at_a_checkpoint_is_one_line_and_the_run_resumes(
     with monkeypatch.context() as m:
         m.setattr(safetensors.torch, "save_model", full_at_step_4)
         code, _, err = cli_run(capsys, "train", "--run-dir", str(run_dir), *FAST)
-    assert_one_line_error(code, err, "step 4", "no space left", "step-00000002", "--resume")
+    assert_one_line_error(code, err, "step 4", "No space left on device", "step-00000002", "--resume")
     assert [p.name for p in list_checkpoints(run_dir)] == ["step-00000002"]
     assert not list((run_dir / "checkpoints").glob(".tmp-*")), "no half-written checkpoint left"
     code, out, err = cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume")

@@ -76,7 +76,7 @@ def is_disk_full(error: BaseException) -> bool:
 def write_failure(error: BaseException) -> str:
     """What went wrong while writing a file, in a few words."""
     if is_disk_full(error):
-        return "no space left on the device"
+        return "No space left on device"  # the words of the OS, whichever layer reported it
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return (str(error).splitlines() or [type(error).__name__])[0][:200]
