@@ -335,12 +335,15 @@ def test_text_with_a_few_bytes_that_are_not_utf8_is_still_text(run_copy: Path, t
         ("naïve façade — ünïcode\n".encode() * 10, False),
         ("une forêt\n".encode("latin-1") * 10, False),
         (b"text\x00with a NUL", True),
+        (b"\x01\x02\x03 valid UTF-8 but control characters" * 4, True),
+        ("\x01\x02\x03 valid UTF-8 but control characters", True),
+        ("plain text as str\n", False),
         (bytes(range(128, 256)) * 4, True),
         ("text".encode("utf-16"), True),
         (b"", False),
     ],
 )
-def test_binary_detection(data: bytes, binary: bool) -> None:
+def test_binary_detection(data: str | bytes, binary: bool) -> None:
     assert (text_eval.binary_reason(data) is not None) == binary
 
 

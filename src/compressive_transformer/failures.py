@@ -61,7 +61,9 @@ def evaluation_sizes(cfg: RunConfig) -> dict[str, int]:
     return sizes | ({"eval.cmem_len": cmem} if cmem else {})
 
 
-TRAINING_REMEDY = "lower them in a new run (they cannot change on --resume), e.g. --set train.batch_size=N"
+TRAINING_REMEDY = (
+    "lower them and start a new run (a run's sizes cannot change on --resume), e.g. --set train.batch_size=2"
+)
 EVALUATION_REMEDY = "lower them, e.g. --set eval.batch_size=1"
 VALIDATION_REMEDY = "continue with lower ones, e.g. --resume --set eval.batch_size=1 (eval keys may change on --resume)"
 

@@ -36,21 +36,23 @@ class TextSource:
 
 # a file is not text when it holds a NUL byte, control characters text does not use, or mostly bytes that are not
 # UTF-8; text in a legacy encoding (Latin-1 accents: a few percent of its bytes) stays text
-_CONTROL = frozenset(range(32)) - {9, 10, 11, 12, 13, 27}
+_CONTROL = "".join(chr(c) for c in range(32) if c not in (9, 10, 11, 12, 13, 27))  # all but tabs, breaks, ESC
 MAX_CONTROL_SHARE, MAX_INVALID_SHARE = 0.05, 0.3
 
 
-def binary_reason(data: bytes) -> str | None:
-    """Why ``data`` is not text, or None when it is."""
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        return f"a NUL byte at offset {nul}"
-    if not data:
+def binary_reason(document: str | bytes) -> str | None:
+    """Why a file's content (bytes, or the text it decoded to) is not text, or None when it is."""
+    if not document:
         return None
-    control = sum(data.count(c) for c in _CONTROL) / len(data)
+    raw = isinstance(document, bytes)
+    nul = document.find(b"\x00" if raw else "\x00")
+    if nul >= 0:
+        return f"a NUL at {'byte' if raw else 'character'} {nul}"
+    text = document.decode("utf-8", errors="replace") if raw else document
+    control = sum(text.count(c) for c in _CONTROL) / len(text)
     if control > MAX_CONTROL_SHARE:
-        return f"{control:.0%} control bytes"
-    invalid = data.decode("utf-8", errors="replace").count("\ufffd") / len(data)
+        return f"{control:.0%} control characters"
+    invalid = text.count("\ufffd") / len(document) if raw else 0.0
     if invalid > MAX_INVALID_SHARE:
         return f"{invalid:.0%} of its bytes are not UTF-8"
     return None
@@ -65,8 +67,8 @@ def files_source(paths: Sequence[str | Path], tokenizer_kind: str, *, allow_bina
     for p in map(Path, paths):
         if not p.is_file():
             raise ConfigError(f"--text: {p} is not a file; give text files to score")
-        doc = decode_file(p, tokenizer_kind)  # bytes only where it is not UTF-8 text
-        reason = binary_reason(doc) if isinstance(doc, bytes) and not allow_binary else None
+        doc = decode_file(p, tokenizer_kind)  # bytes where it is not UTF-8 text (a byte-level run)
+        reason = None if allow_binary else binary_reason(doc)
         if reason:
             raise ConfigError(f"--text: {p} is not text ({reason}); pass --allow-binary to score its bytes anyway")
         docs.append(doc)
