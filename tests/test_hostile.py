@@ -26,6 +26,7 @@ from compressive_transformer.config import to_dict
 from compressive_transformer.experiments import ablation, compare, long_range
 from compressive_transformer.experiments.long_range import PRESETS
 from compressive_transformer.experiments.long_range_results import locked_results
+from compressive_transformer.failures import interrupted_message
 from compressive_transformer.metrics import METRICS_FILE, MetricsLogger, read_metrics
 from compressive_transformer.models import build_model
 from compressive_transformer.train import Trainer
@@ -110,6 +111,21 @@ def test_ctrl_c_in_other_commands_promises_no_resume(run_copy: Path, monkeypatch
     monkeypatch.setattr(run_module, "evaluate", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     code, _, err = cli_run(capsys, "evaluate", str(run_copy))
     assert code == 130 and "interrupted" in err and "--resume" not in err, err
+
+
+def test_ctrl_c_advice_follows_what_the_directory_holds(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    assert "nothing was kept" in interrupted_message("train", run_dir)
+    run_dir.mkdir()
+    (run_dir / ".lock").touch()
+    assert "nothing was kept" in interrupted_message("train", run_dir), "a lock alone is no run"
+    (run_dir / "tokenizer").mkdir()  # a removal interrupted half-way
+    assert "holds no complete run: delete it" in interrupted_message("train", run_dir)
+    (run_dir / "config.toml").touch()
+    assert f"--run-dir {run_dir} --resume" in interrupted_message("train", run_dir)
+    assert "rerun the same command" in interrupted_message("study")
+    assert "rerun the same command" in interrupted_message("task", seeded=True)
+    assert interrupted_message("task") == interrupted_message("evaluate") == "interrupted"
 
 
 # ---------------------------------------------------------------------------------------------------------------
