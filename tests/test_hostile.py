@@ -27,6 +27,7 @@ from compressive_transformer.experiments import ablation, compare, long_range
 from compressive_transformer.experiments.long_range import PRESETS
 from compressive_transformer.experiments.long_range_results import locked_results
 from compressive_transformer.failures import interrupted_message
+from compressive_transformer.fileio import write_text_atomic
 from compressive_transformer.metrics import METRICS_FILE, MetricsLogger, read_metrics
 from compressive_transformer.models import build_model
 from compressive_transformer.train import Trainer
@@ -406,6 +407,16 @@ def torn_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _intact(path: Path, old: str) -> None:
     assert path.read_text(encoding="utf-8") == old, f"{path} was torn"
     assert [p.name for p in path.parent.iterdir() if "tmp" in p.name] == [], "a temporary file was left"
+
+
+def test_atomic_writes_leave_the_permissions_a_plain_write_would(tmp_path: Path) -> None:
+    plain, atomic = tmp_path / "plain.json", tmp_path / "atomic.json"
+    plain.write_text("{}")
+    write_text_atomic(atomic, "{}")
+    assert atomic.stat().st_mode == plain.stat().st_mode, "not mkstemp's 0600"
+    atomic.chmod(0o640)
+    write_text_atomic(atomic, "[]")
+    assert atomic.stat().st_mode & 0o777 == 0o640, "a replaced file keeps its mode"
 
 
 def test_the_seeded_summary_is_never_torn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
