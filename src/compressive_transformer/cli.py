@@ -28,6 +28,7 @@ from compressive_transformer.commands import range as range_
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.version import __version__
 from compressive_transformer.runs import allocator
+from compressive_transformer.runs.failures import interrupted_message
 from compressive_transformer.training.trainer import TrainingError
 
 EXIT_USER_ERROR = 2
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}; the run's previous checkpoints are untouched", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print("error: interrupted; continue the run with `train --run-dir DIR --resume`", file=sys.stderr)
+        run_dir = args.run_dir if args.command == "train" else None
+        message = interrupted_message(args.command, run_dir, seeded=getattr(args, "seeds", None) is not None)
+        print(f"error: {message}", file=sys.stderr)
         return 130
     return 0
 

@@ -31,6 +31,7 @@ from compressive_transformer.analysis.regions import attention_by_region, bucket
 from compressive_transformer.analysis.temporal import empirical_temporal_range
 from compressive_transformer.core.config import ConfigError, to_dict
 from compressive_transformer.core.context import temporal_range
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data import load_corpus, read_documents
 from compressive_transformer.runs.checkpoint import list_checkpoints
 from compressive_transformer.runs.loading import load_run
@@ -315,11 +316,11 @@ def write_report(
             frequency_table(comparison),
             "",
         ]
-    (out / "report.json").write_text(json.dumps(_json_safe(results), indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(out / "report.json", json.dumps(_json_safe(results), indent=1) + "\n")
     md += ["The numbers behind every plot are in report.json.", ""]
     text = "\n".join(md)
-    (out / "report.md").write_text(text, encoding="utf-8")
-    (out / "report.html").write_text(markdown_to_html(text, title=f"Report: {', '.join(names)}"), encoding="utf-8")
+    write_text_atomic(out / "report.md", text)
+    write_text_atomic(out / "report.html", markdown_to_html(text, title=f"Report: {', '.join(names)}"))
     log(f"wrote {out / 'report.md'} and report.html")
     return out / "report.md"
 

@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="score these files (each one whole, memory carried through it) with the run's tokenizer",
     )
+    p.add_argument(
+        "--allow-binary", action="store_true", help="score --text files that are not text (a byte-level run only)"
+    )
     p.add_argument("--data", type=Path, metavar="DIR", help="score a split of another corpus (with --format)")
     p.add_argument("--format", choices=path_formats(), help="the corpus format of --data")
     add_overrides(p, "override an eval key, e.g. --set eval.mem_len=1024 (repeatable)")
@@ -52,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
+    if args.allow_binary and args.text is None:
+        raise ConfigError("--allow-binary: applies to --text FILE only; drop it")
     if args.text is None and args.data is None:
         _evaluate_split(args)
         return
@@ -66,7 +71,7 @@ def main(args: argparse.Namespace) -> None:
         args.run_dir, device=args.device, checkpoint=args.checkpoint, threads=args.threads, overrides=args.overrides
     )
     if args.text is not None:
-        source = files_source(args.text, run.tokenizer.kind)
+        source = files_source(args.text, run.tokenizer.kind, allow_binary=args.allow_binary)
     else:
         source = corpus_source(run, args.data, args.format, args.split or run.config.eval.split)
     result, path = evaluate_source(run, source, out=args.out)

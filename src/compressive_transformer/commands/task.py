@@ -63,7 +63,9 @@ def _add_long_range(t: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--parallel", type=int, default=1, help="cells trained at once with --seeds (default 1)")
     t.add_argument("--budget", type=int, help="training steps per model (default: the preset's)")
-    t.add_argument("--out", type=Path, help="output directory (default: a fresh runs/long-range-<time>)")
+    t.add_argument(
+        "--out", type=Path, help="output directory (default: a fresh runs/long-range-<time>; needed with --seeds)"
+    )
     t.add_argument("--threads", type=int, help="torch CPU threads")
 
 
@@ -82,6 +84,8 @@ def _seeded(args: argparse.Namespace) -> None:
         seeds = tuple(int(s) for s in args.seeds.split(","))
     except ValueError:
         raise ConfigError(f"--seeds: {args.seeds!r} is not a comma-separated list of integers, e.g. 0,1,2") from None
+    if args.out is None:  # the cells a rerun resumes live there: a fresh default directory would lose them
+        raise ConfigError("--seeds: needs --out DIR, where each finished cell is kept and a rerun resumes them")
     tasks, models = tuple(args.tasks.split(",")), tuple(args.models.split(","))
     command = seeded_command(args.preset, args.out, tasks, models, seeds, args.budget, args.parallel)
     run_seeded(

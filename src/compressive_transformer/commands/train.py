@@ -33,7 +33,7 @@ def main(args: argparse.Namespace) -> None:
         run_dir = args.run_dir
     else:
         cfg = build_config(args.config, args.overrides)
-        run_dir = args.run_dir or fresh_run_dir(args.config.stem if args.config else "tiny")
+        run_dir = args.run_dir = args.run_dir or fresh_run_dir(args.config.stem if args.config else "tiny")
         if args.run_dir is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ConfigError("--run-dir: name the run directory when several processes train one run (torchrun)")
         summary = train_run(cfg, run_dir)

@@ -15,6 +15,7 @@ def write_text_atomic(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _mode_of(path))  # mkstemp's 0600 would hide results from the user's group
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -22,6 +23,26 @@ def write_text_atomic(path: Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _mode_of(path: Path) -> int:
+    """The permissions a plain write would leave: those of the file being replaced, else 0666 less the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask: from /proc on Linux; elsewhere by setting it and putting it straight back (a moment in
+    which another thread's new file would get no mask)."""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = os.umask(0)
+        os.umask(umask)
+        return umask
 
 
 def require_writable(path: Path) -> None:

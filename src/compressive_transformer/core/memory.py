@@ -100,6 +100,12 @@ class MemoryState:
 
     def reset(self, rows: Tensor | Sequence[int]) -> "MemoryState":
         """The same state with ``rows`` emptied (a document boundary); other rows are untouched."""
+        B = self.batch_size  # a mask of another length would fail inside torch, or (length 1) broadcast silently
+        if isinstance(rows, Tensor) and rows.dtype == torch.bool:
+            if tuple(rows.shape) != (B,):
+                raise ValueError(f"rows: a mask needs one entry per memory row, shape ({B},); got {tuple(rows.shape)}")
+        elif any(not -B <= int(r) < B for r in (rows.reshape(-1).tolist() if isinstance(rows, Tensor) else rows)):
+            raise ValueError(f"rows: indices must be in [-{B}, {B}) for a memory of {B} rows; got {rows!r}")
         layer0 = self.layers[0]
         keep = torch.ones(layer0.batch_size, dtype=torch.bool, device=layer0.mem.device)
         if isinstance(rows, Tensor) and rows.dtype == torch.bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
-import os
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
 from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.experiments.ablation_report import render
 from compressive_transformer.experiments.long_range import (
     ABLATION_MODELS,
@@ -90,17 +90,13 @@ def run_cell(cell: Cell, run: TaskRunConfig, out: Path, threads: int = 1) -> dic
     """Train and evaluate one cell and write its record (temp file + rename: a kill never leaves half a cell)."""
     torch.set_num_threads(threads)
     record = run_one(run) | {"name": cell.model, "seed": cell.seed}
-    path = cell.path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(cell.path(out), json.dumps(record, indent=1) + "\n")
     return record
 
 
 def run_seeded(
-    preset: str | Preset = "full",
-    out_dir: str | Path = "benchmarks/long_range/seeds",
+    preset: str | Preset,
+    out_dir: str | Path,
     *,
     tasks: Sequence[str] = ("passkey",),
     models: Sequence[str] = ("ablation",),
@@ -135,9 +131,9 @@ def run_seeded(
     records = [_finished(c, r, out) for c, r in cells]
     summary = summarise(records, p, seeds=seeds, command=command)
     out.mkdir(parents=True, exist_ok=True)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=1) + "\n")
 
-    (out / "seeds.md").write_text(render(summary), encoding="utf-8")
+    write_text_atomic(out / "seeds.md", render(summary))
     return summary
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.context import context_length_from_config
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.models import build_model
 from compressive_transformer.experiments.spec import load_spec
 from compressive_transformer.runs.metrics import read_metrics
@@ -85,10 +86,14 @@ def compare(
             }
         )
         log(f"   {result.summary()}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    (out_dir / "results.md").write_text(results_table(rows), encoding="utf-8")
+    write_results(out_dir, rows)
     return rows
+
+
+def write_results(out_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """``results.json`` and ``results.md``, each atomically: a kill leaves the previous file or the new one."""
+    write_text_atomic(out_dir / "results.json", json.dumps(rows, indent=2) + "\n")
+    write_text_atomic(out_dir / "results.md", results_table(rows))
 
 
 def results_table(rows: list[dict[str, Any]]) -> str:

@@ -21,6 +21,7 @@ import torch
 from compressive_transformer.analysis.plots import plot_accuracy_by_distance
 from compressive_transformer.core.config import ConfigError, ModelConfig, to_dict
 from compressive_transformer.core.context import temporal_range
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.models import build_model
 from compressive_transformer.experiments.long_range_report import binned, write_long_range_outputs
 from compressive_transformer.experiments.long_range_results import RESULTS_FILE, locked_results
@@ -115,7 +116,7 @@ def run_task(
     record["command"] = (
         f"compressive-transformer task train {config}" + "".join(f" --set {o}" for o in overrides) + f" --out {out_dir}"
     )
-    (out / "result.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(out / "result.json", json.dumps(record, indent=1) + "\n")
 
     plot_accuracy_by_distance([record], out / "accuracy_by_distance.png", title=f"{run.task.name}")
     return record
@@ -289,8 +290,8 @@ def experiment_command(
 
 
 def run_long_range(
-    preset: str | Preset = "full",
-    out_dir: str | Path = "benchmarks/long_range",
+    preset: str | Preset,
+    out_dir: str | Path,
     *,
     tasks: Sequence[str] = ("passkey",),
     models: Sequence[str] = ("txl", "ct"),

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from compressive_transformer.analysis.plots import plot_accuracy_by_distance
+from compressive_transformer.core.fileio import write_text_atomic
 
 
 def write_long_range_outputs(out: Path, results: dict[str, Any], order: Sequence[str] = ()) -> None:
@@ -25,7 +26,7 @@ def write_long_range_outputs(out: Path, results: dict[str, Any], order: Sequence
                 title=f"{task}: compression fn x loss",
                 binned=binned(task),
             )
-    (out / "results.md").write_text(results_markdown(results, order), encoding="utf-8")
+    write_text_atomic(out / "results.md", results_markdown(results, order))
 
 
 def binned(task: str) -> bool:

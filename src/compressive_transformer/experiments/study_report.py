@@ -186,7 +186,7 @@ def write_report(study: Study, out: Path, *, command: str = "") -> dict[str, Any
     summary = aggregate(study, load_results(study, out), command=command)
     summary["plots"] = plots(summary, out) if summary["runs_done"] else []
     write_text_atomic(out / "results.json", json.dumps(summary, indent=1) + "\n")
-    (out / "results.md").write_text(markdown(summary), encoding="utf-8")
+    write_text_atomic(out / "results.md", markdown(summary))
     return summary
 
 

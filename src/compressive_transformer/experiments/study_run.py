@@ -12,6 +12,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data import read_documents
 from compressive_transformer.experiments.study import SCRATCH, Job, Log, load_study, result_state, run_job, study_jobs
 from compressive_transformer.experiments.study_report import write_report
@@ -62,10 +63,11 @@ def run_study(
     out.mkdir(parents=True, exist_ok=True)
     ignore = out / ".gitignore"
     if not ignore.exists():
-        ignore.write_text(
+        write_text_atomic(
+            ignore,
             "# scratch of the study: checkpoints, token cache and logs (results/ and the reports are kept)\n"
             + "\n".join(SCRATCH)
-            + "\n"
+            + "\n",
         )
     todo = [j for j in jobs if states[j] != "done"]
     log(

@@ -32,6 +32,7 @@ import safetensors.torch
 import torch
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.runs.failures import is_disk_full, write_failure
 from compressive_transformer.runs.integrity import IntegrityError, fsync_dir, verify_files, write_manifest
 
 CHECKPOINTS = "checkpoints"
@@ -44,6 +45,10 @@ class CheckpointError(ConfigError):
 
 class NonFiniteWeights(CheckpointError):
     """The model holds NaN or infinite weights; such a state is never written as a checkpoint."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (a full disk, a lost mount); the earlier ones are untouched."""
 
 
 # what each use of a checkpoint cannot do without (a checkpoint without memory/optimizer is only written by callers
@@ -204,7 +209,8 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint ``step`` atomically, then delete all but the newest ``keep``. Returns its directory.
 
-    Raises :class:`NonFiniteWeights` (writing nothing) when a weight is NaN or infinite."""
+    Raises :class:`NonFiniteWeights` (writing nothing) when a weight is NaN or infinite, and
+    :class:`CheckpointWriteError` (leaving the earlier checkpoints as they were) when the files cannot be written."""
     if not weights_finite(model):
         raise NonFiniteWeights(f"the model's weights are not finite at step {step}; no checkpoint was written")
     root = checkpoint_dir(run_dir)
@@ -235,14 +241,26 @@ def save_checkpoint(
         else:
             os.replace(tmp, final)
         fsync_dir(root)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, (OSError, safetensors.SafetensorError)):
+            raise _write_error(run_dir, step, e) from None
         raise
     for stale in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(stale, ignore_errors=True)
     for debris in root.glob(".tmp-*"):  # left by a process killed mid-write
         shutil.rmtree(debris, ignore_errors=True)
     return final
+
+
+def _write_error(run_dir: str | Path, step: int, error: BaseException) -> CheckpointWriteError:
+    previous = latest_checkpoint(run_dir)
+    where = f"from {previous}, which is intact" if previous is not None else "from step 0 (no earlier checkpoint)"
+    remedy = "free some space, then" if is_disk_full(error) else "fix that, then"
+    return CheckpointWriteError(
+        f"the checkpoint of step {step} could not be written ({write_failure(error)}); "
+        f"{remedy} continue with --resume, {where}"
+    )
 
 
 def weights_finite(model: torch.nn.Module) -> bool:

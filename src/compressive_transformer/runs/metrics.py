@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from compressive_transformer.core.fileio import write_text_atomic
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -61,7 +63,7 @@ class MetricsLogger:
             return
         text = self.path.read_text(encoding="utf-8", errors="replace")
         kept = [line for line in text.splitlines() if (r := _parse(line)) is not None and _step_of(r) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        write_text_atomic(self.path, "".join(line + "\n" for line in kept))  # a kill here loses no record
         self.repaired = True
 
     def _repair_tail(self) -> None:

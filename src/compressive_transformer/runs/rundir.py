@@ -105,6 +105,24 @@ def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data)
 
 
+def check_vocabulary(cfg: RunConfig, tokenizer: Any, log: Log) -> None:
+    """The model's vocabulary is its tokenizer's (:func:`resolve` records it). The byte tokenizer's is always 256,
+    so another ``model.vocab_size`` is a mistake; a learned tokenizer's size is known only once it is built, so a
+    configured size it does not reach is said, not refused."""
+    want, have = cfg.model.vocab_size, tokenizer.vocab_size
+    if want == have or cfg.model.input_dim > 0:
+        return
+    if tokenizer.kind == "bytes":
+        raise ConfigError(
+            f"model.vocab_size: {want}, but the byte tokenizer has exactly {have} tokens; set {have} or drop the "
+            "override (data.tokenizer = 'bpe' with data.vocab_size = N learns a vocabulary of another size)"
+        )
+    log(
+        f"note: model.vocab_size = {want} is replaced by {have}, the size of the {tokenizer.kind} tokenizer built "
+        "from the training data (a model's vocabulary is its tokenizer's)"
+    )
+
+
 def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():

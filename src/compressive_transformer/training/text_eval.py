@@ -16,6 +16,7 @@ from compressive_transformer.core.dtypes import amp_dtype
 from compressive_transformer.core.fileio import require_writable
 from compressive_transformer.data.readers import Document, decode_file, read_split
 from compressive_transformer.data.units import texts_size
+from compressive_transformer.runs.failures import EVALUATION_REMEDY, evaluation_sizes, sizes_to_lower
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import inference_amp
 from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
@@ -34,15 +35,44 @@ class TextSource:
     description: dict[str, Any] = field(default_factory=dict)
 
 
-def files_source(paths: Sequence[str | Path], tokenizer_kind: str) -> TextSource:
-    """Each file is one document, read whole (UTF-8, or raw bytes for a byte-level run)."""
+# a file is not text when it holds a NUL byte, control characters text does not use, or mostly bytes that are not
+# UTF-8; text in a legacy encoding (Latin-1 accents: a few percent of its bytes) stays text
+_CONTROL = "".join(chr(c) for c in range(32) if c not in (9, 10, 11, 12, 13, 27))  # all but tabs, breaks, ESC
+MAX_CONTROL_SHARE, MAX_INVALID_SHARE = 0.05, 0.3
+
+
+def binary_reason(document: str | bytes) -> str | None:
+    """Why a file's content (bytes, or the text it decoded to) is not text, or None when it is."""
+    if not document:
+        return None
+    raw = isinstance(document, bytes)
+    nul = document.find(b"\x00" if raw else "\x00")
+    if nul >= 0:
+        return f"a NUL at {'byte' if raw else 'character'} {nul}"
+    text = document.decode("utf-8", errors="replace") if raw else document
+    control = sum(text.count(c) for c in _CONTROL) / len(text)
+    if control > MAX_CONTROL_SHARE:
+        return f"{control:.0%} control characters"
+    invalid = text.count("\ufffd") / len(document) if raw else 0.0
+    if invalid > MAX_INVALID_SHARE:
+        return f"{invalid:.0%} of its bytes are not UTF-8"
+    return None
+
+
+def files_source(paths: Sequence[str | Path], tokenizer_kind: str, *, allow_binary: bool = False) -> TextSource:
+    """Each file is one document, read whole (UTF-8, or raw bytes for a byte-level run). A binary file (an
+    executable, an archive) is refused unless ``allow_binary``: its score would mean nothing as text."""
     if not paths:
         raise ConfigError("--text: give at least one file")
     docs, files = [], []
     for p in map(Path, paths):
         if not p.is_file():
             raise ConfigError(f"--text: {p} is not a file; give text files to score")
-        docs.append(decode_file(p, tokenizer_kind))
+        doc = decode_file(p, tokenizer_kind)  # bytes where it is not UTF-8 text (a byte-level run)
+        reason = None if allow_binary else binary_reason(doc)
+        if reason:
+            raise ConfigError(f"--text: {p} is not text ({reason}); pass --allow-binary to score its bytes anyway")
+        docs.append(doc)
         files.append({"path": str(p.resolve()), "bytes": p.stat().st_size})
     stem = Path(paths[0]).stem + (f"-and-{len(paths) - 1}-more" if len(paths) > 1 else "")
     return TextSource(f"text-{stem}", docs, {"kind": "files", "files": files})
@@ -161,7 +191,8 @@ def evaluate_source(
         )
     path = Path(out) if out is not None else fresh_result_path(run.run_dir, source.name)
     require_writable(path)
-    result = score_documents(run, source.documents, name=source.name, progress=progress)
+    with sizes_to_lower("evaluating", evaluation_sizes(run.config), EVALUATION_REMEDY):
+        result = score_documents(run, source.documents, name=source.name, progress=progress)
     write_eval_record(path, run_record(run, result, source.description))
     return result, path
 
@@ -179,6 +210,7 @@ def check_text_overrides(overrides: Sequence[str], *, split: str | None, what: s
 
 __all__ = [
     "TextSource",
+    "binary_reason",
     "files_source",
     "corpus_source",
     "evaluate_text",

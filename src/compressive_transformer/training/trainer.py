@@ -37,9 +37,15 @@ from compressive_transformer.runs.checkpoint import (
     report_fallback,
     save_checkpoint,
 )
+from compressive_transformer.runs.failures import VALIDATION_REMEDY, evaluation_sizes, sizes_to_lower
 from compressive_transformer.runs.machine import resolve_device, set_threads
-from compressive_transformer.runs.metrics import MetricsLogger
-from compressive_transformer.runs.precision import PRECISION_NAMES, describe, inference_amp, resolve_amp
+from compressive_transformer.runs.metrics import MetricsLogger, read_metrics
+from compressive_transformer.runs.precision import (
+    PRECISION_NAMES,
+    describe,
+    inference_amp,
+    resolve_amp,
+)
 from compressive_transformer.runs.toml_writer import config_text
 from compressive_transformer.training.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
 from compressive_transformer.training.evaluate import EvalResult, evaluate
@@ -393,7 +399,8 @@ class Trainer:
             )
 
     def _log_validation(self) -> EvalResult | None:
-        result = self.validate()
+        with sizes_to_lower("validating", evaluation_sizes(self.cfg), VALIDATION_REMEDY):
+            result = self.validate()
         if result is not None:
             record = {
                 "step": self.step,
@@ -406,13 +413,24 @@ class Trainer:
             self.metrics.log(record | {"val_tokens": result.tokens})
         return result
 
+    def _final_validation_missing(self) -> bool:
+        step = self.cfg.train.steps
+        if self.step != step or self.val_corpus is None or not self.dist.is_main:
+            return False
+        return not any(r.get("step") == step and "val_loss" in r for r in read_metrics(self.run_dir))
+
     def train(self, *, max_steps: int | None = None) -> TrainSummary:
         """Run until ``train.steps`` updates (or ``max_steps`` more of them), validating and checkpointing on the way."""
         t = self.cfg.train
         end = t.steps if max_steps is None else min(t.steps, self.step + max_steps)
         summary = TrainSummary(step=self.step, last_loss=None, validation=None, checkpoint=self.last_checkpoint)
         if self.step >= t.steps:
-            self.log(f"the run already finished its {t.steps} steps; nothing to do")
+            if self._final_validation_missing():  # killed between the final checkpoint and its validation
+                self.log(f"the run finished its {t.steps} steps; writing its final validation, which is missing")
+                summary.validation = self._log_validation()
+                self.metrics.close()
+            else:
+                self.log(f"the run already finished its {t.steps} steps; nothing to do")
             return summary
         self._throughput = ThroughputWatch()
         bar = tqdm(

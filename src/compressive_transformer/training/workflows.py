@@ -23,6 +23,13 @@ from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
 from compressive_transformer.runs.budget import check_fits
 from compressive_transformer.runs.checkpoint import RESUME_FILES, CheckpointError, newest_good_checkpoint
+from compressive_transformer.runs.failures import (
+    EVALUATION_REMEDY,
+    TRAINING_REMEDY,
+    evaluation_sizes,
+    sizes_to_lower,
+    training_sizes,
+)
 from compressive_transformer.runs.loading import Run, load_run
 from compressive_transformer.runs.machine import resolve_device
 from compressive_transformer.runs.precision import inference_amp
@@ -35,6 +42,7 @@ from compressive_transformer.runs.rundir import (
     TOKENIZER_DIR,
     Log,
     cache_dir,
+    check_vocabulary,
     config_difference,
     config_from_text,
     flat,
@@ -114,6 +122,7 @@ def _train_locked(
         )
         train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
         tokenizer = build_tokenizer(cfg.data, train_docs)
+        check_vocabulary(cfg, tokenizer, log)
         cfg = resolve(cfg, tokenizer.vocab_size)
     created = not run_dir.exists()
     if not resume and info.is_main:  # hold the run before writing into it; a racing second `train` stops here
@@ -134,7 +143,8 @@ def _train_locked(
                 run_dir / CONFIG_FILE, config_text(cfg)
             )  # last: its presence marks a run that --resume accepts
             barrier(info)  # the other processes may read the run now
-        trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
+        with sizes_to_lower("training", training_sizes(cfg), TRAINING_REMEDY):
+            trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
     except BaseException:
         if not resume and info.is_main:  # leave no half-made run behind; the directory was empty or missing before
             if created:
@@ -154,7 +164,8 @@ def _train_locked(
         log(
             f"run {run_dir}: {n_params:,} parameters, {train_corpus.num_tokens:,} training tokens, device {trainer.device}{procs}"
         )
-    return trainer.train(max_steps=max_steps)
+    with sizes_to_lower("training", training_sizes(cfg), TRAINING_REMEDY):
+        return trainer.train(max_steps=max_steps)
 
 
 def _join_processes(cfg: RunConfig | None, run_dir: Path) -> DistInfo:
@@ -268,18 +279,20 @@ def evaluate_run(
     )
     with _writable_cache(cache_dir(cfg, run_dir)) as caches:
         corpus = load_corpus(cfg.data, split, tokenizer, caches)
-    result = evaluate(
-        model,
-        corpus,
-        split=split,
-        batch_size=e.batch_size,
-        seg_len=e.seg_len or cfg.model.seg_len,
-        mem_len=e.mem_len,
-        cmem_len=e.cmem_len,
-        max_batches=e.max_batches,
-        progress=progress,
-        amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
-    )
+    with sizes_to_lower("evaluating", evaluation_sizes(cfg), EVALUATION_REMEDY):
+        result = evaluate(
+            model,
+            corpus,
+            split=split,
+            batch_size=e.batch_size,
+            seg_len=e.seg_len or cfg.model.seg_len,
+            mem_len=e.mem_len,
+            cmem_len=e.cmem_len,
+            max_batches=e.max_batches,
+            progress=progress,
+            amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
+        )
+
     run = Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=run_dir, checkpoint=path)
     source = {"kind": "split", "format": cfg.data.format, "path": cfg.data.path, "split": split}
     write_eval_record(target, run_record(run, result, source))

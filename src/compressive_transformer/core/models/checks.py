@@ -7,6 +7,8 @@ reduction and one device sync per forward pass, and is skipped while ``torch.com
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch import Tensor
 
@@ -74,6 +76,16 @@ def check_inputs(cfg: ModelConfig, inputs: Tensor, targets: Tensor | None, input
     elif targets is not None and V > 0:
         if bool((((targets < 0) & (targets != IGNORE_INDEX)) | (targets >= V)).any()):
             raise ValueError(f"targets: token ids must be in [0, {V}) or {IGNORE_INDEX} (ignored)")
+
+
+def check_batch_size(batch_size: object) -> None:
+    """``init_memory``'s row count: a whole number >= 0 (torch would fail deep inside on a negative one)."""
+    try:
+        rows = operator.index(batch_size)  # int, numpy and 0-dim integer tensors; not floats
+    except TypeError:
+        rows = -1
+    if isinstance(batch_size, bool) or rows < 0:
+        raise ValueError(f"batch_size: the memory's number of rows must be a whole number >= 0, got {batch_size!r}")
 
 
 def _autocast(device: torch.device) -> bool:

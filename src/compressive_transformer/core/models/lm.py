@@ -35,7 +35,7 @@ from compressive_transformer.core.memory import (
     update_layer,
 )
 from compressive_transformer.core.models.block import Block, BlockOutput
-from compressive_transformer.core.models.checks import check_inputs, check_memory
+from compressive_transformer.core.models.checks import check_batch_size, check_inputs, check_memory
 from compressive_transformer.core.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.core.registry import compressor_spec
 from compressive_transformer.core.stamps import DeclaresWrites
@@ -95,6 +95,7 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         dtype: torch.dtype | None = None,
     ) -> MemoryState:
         """Empty memories; ``mem_len``/``cmem_len`` may differ from training (no parameter depends on them)."""
+        check_batch_size(batch_size)
         cfg = self.cfg
         mem_len = cfg.mem_len if mem_len is None else mem_len
         cmem_len = cfg.cmem_len if cmem_len is None else cmem_len

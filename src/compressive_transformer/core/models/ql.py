@@ -30,7 +30,7 @@ from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.dtypes import compute_dtype
 from compressive_transformer.core.memory import LayerMemory, MemoryState, empty_layer, update_layer
 from compressive_transformer.core.models.block import Block
-from compressive_transformer.core.models.checks import check_inputs, check_memory
+from compressive_transformer.core.models.checks import check_batch_size, check_inputs, check_memory
 from compressive_transformer.core.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.core.models.lm import LMOutput
 from compressive_transformer.core.registry import compressor_spec
@@ -98,6 +98,7 @@ class TransformerQL(DeclaresWrites, nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> MemoryState:
+        check_batch_size(batch_size)
         cfg = self.cfg
         if cmem_len:
             raise ValueError("Transformer-QL has no compressed memory; leave cmem_len unset or 0")
