@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from compressive_transformer import import_command
 from compressive_transformer.config import ConfigError
 from compressive_transformer.data.formats import path_formats
 
@@ -294,6 +295,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--manifest", type=Path, help="pg19: pinned manifest.json (from a previous download) every file must match"
     )
 
+    import_command.add_arguments(
+        sub.add_parser(
+            "import",
+            help="convert a checkpoint of another library (transfo-xl) into an export directory",
+            description="Convert a Transformer-XL checkpoint saved by Hugging Face transformers into an export "
+            "directory that evaluate, generate, export and train --init-from accept.",
+        )
+    )
+
     p = sub.add_parser(
         "demo",
         help="train, evaluate and sample a small model on the pydoc topics in a few minutes",
@@ -516,6 +526,7 @@ COMMANDS = {
     "report": cmd_report,
     "data": cmd_data,
     "demo": cmd_demo,
+    "import": import_command.main,
 }
 
 

@@ -25,13 +25,21 @@ MODEL_TYPE = "compressive-transformer"
 def export_run(run_dir: str | Path, out_dir: str | Path, *, checkpoint: str | Path | None = None) -> Path:
     """Write the run's newest (or ``checkpoint``'s) model into the new directory ``out_dir``; never into one that
     already holds something."""
-    from compressive_transformer import __version__
     from compressive_transformer.loading import load_run
 
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"export: {out} already holds files; choose a new output directory")
-    run = load_run(run_dir, device="cpu", checkpoint=checkpoint)
+    return write_export(load_run(run_dir, device="cpu", checkpoint=checkpoint), out)
+
+
+def write_export(run: "Run", out_dir: str | Path) -> Path:
+    """Write ``run`` (its config, weights and tokenizer) as the new directory ``out_dir``, atomically."""
+    from compressive_transformer import __version__
+
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"export: {out} already holds files; choose a new output directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".", suffix=".tmp"))
     try:
@@ -90,4 +98,4 @@ def from_pretrained(
     return Run(config=cfg, tokenizer=load_tokenizer(directory), model=model, run_dir=None, checkpoint=None)
 
 
-__all__ = ["export_run", "from_pretrained", "CONFIG_JSON", "WEIGHTS"]
+__all__ = ["export_run", "write_export", "from_pretrained", "CONFIG_JSON", "WEIGHTS"]
