@@ -100,7 +100,9 @@ def test_the_reference_options_are_needed(tmp_path, changes, option):
     assert max_difference(ref, ours, 11)[0] > 1e-3
 
 
-@pytest.mark.parametrize("changes", [dict(same_length=False), dict(same_length=True, clamp_len=4)], ids=["decoder", "forward"])
+@pytest.mark.parametrize(
+    "changes", [dict(same_length=False), dict(same_length=True, clamp_len=4)], ids=["decoder", "forward"]
+)
 def test_greedy_continuations_equal(tmp_path, changes):
     ref = reference(12, **changes)
     ours = imported(ref, tmp_path)

@@ -40,6 +40,11 @@ def main(args: argparse.Namespace) -> None:
     if args.seg_len < 1:
         raise ConfigError(f"--seg-len: must be >= 1, got {args.seg_len}")
     out = import_transfo_xl(
-        args.src, args.out, seg_len=args.seg_len, data_path=args.data_path, vocab=args.vocab, empty_memory=args.empty_memory
+        args.src,
+        args.out,
+        seg_len=args.seg_len,
+        data_path=args.data_path,
+        vocab=args.vocab,
+        empty_memory=args.empty_memory,
     )
     print(f"wrote {out}; evaluate it with `compressive-transformer evaluate {out} --text FILE` or generate from it")

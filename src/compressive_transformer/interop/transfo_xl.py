@@ -70,7 +70,9 @@ def model_config(raw: dict[str, Any], *, seg_len: int, empty_memory: bool = Fals
     d_model, div_val = get("d_model", 1024), get("div_val", 4)
     d_embed = get("d_embed", 1024)
     cutoffs = tuple(get("cutoffs", [20000, 40000, 200000]))
-    ties = tuple(bool(t) for t in raw.get("tie_projs") or [False] + [get("proj_share_all_but_first", True)] * len(cutoffs))
+    ties = tuple(
+        bool(t) for t in raw.get("tie_projs") or [False] + [get("proj_share_all_but_first", True)] * len(cutoffs)
+    )
     if len(ties) != len(cutoffs) + 1:
         raise _refuse("tie_projs", f"has {len(ties)} flags for {len(cutoffs)} cutoffs; it needs {len(cutoffs) + 1}")
     has_proj = div_val > 1 or d_embed != d_model
@@ -171,7 +173,9 @@ def read_tensors(src: Path) -> dict[str, torch.Tensor]:
         try:
             obj = torch.load(src / "pytorch_model.bin", map_location="cpu", weights_only=True)
         except Exception as e:  # weights_only refuses anything but tensors and plain containers
-            raise ConfigError(f"transfo-xl weights: {src / 'pytorch_model.bin'} is not a plain state dict ({e})") from None
+            raise ConfigError(
+                f"transfo-xl weights: {src / 'pytorch_model.bin'} is not a plain state dict ({e})"
+            ) from None
         if not isinstance(obj, dict):
             raise ConfigError(f"transfo-xl weights: {src / 'pytorch_model.bin'} does not hold a state dict")
         return obj
