@@ -7,6 +7,7 @@ Mistakes a user can make (a missing file, an unknown key, a run that already exi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -53,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(p, "override one config key, e.g. --set train.steps=500 (repeatable)")
     p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/<config>-<time>")
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
+    p.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="RUN_OR_EXPORT",
+        help="start from the weights of this run or export (parameters in both are copied, new ones listed; "
+        'train.freeze = ["model"] trains only the new compressor) and use its tokenizer',
+    )
 
     p = sub.add_parser(
         "evaluate",
@@ -318,6 +326,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     from compressive_transformer.distributed import DistInfo, shutdown
     from compressive_transformer.run import build_config, fresh_run_dir, train_run
 
+    if args.resume and args.init_from is not None:
+        raise ConfigError("--init-from: starts a new run; a resumed run continues from its own checkpoints")
     if args.resume:
         if args.run_dir is None:
             raise ConfigError("--resume: needs --run-dir, the run to continue")
@@ -326,6 +336,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         run_dir = args.run_dir
     else:
         cfg = build_config(args.config, args.overrides)
+        if args.init_from is not None:
+            cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, init_from=str(args.init_from)))
         run_dir = args.run_dir or fresh_run_dir(args.config.stem if args.config else "tiny")
         if args.run_dir is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ConfigError("--run-dir: name the run directory when several processes train one run (torchrun)")

@@ -392,6 +392,10 @@ class TrainConfig:
     compile: bool = False  # torch.compile the training forward (for GPUs: on CPU it measured slower than eager)
     num_threads: int = 0  # CPU threads for torch; 0: PyTorch's default (1 is fastest on a busy machine)
     progress: bool = True
+    init_from: str = ""  # a run or export directory whose weights start this run (`train --init-from`)
+    freeze: tuple[
+        str, ...
+    ] = ()  # parameter groups that stay as initialised: "model" (all but the compressor), "compressor"
 
     def __post_init__(self) -> None:
         _check_types(self, "train")
@@ -440,6 +444,11 @@ class TrainConfig:
         )
         _require(self.amp in AMP_CHOICES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_CHOICES)}")
         _require(self.num_threads >= 0, p + "num_threads", "must be >= 0 (0 means PyTorch's default)")
+        _require(
+            all(g in ("model", "compressor") for g in self.freeze),
+            p + "freeze",
+            f"unknown group in {list(self.freeze)}; use 'model' (all but the compressor) and/or 'compressor'",
+        )
 
     def accumulation_at(self, step: int) -> int:
         """Batches per update for update ``step`` (0-based): the last ``accumulate`` entry starting at or before it."""

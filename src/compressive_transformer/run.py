@@ -40,6 +40,7 @@ from compressive_transformer.data.readers import data_root_path
 from compressive_transformer.distributed import DistInfo, barrier, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.fileio import require_writable, write_text_atomic
+from compressive_transformer.init_from import load_source
 from compressive_transformer.models import MemoryModel, build_model
 from compressive_transformer.precision import amp_dtype, inference_amp
 from compressive_transformer.presets import DEMO_TOML, TINY_TOML
@@ -125,7 +126,8 @@ def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
         cache_dir=absolute(cfg.data.cache_dir),
         tokenizer_file=absolute(cfg.data.tokenizer_file),
     )
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data)
+    train = dataclasses.replace(cfg.train, init_from=absolute(cfg.train.init_from))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data, train=train)
 
 
 def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
@@ -247,6 +249,7 @@ def _train_locked(
     max_steps: int | None,
     log: Log,
 ) -> TrainSummary:
+    source = None  # the --init-from run or export (not on resume)
     if resume:
         saved = read_run_config(run_dir)  # one line when run_dir is not a run
         if info.is_main:
@@ -268,7 +271,8 @@ def _train_locked(
             device=resolve_device(cfg.train.device),
         )
         train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
-        tokenizer = build_tokenizer(cfg.data, train_docs)
+        source = load_source(cfg.train.init_from) if cfg.train.init_from else None
+        tokenizer = source_tokenizer(cfg, source) if source is not None else build_tokenizer(cfg.data, train_docs)
         cfg = resolve(cfg, tokenizer.vocab_size)
     created = not run_dir.exists()
     if not resume and info.is_main:  # hold the run before writing into it; a racing second `train` stops here
@@ -289,7 +293,16 @@ def _train_locked(
                 run_dir / CONFIG_FILE, config_text(cfg)
             )  # last: its presence marks a run that --resume accepts
             barrier(info)  # the other processes may read the run now
-        trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
+        if not resume and cfg.train.init_from and not info.is_main:
+            source = load_source(cfg.train.init_from)
+        trainer = Trainer(
+            cfg,
+            train_corpus=train_corpus,
+            val_corpus=val_corpus,
+            run_dir=run_dir,
+            log=log,
+            init_source=source.model if not resume and cfg.train.init_from else None,
+        )
     except BaseException:
         if not resume and info.is_main:  # leave no half-made run behind; the directory was empty or missing before
             if created:
@@ -310,6 +323,16 @@ def _train_locked(
             f"run {run_dir}: {n_params:,} parameters, {train_corpus.num_tokens:,} training tokens, device {trainer.device}{procs}"
         )
     return trainer.train(max_steps=max_steps)
+
+
+def source_tokenizer(cfg: RunConfig, source: Any) -> Any:
+    """The tokenizer of an ``--init-from`` source: its ids are what the copied weights mean."""
+    if source.tokenizer.kind != cfg.data.tokenizer:
+        raise ConfigError(
+            f"data.tokenizer: the --init-from source uses a {source.tokenizer.kind!r} tokenizer, whose ids its weights "
+            f"read; set data.tokenizer = {source.tokenizer.kind!r}"
+        )
+    return source.tokenizer
 
 
 def _join_processes(cfg: RunConfig | None, run_dir: Path) -> DistInfo:
