@@ -3,6 +3,7 @@ parameters are copied exactly, the new ones listed, frozen ones stay put, and mi
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -32,15 +33,21 @@ def test_compressor_only_then_everything(tmp_path, capsys, xl_run):
     frozen = tmp_path / "ct-frozen"
     code, out, err = cli_run(
         capsys, "train", "--run-dir", str(frozen), "--init-from", str(xl_run),
-        "--set", "train.steps=3", "--set", 'train.freeze=["model"]', "--set", "train.checkpoint_every=0",
+        "--set", "train.steps=4", "--set", 'train.freeze=["copied"]', "--set", "train.checkpoint_every=2",
     )  # fmt: skip
     assert code == 0, err
     assert "copied" in out and "compressors.0" in out  # the new parameters are listed
     after = params(frozen)
     assert all(torch.equal(after[k], v) for k, v in source.items())  # everything copied stays as it was
     new = [k for k in after if k not in source]
-    assert new and all(k.startswith("compressors.") or ".attn.c" in k for k in new)
+    assert new and all(k.startswith("compressors.") or ".attn.c" in k for k in new)  # compressor, cmem positions
     assert (frozen / "config.toml").read_text().count("init_from") == 1
+    # a resumed run freezes the same tensors (recorded in the run) without reading the source again
+    shutil.rmtree(frozen / "checkpoints" / "step-00000004")
+    code, out, err = cli_run(capsys, "train", "--run-dir", str(frozen), "--resume")
+    assert code == 0, err
+    resumed = params(frozen)
+    assert all(torch.equal(resumed[k], v) for k, v in source.items())
 
     full = tmp_path / "ct-full"
     code, out, err = cli_run(
@@ -75,11 +82,13 @@ def test_mistakes_end_in_one_line(tmp_path, capsys, xl_run):
     assert_one_line_error(code, err, "blocks.0.ff.0.weight", "(64, 32)", "(48, 32)")
     code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "b"), "--init-from", str(xl_run),
                            *XL, "--set", 'train.freeze=["model"]')  # fmt: skip
-    assert_one_line_error(code, err, "train.freeze", "no compressor")
+    assert_one_line_error(code, err, "train.freeze", "freezes every parameter")
+    code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "e"), *XL, "--set", 'train.freeze=["copied"]')
+    assert_one_line_error(code, err, "train.freeze", "--init-from")
     code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "c"), "--init-from", str(tmp_path / "none"))
     assert_one_line_error(code, err, "--init-from", "does not exist")
     code, _, err = cli_run(capsys, "train", "--run-dir", str(xl_run), "--resume", "--init-from", str(xl_run))
     assert_one_line_error(code, err, "--init-from")
     code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "d"), "--set", 'train.freeze=["all"]')
     assert_one_line_error(code, err, "train.freeze")
-    assert not any((tmp_path / n).exists() for n in "abcd")
+    assert not any((tmp_path / n).exists() for n in "abcde")

@@ -393,9 +393,7 @@ class TrainConfig:
     num_threads: int = 0  # CPU threads for torch; 0: PyTorch's default (1 is fastest on a busy machine)
     progress: bool = True
     init_from: str = ""  # a run or export directory whose weights start this run (`train --init-from`)
-    freeze: tuple[
-        str, ...
-    ] = ()  # parameter groups that stay as initialised: "model" (all but the compressor), "compressor"
+    freeze: tuple[str, ...] = ()  # groups kept as initialised: "copied" (from init_from), "model", "compressor"
 
     def __post_init__(self) -> None:
         _check_types(self, "train")
@@ -445,9 +443,10 @@ class TrainConfig:
         _require(self.amp in AMP_CHOICES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_CHOICES)}")
         _require(self.num_threads >= 0, p + "num_threads", "must be >= 0 (0 means PyTorch's default)")
         _require(
-            all(g in ("model", "compressor") for g in self.freeze),
+            all(g in ("copied", "model", "compressor") for g in self.freeze),
             p + "freeze",
-            f"unknown group in {list(self.freeze)}; use 'model' (all but the compressor) and/or 'compressor'",
+            f"unknown group in {list(self.freeze)}; use 'copied' (from --init-from), 'model' (all but the compressor) "
+            "or 'compressor'",
         )
 
     def accumulation_at(self, step: int) -> int:

@@ -2,22 +2,27 @@
 
 Parameters present in both models are copied (their shapes must agree); the new model's other parameters (a
 compressor, the compressed memory's positional stream) keep their usual initialisation and are listed. Frozen
-parameter groups (``"model"``: everything but the compressor; ``"compressor"``) get no gradient and no optimizer
-state, so ``train.freeze = ["model"]`` trains only the compression network of a Transformer-XL turned Compressive
-Transformer.
+parameter groups get no gradient and no optimizer state: ``"copied"`` (what came from the source: a Transformer-XL
+turned Compressive Transformer then trains its compressor and the compressed memory's positional stream only),
+``"model"`` (everything but the compression network) and ``"compressor"``. The copied names are recorded in the run
+(``init_from.json``), so a resumed run freezes the same ones without the source.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from compressive_transformer.config import ConfigError
+from compressive_transformer.fileio import write_text_atomic
 from compressive_transformer.models.protocol import MemoryModel
 
-FREEZABLE = ("model", "compressor")
+FREEZABLE = ("copied", "model", "compressor")
+RECORD = "init_from.json"
 
 
 @dataclass
@@ -56,16 +61,42 @@ def copy_weights(target: torch.nn.Module, source: torch.nn.Module) -> Transfer:
     return Transfer(copied=shared, new=[k for k in tgt if k not in src], unused=[k for k in src if k not in tgt])
 
 
-def freeze(model: MemoryModel, groups: tuple[str, ...]) -> None:
-    """Turn off the gradients of the named parameter groups; at least one parameter must stay trainable."""
+def freeze(model: MemoryModel, groups: tuple[str, ...], copied: list[str] = ()) -> None:
+    """Turn off the gradients of the named groups (:data:`FREEZABLE`); at least one parameter must stay trainable."""
+    if "copied" in groups and not copied:
+        raise ConfigError('train.freeze: "copied" needs a run started with --init-from; remove it or add --init-from')
+    named = dict(model.named_parameters(remove_duplicate=False))
     for group in groups:
-        for p in model.parameters_of(group):
+        params = [named[n] for n in copied if n in named] if group == "copied" else model.parameters_of(group)
+        for p in params:
             p.requires_grad_(False)
     if not any(p.requires_grad for p in model.parameters()):
         raise ConfigError(
             f"train.freeze: {list(groups)} freezes every parameter of this model; freeze fewer groups"
-            + (" (it has no compressor: set cmem_len > 0 to train only one)" if "model" in groups else "")
+            + (" (nothing is new or a compressor: set cmem_len > 0 to add one)" if groups else "")
         )
+
+
+def copied_names(
+    run_dir: Path,
+    t: "object",
+    model: torch.nn.Module,
+    source: torch.nn.Module | None,
+    log: Callable[[str], None] | None,
+) -> list[str]:
+    """Copy ``source``'s weights into ``model`` (a new run) and record the copied names in the run, or read them
+    back (a resumed run); [] for a run not started with ``--init-from``."""
+    record = Path(run_dir) / RECORD
+    if source is not None:
+        transfer = copy_weights(model, source)
+        if log is not None:
+            log(transfer.summary(t.init_from))
+            payload = {"source": t.init_from, "copied": transfer.copied, "new": transfer.new, "unused": transfer.unused}
+            write_text_atomic(record, json.dumps(payload, indent=1) + "\n")
+        return transfer.copied
+    if t.init_from and record.is_file():
+        return list(json.loads(record.read_text(encoding="utf-8"))["copied"])
+    return []
 
 
 def load_source(path: str | Path) -> "object":
@@ -78,4 +109,4 @@ def load_source(path: str | Path) -> "object":
     return load_run(path, device="cpu", log=lambda message: None)
 
 
-__all__ = ["FREEZABLE", "Transfer", "copy_weights", "freeze", "load_source"]
+__all__ = ["FREEZABLE", "RECORD", "Transfer", "copied_names", "copy_weights", "freeze", "load_source"]

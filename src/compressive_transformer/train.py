@@ -36,7 +36,7 @@ from compressive_transformer.config import ConfigError, RunConfig, TrainConfig
 from compressive_transformer.data import StreamBatcher
 from compressive_transformer.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
 from compressive_transformer.evaluate import EvalResult, evaluate
-from compressive_transformer.init_from import copy_weights, freeze
+from compressive_transformer.init_from import copied_names, freeze
 from compressive_transformer.machine import thread_warning
 from compressive_transformer.memory import MemoryState, is_row_tensor
 from compressive_transformer.metrics import MetricsLogger
@@ -204,11 +204,8 @@ class Trainer:
         self.rows = self.dist.rows(t.batch_size)  # the streams (and memories) this process owns
         seed_everything(t.seed)
         self.model = build_model(cfg.model).to(self.device)  # unwrapped: what checkpoints hold; same on every rank
-        if init_source is not None:
-            transfer = copy_weights(self.model, init_source)
-            if self.dist.is_main:
-                log(transfer.summary(t.init_from))
-        freeze(self.model, t.freeze)  # before DDP, which then expects no gradient for them
+        copied = copied_names(self.run_dir, t, self.model, init_source, log if self.dist.is_main else None)
+        freeze(self.model, t.freeze, copied)  # before DDP, which then expects no gradient for them
         if self.dist.active:
             torch.manual_seed(t.seed + self.dist.rank)  # each rank its own dropout masks
         wrapped: torch.nn.Module = self.model
