@@ -93,6 +93,15 @@ def test_import_then_evaluate_generate_export(tmp_path, capsys):
     text.write_text(" ".join(WORDS[2:30]) + " unseen\n", encoding="utf-8")
     code, stdout, err = cli_run(capsys, "evaluate", str(out), "--text", str(text), "--out", str(tmp_path / "e.json"))
     assert code == 0, err
+    corpus = tmp_path / "wikitext"
+    corpus.mkdir()
+    for split in ("train", "valid", "test"):
+        (corpus / f"wiki.{split}.tokens").write_text(" = w3 = \n w4 w5 w6 w7 . \n", encoding="utf-8")
+    code, stdout, err = cli_run(
+        capsys, "evaluate", str(out), "--data", str(corpus), "--format", "wikitext", "--split", "test",
+        "--set", "eval.mem_len=12", "--out", str(tmp_path / "w.json"),
+    )  # fmt: skip
+    assert code == 0, err
     code, stdout, err = cli_run(
         capsys, "generate", str(out), "--prompt", "w1 w2 w3", "--max-tokens", "5", "--temperature", "0"
     )
