@@ -199,3 +199,19 @@ def test_export_and_from_pretrained_keep_the_adaptive_model(tmp_path):
     tokens = torch.randint(0, V, (1, 6))
     with torch.no_grad():
         torch.testing.assert_close(again(tokens).logits, model(tokens).logits)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_whole_model_under_autocast_with_div_val_above_one(dtype):
+    """Mixed clusters in one batch under 16-bit autocast (Transformer-XL's own embedding fails here with
+    div_val != 1: an fp16 result copied into an fp32 buffer)."""
+    model = build_model(cfg_of(cutoffs=(10, 30), div_val=2))
+    tokens = torch.arange(12).view(2, 6) * 4  # ids from every cluster
+    with torch.autocast("cpu", dtype=dtype):
+        out = model(tokens, targets=tokens)
+        out.loss.backward()
+        model.eval()
+        with torch.no_grad():
+            logp = model(tokens).logits
+    assert out.loss.dtype == torch.float32 and logp.dtype == torch.float32
+    torch.testing.assert_close(logp.logsumexp(-1), torch.zeros(2, 6), atol=1e-5, rtol=0)
