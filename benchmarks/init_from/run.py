@@ -1,6 +1,8 @@
 """The `train --init-from` demo: a small Transformer-XL turned into a Compressive Transformer, per seed.
 
-    python -m benchmarks.init_from.run --data ../shared/data/wikitext-103 --out runs/init_from --seeds 0,1,2
+    CT_DATA_ROOT=DIR python -m benchmarks.init_from.run --out runs/init_from --seeds 0,1,2
+
+(DIR holds wikitext-103/; or pass --data PATH.)
 
 For each seed: train ``txl.toml``; ``--init-from`` it into ``ct.toml`` training only what is new (the compressor and
 the compressed memory's positional stream: ``train.freeze = ["copied"]``); ``--init-from`` that into ``ct.toml``
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from compressive_transformer import cli
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
+from compressive_transformer.data.readers import data_root_path
 from compressive_transformer.fileio import write_text_atomic
 from compressive_transformer.machine import machine_info
 
@@ -81,7 +84,7 @@ def plot(summary: dict[str, dict], path: Path) -> None:
     ax.invert_yaxis()
     lo = min(m - e for m, e in zip(means, errs))
     ax.set_xlim(lo - 0.1, max(m + e for m, e in zip(means, errs)) + 0.05)
-    ax.set_xlabel("bits per token, wiki.test.tokens (first 25,600 tokens); mean and 95% interval over seeds")
+    ax.set_xlabel("bits per token, first 25,600 tokens of wiki.test.tokens (mean, 95% interval)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -89,12 +92,16 @@ def plot(summary: dict[str, dict], path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True, help="the WikiText-103 directory (wiki.valid.tokens, wiki.test.tokens)")
+    p.add_argument(
+        "--data",
+        default="data/wikitext-103",
+        help="the WikiText-103 directory (wiki.valid.tokens, wiki.test.tokens); data/... reads $CT_DATA_ROOT/...",
+    )
     p.add_argument("--out", type=Path, default=Path("runs/init_from"))
     p.add_argument("--seeds", default="0,1,2")
     args = p.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    data = str(Path(args.data).resolve())
+    data = str(Path(data_root_path(args.data)).resolve())
     start = time.time()
     per_seed = {seed: one_seed(args.out, seed, data) for seed in seeds}
     names = [n for n, _, _ in EVALS]
@@ -119,7 +126,8 @@ def main() -> None:
     }
     write_text_atomic(HERE / "results.json", json.dumps(record, indent=1) + "\n")
     lines = [
-        f"Command: `{command}`; machine: {record['machine'].get('cpu', '?')}; {len(seeds)} seeds.",
+        f"Command: `{command}`; machine: {record['machine'].get('cpu', '?')}, {record['machine'].get('cores')} cores "
+        f"shared with other jobs, one thread per process, torch {record['machine'].get('torch')}; {len(seeds)} seeds.",
         "",
         "| model | bits per token (mean ± 95% interval) | per seed |",
         "|---|---|---|",
