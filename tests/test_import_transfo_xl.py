@@ -116,6 +116,7 @@ def test_import_then_evaluate_generate_export(tmp_path, capsys):
     [
         (dict(attn_type=1), "attn_type"),
         (dict(sample_softmax=100), "sample_softmax"),
+        (dict(ext_len=16), "ext_len"),
         (dict(favourite_colour="red"), "favourite_colour"),
         (dict(model_type="gpt2"), "'gpt2'"),
         (dict(vocab_size=41), "vocabulary has 40 words"),

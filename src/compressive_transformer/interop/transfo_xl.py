@@ -64,6 +64,8 @@ def model_config(raw: dict[str, Any], *, seg_len: int, empty_memory: bool = Fals
     get = lambda key, default: raw.get(key, default)  # noqa: E731 - TransfoXLConfig's defaults
     if get("attn_type", 0) != 0:
         raise _refuse("attn_type", f"{raw['attn_type']} is not the relative attention (0) this library implements")
+    if get("ext_len", 0) > 0:
+        raise _refuse("ext_len", "extended context (the original code's ext_len) is not supported; set it to 0")
     if get("sample_softmax", -1) > 0:
         raise _refuse("sample_softmax", "sampled softmax is not supported; set it to -1 (the full adaptive softmax)")
     vocab = get("vocab_size", get("n_token", 267735))
