@@ -20,6 +20,7 @@ from cli_helpers import FAST, assert_one_line_error, cli_run
 from conftest import tiny_config
 
 from compressive_transformer import cli
+from compressive_transformer.commands.interrupted import interrupted_message
 from compressive_transformer.core.config import to_dict
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.models import build_model
@@ -27,7 +28,6 @@ from compressive_transformer.experiments import ablation, compare, long_range
 from compressive_transformer.experiments.long_range import PRESETS
 from compressive_transformer.experiments.long_range_results import locked_results
 from compressive_transformer.runs.checkpoint import list_checkpoints
-from compressive_transformer.runs.failures import interrupted_message
 from compressive_transformer.runs.metrics import METRICS_FILE, MetricsLogger, read_metrics
 from compressive_transformer.training import text_eval
 from compressive_transformer.training import workflows as run_module

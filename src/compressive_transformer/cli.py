@@ -19,21 +19,37 @@ from compressive_transformer.commands import (
     evaluate,
     export,
     generate,
+    import_checkpoint,
     report,
     study,
     task,
     train,
 )
 from compressive_transformer.commands import range as range_
+from compressive_transformer.commands.interrupted import interrupted_message
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.version import __version__
 from compressive_transformer.runs import allocator
-from compressive_transformer.runs.failures import interrupted_message
 from compressive_transformer.training.trainer import TrainingError
 
 EXIT_USER_ERROR = 2
 COMMANDS = {
-    m.NAME: m for m in (train, evaluate, generate, export, range_, compare, study, task, analyze, report, data, demo)
+    m.NAME: m
+    for m in (
+        train,
+        evaluate,
+        generate,
+        export,
+        range_,
+        compare,
+        study,
+        task,
+        analyze,
+        report,
+        data,
+        demo,
+        import_checkpoint,
+    )
 }
 
 

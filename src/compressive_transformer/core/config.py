@@ -35,7 +35,8 @@ COMPRESSION_LOSSES = ("attention", "autoencoder", "bptt", "none")
 ATTENTION_IMPLS = ("auto", "math", "sdpa")
 NORMS = ("pre", "post")
 CMEM_POSITIONS = ("separate", "shared")
-SHARE_POSITIONS = ("none", "biases", "all")  # what the layers' attention shares: nothing, u/v, u/v and W_r
+SHARE_POSITIONS = ("none", "biases", "all")
+MEMORY_INITS = ("empty", "zeros")  # what the layers' attention shares: nothing, u/v, u/v and W_r
 
 
 def _require(ok: bool, key: str, message: str) -> None:
@@ -55,6 +56,8 @@ def _type_ok(value: Any, annotation: Any) -> bool:
         return any(_type_ok(value, a) for a in typing.get_args(annotation))
     if annotation is type(None):
         return value is None
+    if dataclasses.is_dataclass(annotation):
+        return isinstance(value, annotation)
     if origin is tuple:
         args = [a for a in typing.get_args(annotation) if a is not Ellipsis] or [Any]
         return isinstance(value, (tuple, list)) and all(_type_ok(v, args[0]) for v in value)
@@ -79,6 +82,48 @@ def _check_types(obj: Any, section: str) -> None:
             raise ConfigError(
                 f"{section}.{name}: expected {kind}{' (finite)' if annotation is float else ''}, got {value!r}"
             )
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """Adaptive input embedding and adaptive softmax (Baevski & Auli 2019; Transformer-XL's word-level models).
+
+    The vocabulary is cut at ``cutoffs`` into a head (the most frequent ids, below the first cutoff) and tail
+    clusters; cluster i embeds in ``d_embed // div_val ** i`` dimensions, projected to ``d_model``. ``tie_projs``
+    lists per cluster (head first) whether the softmax reuses the embedding's projection (Transformer-XL's
+    ``tie_projs``); ``model.tie_embeddings`` ties the clusters' word vectors. Ids must be sorted by frequency.
+    """
+
+    cutoffs: tuple[int, ...] = ()
+    div_val: int = 1
+    d_embed: int = 0  # 0: d_model
+    tie_projs: tuple[bool, ...] = ()  # () ties none
+
+    def __post_init__(self) -> None:
+        _check_types(self, "model.adaptive")
+        p = "model.adaptive."
+        c = self.cutoffs
+        _require(
+            all(a < b for a, b in zip((0,) + c, c)),
+            p + "cutoffs",
+            f"must be positive and strictly increasing, got {list(c)}",
+        )
+        _require(self.div_val >= 1, p + "div_val", "must be >= 1")
+        _require(self.d_embed >= 0, p + "d_embed", "must be >= 0 (0 means d_model)")
+        _require(
+            not self.tie_projs or len(self.tie_projs) == len(c) + 1,
+            p + "tie_projs",
+            f"give one flag per cluster, head first ({len(c) + 1} for {len(c)} cutoffs), or [] for none",
+        )
+
+    def cluster_dims(self, d_model: int) -> tuple[int, ...]:
+        """Embedding width of each cluster, head first."""
+        d = self.d_embed or d_model
+        return tuple(d // self.div_val**i for i in range(len(self.cutoffs) + 1))
+
+    def has_proj(self, d_model: int) -> bool:
+        """Whether the clusters' vectors are projected to d_model (always with div_val > 1)."""
+        return self.div_val > 1 or (self.d_embed or d_model) != d_model
 
 
 @dataclass(frozen=True)
@@ -121,6 +166,11 @@ class ModelConfig:
     droppath: float = 0.0  # Transformer-QL: probability of dropping the finer scales from the accumulation
     init_std: float = 0.02
     layer_norm_eps: float = 1e-5
+    adaptive: AdaptiveConfig | None = None  # adaptive input and softmax ([model.adaptive]); None: full softmax
+    # Transformer-XL reference behaviours an importer sets (docs/fidelity.md):
+    memory_init: str = "empty"  # "zeros": start with mem_len valid zero-input slots, as `transformers` does
+    same_length_self: bool = False  # same_length: the window of mem_len keys counts the query itself
+    final_norm: bool = True  # norm = "pre": layer-norm the last block's output (Transformer-XL's code does not)
 
     def __post_init__(self) -> None:
         _check_types(self, "model")
@@ -181,6 +231,29 @@ class ModelConfig:
             not (self.tie_embeddings and (self.input_dim > 0 or self.vocab_size == 0)),
             p + "tie_embeddings",
             "needs token inputs (input_dim = 0) and vocab_size > 0",
+        )
+        if self.adaptive is not None:
+            _require(
+                self.input_dim == 0 and self.vocab_size > 0,
+                p + "adaptive",
+                "needs token inputs (input_dim = 0, vocab_size > 0); remove [model.adaptive]",
+            )
+            dims = self.adaptive.cluster_dims(self.d_model)
+            _require(
+                dims[-1] >= 1,
+                p + "adaptive.div_val",
+                f"the last cluster would embed in {dims[-1]} dimensions; lower div_val or raise d_embed",
+            )
+            _require(
+                not any(self.adaptive.tie_projs) or self.adaptive.has_proj(self.d_model),
+                p + "adaptive.tie_projs",
+                "there is no projection to tie with div_val = 1 and d_embed = d_model; set []",
+            )
+        _require(self.memory_init in MEMORY_INITS, p + "memory_init", f"use one of {', '.join(MEMORY_INITS)}")
+        _require(
+            self.memory_init == "empty" or not (self.is_ql or self.uses_compression),
+            p + "memory_init",
+            "zero-filled memory is a Transformer-XL import option (cmem_len = 0, no scales); set 'empty'",
         )
         if self.is_ql:
             self._check_ql()
@@ -319,6 +392,8 @@ class TrainConfig:
     compile: bool = False  # torch.compile the training forward (for GPUs: on CPU it measured slower than eager)
     num_threads: int = 0  # CPU threads for torch; 0: PyTorch's default (1 is fastest on a busy machine)
     progress: bool = True
+    init_from: str = ""  # a run or export directory whose weights start this run (`train --init-from`)
+    freeze: tuple[str, ...] = ()  # groups kept as initialised: "copied" (from init_from), "model", "compressor"
 
     def __post_init__(self) -> None:
         _check_types(self, "train")
@@ -367,6 +442,12 @@ class TrainConfig:
         )
         _require(self.amp in AMP_CHOICES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_CHOICES)}")
         _require(self.num_threads >= 0, p + "num_threads", "must be >= 0 (0 means PyTorch's default)")
+        _require(
+            all(g in ("copied", "model", "compressor") for g in self.freeze),
+            p + "freeze",
+            f"unknown group in {list(self.freeze)}; use 'copied' (from --init-from), 'model' (all but the compressor) "
+            "or 'compressor'",
+        )
 
     def accumulation_at(self, step: int) -> int:
         """Batches per update for update ``step`` (0-based): the last ``accumulate`` entry starting at or before it."""
@@ -552,6 +633,8 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         (inner, *_rest) = typing.get_args(annotation) or (Any,)
         return tuple(_coerce(v, inner, key) for v in value)
+    if dataclasses.is_dataclass(annotation) and isinstance(value, Mapping):  # a nested table, e.g. [model.adaptive]
+        return from_dict(annotation, value, key)
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if annotation in (int, float, str, bool):
@@ -634,6 +717,7 @@ def _deepcopy(d: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
+    "AdaptiveConfig",
     "ConfigError",
     "ModelConfig",
     "TrainConfig",

@@ -36,7 +36,9 @@ def forward_bytes(
     memories = B * L * (mem_len + cmem_len) * d
     hidden = B * T * d * 2
     scores = B * cfg.n_heads * T * (T + mem_len + cmem_len)
-    logits = B * T * max(cfg.vocab_size, 1)
+    a = cfg.adaptive  # an adaptive softmax scores its head for every position, a tail only at its own targets
+    width = a.cutoffs[0] + len(a.cutoffs) if a is not None and a.cutoffs else cfg.vocab_size
+    logits = B * T * max(width, 1)
     return (memories + hidden + scores + logits) * element_size
 
 

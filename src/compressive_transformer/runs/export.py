@@ -14,7 +14,7 @@ import safetensors.torch
 
 from compressive_transformer.core.config import ConfigError, to_dict
 from compressive_transformer.core.version import __version__
-from compressive_transformer.runs.loading import CONFIG_JSON, MODEL_TYPE, WEIGHTS, from_pretrained, load_run
+from compressive_transformer.runs.loading import CONFIG_JSON, MODEL_TYPE, WEIGHTS, Run, from_pretrained, load_run
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, *, checkpoint: str | Path | None = None) -> Path:
@@ -23,7 +23,14 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, checkpoint: str | Pa
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"export: {out} already holds files; choose a new output directory")
-    run = load_run(run_dir, device="cpu", checkpoint=checkpoint)
+    return write_export(load_run(run_dir, device="cpu", checkpoint=checkpoint), out)
+
+
+def write_export(run: Run, out_dir: str | Path) -> Path:
+    """Write ``run`` (its config, weights and tokenizer) as the new directory ``out_dir``, atomically."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"export: {out} already holds files; choose a new output directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".", suffix=".tmp"))
     try:
@@ -47,4 +54,4 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, checkpoint: str | Pa
     return out
 
 
-__all__ = ["export_run", "from_pretrained", "CONFIG_JSON", "WEIGHTS"]
+__all__ = ["export_run", "write_export", "from_pretrained", "CONFIG_JSON", "WEIGHTS"]

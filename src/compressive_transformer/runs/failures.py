@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-from pathlib import Path
 from typing import Iterator, Mapping
 
 import torch
 
 from compressive_transformer.core.config import ConfigError, RunConfig
-from compressive_transformer.runs.runlock import LOCK_FILE
 
 # what the allocators say: torch.OutOfMemoryError (CUDA, MPS), and the CPU allocator's RuntimeError
 _OOM_TEXT = ("DefaultCPUAllocator", "can't allocate memory", "not enough memory", "out of memory")
@@ -87,35 +85,12 @@ def write_failure(error: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # Ctrl-C: the advice depends on what the interrupted command leaves behind
 
-RESUMABLE = {
-    "study": "rerun the same command to continue; finished runs are reused",
-    "compare": "rerun the same command to continue; finished runs are reused",
-}
-
-
-def interrupted_message(command: str, run_dir: Path | None = None, *, seeded: bool = False) -> str:
-    """The line printed after Ctrl-C. For ``train``, ``run_dir`` is the run: resuming is advised only where the
-    run directory holds a run that ``--resume`` accepts."""
-    if command == "train" and run_dir is not None:
-        from compressive_transformer.training.workflows import CONFIG_FILE
-
-        if (run_dir / CONFIG_FILE).is_file():
-            return f"interrupted; continue the run with `compressive-transformer train --run-dir {run_dir} --resume`"
-        if not run_dir.exists() or not any(p.name != LOCK_FILE for p in run_dir.iterdir()):
-            return f"interrupted while {run_dir} was being set up, before its first step; nothing was kept: start it again with the same command"
-        return f"interrupted while {run_dir} was being set up; it holds no complete run: delete it, then start it again"
-    if command == "task" and seeded:
-        return "interrupted; rerun the same command to continue: finished cells are reused"
-    return "interrupted" + (f"; {RESUMABLE[command]}" if command in RESUMABLE else "")
-
-
 __all__ = [
     "OutOfMemory",
     "EVALUATION_REMEDY",
     "TRAINING_REMEDY",
     "VALIDATION_REMEDY",
     "evaluation_sizes",
-    "interrupted_message",
     "is_disk_full",
     "is_out_of_memory",
     "sizes_to_lower",

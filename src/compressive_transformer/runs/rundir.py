@@ -102,7 +102,8 @@ def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
         cache_dir=absolute(cfg.data.cache_dir),
         tokenizer_file=absolute(cfg.data.tokenizer_file),
     )
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data)
+    train = dataclasses.replace(cfg.train, init_from=absolute(cfg.train.init_from))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data, train=train)
 
 
 def check_vocabulary(cfg: RunConfig, tokenizer: Any, log: Log) -> None:

@@ -29,8 +29,13 @@ def dumps(sections: dict[str, dict[str, Any]]) -> str:
     lines: list[str] = []
     for name, table in sections.items():
         lines.append(f"[{name}]")
-        lines.extend(f"{key} = {_value(val)}" for key, val in table.items() if val is not None)
+        lines.extend(
+            f"{key} = {_value(val)}" for key, val in table.items() if val is not None and not isinstance(val, dict)
+        )
         lines.append("")
+        nested = {f"{name}.{key}": val for key, val in table.items() if isinstance(val, dict)}  # e.g. [model.adaptive]
+        if nested:
+            lines.append(dumps(nested))
     return "\n".join(lines)
 
 

@@ -38,6 +38,7 @@ from compressive_transformer.runs.checkpoint import (
     save_checkpoint,
 )
 from compressive_transformer.runs.failures import VALIDATION_REMEDY, evaluation_sizes, sizes_to_lower
+from compressive_transformer.runs.init_from import copied_names, freeze
 from compressive_transformer.runs.machine import resolve_device, set_threads
 from compressive_transformer.runs.metrics import MetricsLogger, read_metrics
 from compressive_transformer.runs.precision import (
@@ -108,8 +109,9 @@ def compile_model(module: torch.nn.Module) -> torch.nn.Module:
 def build_optimizer(model: MemoryModel, t: TrainConfig) -> torch.optim.Adam:
     """Adam with one param group for the model and one for the compressor (its lr is scaled by
     ``train.compressor_lr_scale``). ``lr_scale`` rides along in each group so the schedule can set both."""
-    groups = [{"params": model.parameters_of("model"), "name": "model", "lr_scale": 1.0}]
-    compressor = model.parameters_of("compressor")
+    trainable = lambda group: [p for p in model.parameters_of(group) if p.requires_grad]  # noqa: E731 - not frozen
+    groups = [{"params": trainable("model"), "name": "model", "lr_scale": 1.0}] if trainable("model") else []
+    compressor = trainable("compressor")
     if compressor:
         groups.append({"params": compressor, "name": "compressor", "lr_scale": t.compressor_lr_scale})
     return adam(groups, lr=t.lr_start, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay)
@@ -157,7 +159,9 @@ class Trainer:
         run_dir: str | Path,
         val_corpus: Any = None,
         log: Callable[[str], None] = print,
+        init_source: torch.nn.Module | None = None,
     ) -> None:
+        """``init_source``: a model whose weights start this run (``train.init_from``; not on resume)."""
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.val_corpus = val_corpus
@@ -170,6 +174,8 @@ class Trainer:
         self.rows = self.dist.rows(t.batch_size)  # the streams (and memories) this process owns
         seed_everything(t.seed)
         self.model = build_model(cfg.model).to(self.device)  # unwrapped: what checkpoints hold; same on every rank
+        copied = copied_names(self.run_dir, t, self.model, init_source, log if self.dist.is_main else None)
+        freeze(self.model, t.freeze, copied)  # before DDP, which then expects no gradient for them
         if self.dist.active:
             torch.manual_seed(t.seed + self.dist.rank)  # each rank its own dropout masks
         wrapped: torch.nn.Module = self.model
@@ -342,7 +348,9 @@ class Trainer:
                 raise self._diverged("the loss", f"{loss_value:.4g} (above {bound})")
             if not math.isfinite(aux_value):
                 raise self._diverged("the compression loss", aux_value)
-            self.scaler.scale((loss * share + aux) / n_batches).backward()
+            total = (loss * share + aux) / n_batches
+            if total.requires_grad:  # with train.freeze, a segment may reach no trainable parameter
+                self.scaler.scale(total).backward()
             self.memory = out.memory
             loss_sum += loss_value
             aux_sum += aux_value

@@ -30,6 +30,7 @@ from compressive_transformer.runs.failures import (
     sizes_to_lower,
     training_sizes,
 )
+from compressive_transformer.runs.init_from import load_source
 from compressive_transformer.runs.loading import Run, load_run
 from compressive_transformer.runs.machine import resolve_device
 from compressive_transformer.runs.precision import inference_amp
@@ -100,6 +101,7 @@ def _train_locked(
     max_steps: int | None,
     log: Log,
 ) -> TrainSummary:
+    source = None  # the --init-from run or export (not on resume)
     if resume:
         saved = read_run_config(run_dir)  # one line when run_dir is not a run
         if info.is_main:
@@ -121,7 +123,8 @@ def _train_locked(
             device=resolve_device(cfg.train.device),
         )
         train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
-        tokenizer = build_tokenizer(cfg.data, train_docs)
+        source = load_source(cfg.train.init_from) if cfg.train.init_from else None
+        tokenizer = source_tokenizer(cfg, source) if source is not None else build_tokenizer(cfg.data, train_docs)
         check_vocabulary(cfg, tokenizer, log)
         cfg = resolve(cfg, tokenizer.vocab_size)
     created = not run_dir.exists()
@@ -143,8 +146,17 @@ def _train_locked(
                 run_dir / CONFIG_FILE, config_text(cfg)
             )  # last: its presence marks a run that --resume accepts
             barrier(info)  # the other processes may read the run now
+        if not resume and cfg.train.init_from and not info.is_main:
+            source = load_source(cfg.train.init_from)
         with sizes_to_lower("training", training_sizes(cfg), TRAINING_REMEDY):
-            trainer = Trainer(cfg, train_corpus=train_corpus, val_corpus=val_corpus, run_dir=run_dir, log=log)
+            trainer = Trainer(
+                cfg,
+                train_corpus=train_corpus,
+                val_corpus=val_corpus,
+                run_dir=run_dir,
+                log=log,
+                init_source=source.model if not resume and cfg.train.init_from else None,
+            )
     except BaseException:
         if not resume and info.is_main:  # leave no half-made run behind; the directory was empty or missing before
             if created:
@@ -166,6 +178,16 @@ def _train_locked(
         )
     with sizes_to_lower("training", training_sizes(cfg), TRAINING_REMEDY):
         return trainer.train(max_steps=max_steps)
+
+
+def source_tokenizer(cfg: RunConfig, source: Any) -> Any:
+    """The tokenizer of an ``--init-from`` source: its ids are what the copied weights mean."""
+    if source.tokenizer.kind != cfg.data.tokenizer:
+        raise ConfigError(
+            f"data.tokenizer: the --init-from source uses a {source.tokenizer.kind!r} tokenizer, whose ids its weights "
+            f"read; set data.tokenizer = {source.tokenizer.kind!r}"
+        )
+    return source.tokenizer
 
 
 def _join_processes(cfg: RunConfig | None, run_dir: Path) -> DistInfo:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.constants import IGNORE_INDEX
+from compressive_transformer.core.models.adaptive import AdaptiveInput, AdaptiveLogSoftmax
 
 
 def dropout(p: float) -> nn.Module:
@@ -17,11 +19,15 @@ def dropout(p: float) -> nn.Module:
 
 
 class InputLayer(nn.Module):
-    """Token embedding scaled by sqrt(d) (Transformer-XL), or a linear projection of continuous inputs."""
+    """Token embedding scaled by sqrt(d) (Transformer-XL), an adaptive input embedding, or a linear projection of
+    continuous inputs."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        if cfg.input_dim > 0:
+        self.adaptive = AdaptiveInput(cfg) if cfg.adaptive is not None else None
+        if self.adaptive is not None:
+            self.embed = self.proj = None
+        elif cfg.input_dim > 0:
             self.embed, self.proj = None, nn.Linear(cfg.input_dim, cfg.d_model)
         else:
             self.embed, self.proj = nn.Embedding(cfg.vocab_size, cfg.d_model), None
@@ -29,17 +35,22 @@ class InputLayer(nn.Module):
 
     def forward(self, inputs: Tensor) -> Tensor:
         """(B, T) ids or (B, T, input_dim) floats -> (B, T, d)."""
+        if self.adaptive is not None:
+            return self.adaptive(inputs)
         return self.embed(inputs) * self.scale if self.embed is not None else self.proj(inputs)
 
 
 class OutputLayer(nn.Module):
-    """Final norm (pre-LN models), dropout and the LM head (absent for a hidden-states-only model)."""
+    """Final norm (pre-LN models), dropout and the LM head (absent for a hidden-states-only model): a linear layer or
+    an adaptive softmax, whose "logits" are log-probabilities (fp32), left out when training (only the loss is
+    needed there, and it scores each tail cluster at its own targets only)."""
 
     def __init__(self, cfg: ModelConfig, input_layer: InputLayer) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" and cfg.final_norm else None
         self.drop = dropout(cfg.dropout)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size) if cfg.vocab_size > 0 else None
+        self.adaptive = AdaptiveLogSoftmax(cfg, input_layer.adaptive) if input_layer.adaptive is not None else None
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size) if cfg.vocab_size > 0 and self.adaptive is None else None
         if self.head is not None and cfg.tie_embeddings:
             self.head.weight = input_layer.embed.weight
 
@@ -47,6 +58,11 @@ class OutputLayer(nn.Module):
         """Returns (hidden (B, T, d), logits (B, T, V) | None, mean cross-entropy over targets != -100 | None)."""
         if self.norm is not None:
             h = self.norm(h)
+        if self.adaptive is not None:
+            x = self.drop(h)
+            train = targets is not None and torch.is_grad_enabled()
+            logits = None if train else self.adaptive.log_probs(x)
+            return h, logits, self.adaptive.loss(x, targets) if targets is not None else None
         logits = self.head(self.drop(h)) if self.head is not None else None
         if targets is None:
             return h, logits, None

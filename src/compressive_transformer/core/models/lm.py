@@ -6,7 +6,7 @@ side effects: memory comes in as a :class:`MemoryState` and the next one goes ou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
@@ -122,7 +122,23 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             device=device,
             dtype=dtype,
         )
-        return MemoryState(tuple(layer() for _ in range(cfg.n_layers)))
+        layers = tuple(layer() for _ in range(cfg.n_layers))
+        if cfg.memory_init == "zeros":
+            layers = tuple(self._zero_input_memory(state, block) for state, block in zip(layers, self.blocks))
+        return MemoryState(layers)
+
+    @staticmethod
+    def _zero_input_memory(state: LayerMemory, block: Block) -> LayerMemory:
+        """``memory_init = "zeros"``: every slot valid and holding what the layer stores for a zero input (zeros, or
+        the pre-norm's bias), as the first segment sees it in `transformers`' Transformer-XL."""
+        with torch.no_grad():
+            slot = block.attn_input(state.mem.new_zeros(state.mem.shape[-1]))  # (d,)
+        return replace(
+            state,
+            mem=slot.expand_as(state.mem).clone(),
+            mem_mask=torch.ones_like(state.mem_mask),
+            fill=state.capacity,
+        )
 
     # ---------------------------------------------------------------------------------------------------------
 
@@ -169,7 +185,10 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         # Every layer pushes the same positions and resets the same rows, so one mask serves all layers.
         mask = additive_mask(
             attention_mask(
-                input_mask, first.mem_mask, first.cmem_mask, same_length_window=first.mem_len if cfg.same_length else 0
+                input_mask,
+                first.mem_mask,
+                first.cmem_mask,
+                same_length_window=first.mem_len - cfg.same_length_self if cfg.same_length else 0,
             ),
             compute_dtype(h.device, h.dtype),
         )
