@@ -14,7 +14,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from compressive_transformer.analysis.frequency import (
 )
 from compressive_transformer.analysis.regions import attention_by_region, bucket_table
 from compressive_transformer.analysis.temporal import empirical_temporal_range
-from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.core.config import ConfigError, Log, to_dict
 from compressive_transformer.core.context import temporal_range
 from compressive_transformer.data import load_corpus, read_documents
 from compressive_transformer.runs.checkpoint import list_checkpoints
@@ -38,7 +38,6 @@ from compressive_transformer.runs.metrics import read_metrics
 from compressive_transformer.runs.rundir import cache_dir, read_run_config
 
 ANALYSES = ("regions", "compressibility", "temporal", "frequency")
-Log = Callable[[str], None]
 
 
 def _json_safe(obj: Any) -> Any:
