@@ -1,4 +1,4 @@
-"""Frozen configuration dataclasses, TOML loading and dotted overrides.
+"""Frozen configuration dataclasses of a run's sections (TOML loading and dotted overrides: :mod:`.config_base`).
 
 Every section is a frozen dataclass that validates itself in ``__post_init__``; a user mistake raises
 :class:`ConfigError` with one line that names the offending key and says what to change.
@@ -7,79 +7,28 @@ Every section is a frozen dataclass that validates itself in ``__post_init__``; 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
-import numbers
-import sys
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, TypeVar
+from typing import Any, Mapping, NamedTuple
 
+from compressive_transformer.core.config_base import (
+    ConfigError,
+    Log,
+    apply_overrides,
+    check_types,
+    from_dict,
+    load_toml,
+    parse_override,
+    require,
+    to_dict,
+    tomllib,
+)
 from compressive_transformer.core.registry import COMPRESSION_LOSSES, COMPRESSORS, FORMATS, find_model_kind
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
-
-
-class ConfigError(ValueError):
-    """A configuration a user wrote cannot work; the message names the key and the fix."""
-
-
-T = TypeVar("T")
-Log = Callable[[str], None]  # where one-line notes for the user go (print, a progress bar's write, a file)
 
 ATTENTION_IMPLS = ("auto", "math", "sdpa")
 NORMS = ("pre", "post")
 CMEM_POSITIONS = ("separate", "shared")
 SHARE_POSITIONS = ("none", "biases", "all")  # what the layers' attention shares: nothing, u/v, u/v and W_r
-
-
-def require(ok: bool, key: str, message: str) -> None:
-    """Stop with a one-line :class:`ConfigError` naming ``key`` unless ``ok``."""
-    if not ok:
-        raise ConfigError(f"{key}: {message}")
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _type_ok(value: Any, annotation: Any) -> bool:
-    """Whether ``value`` has the annotated type (an int passes for a float; bools never pass for numbers)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if origin is tuple:
-        args = [a for a in typing.get_args(annotation) if a is not Ellipsis] or [Any]
-        return isinstance(value, (tuple, list)) and all(_type_ok(v, args[0]) for v in value)
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if annotation is str:
-        return isinstance(value, str)
-    return True
-
-
-def _check_types(obj: Any, section: str) -> None:
-    """Every field of a config dataclass has its annotated type: ``ModelConfig(d_model="32")`` fails here, in one
-    line naming the key, rather than somewhere inside torch."""
-    for name, annotation in _hints(type(obj)).items():
-        value = getattr(obj, name)
-        if not _type_ok(value, annotation):
-            kind = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-            raise ConfigError(
-                f"{section}.{name}: expected {kind}{' (finite)' if annotation is float else ''}, got {value!r}"
-            )
 
 
 @dataclass(frozen=True)
@@ -124,8 +73,19 @@ class ModelConfig:
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        _check_types(self, "model")
+        check_types(self, "model")
         p = "model."
+        self._check_sizes(p)
+        self._check_memory_and_compression(p)
+        self._check_layers(p)
+        kind = find_model_kind(self)
+        if kind is not None and kind.check is not None:
+            kind.check(self)  # the model kind's own rules (Transformer-QL's scales, ...)
+        if self.uses_compression:
+            self._check_compressor(p)
+
+    def _check_sizes(self, p: str) -> None:
+        """Vocabulary, widths and lengths."""
         require(self.vocab_size >= 0, p + "vocab_size", "must be >= 0")
         require(self.input_dim >= 0, p + "input_dim", "must be >= 0 (0 means token inputs)")
         require(
@@ -146,6 +106,9 @@ class ModelConfig:
         require(self.seg_len > 0, p + "seg_len", "must be > 0")
         require(self.mem_len >= 0, p + "mem_len", "must be >= 0")
         require(self.cmem_len >= 0, p + "cmem_len", "must be >= 0")
+
+    def _check_memory_and_compression(self, p: str) -> None:
+        """The compression function, its loss and its options, by name and range."""
         require(self.compression_rate >= 1, p + "compression_rate", "must be >= 1")
         require(
             self.compression in COMPRESSORS,
@@ -164,6 +127,9 @@ class ModelConfig:
             "must be a non-empty list of integers >= 1",
         )
         require(self.bptt_horizon >= 1, p + "bptt_horizon", "must be >= 1")
+
+    def _check_layers(self, p: str) -> None:
+        """Positions, normalisation, dropout and the attention backend."""
         require(self.cmem_positions in CMEM_POSITIONS, p + "cmem_positions", f"use one of {', '.join(CMEM_POSITIONS)}")
         require(
             self.share_positions in SHARE_POSITIONS, p + "share_positions", f"use one of {', '.join(SHARE_POSITIONS)}"
@@ -183,39 +149,38 @@ class ModelConfig:
             p + "tie_embeddings",
             "needs token inputs (input_dim = 0) and vocab_size > 0",
         )
-        kind = find_model_kind(self)
-        if kind is not None and kind.check is not None:
-            kind.check(self)  # the model kind's own rules (Transformer-QL's scales, ...)
-        if self.uses_compression:
-            spec = COMPRESSORS[self.compression]
+
+    def _check_compressor(self, p: str) -> None:
+        """The chosen compressor against its loss, the attention backend and the memory it reads."""
+        spec = COMPRESSORS[self.compression]
+        require(
+            not (spec.needs_usage and self.attn_impl == "sdpa"),
+            p + "attn_impl",
+            f"compression {self.compression!r} needs attention weights, which the fused 'sdpa' kernel does not give; use 'math' or 'auto'",
+        )
+        trains = COMPRESSION_LOSSES[self.compression_loss].trains
+        if not spec.trainable:
             require(
-                not (spec.needs_usage and self.attn_impl == "sdpa"),
-                p + "attn_impl",
-                f"compression {self.compression!r} needs attention weights, which the fused 'sdpa' kernel does not give; use 'math' or 'auto'",
+                not trains,
+                p + "compression_loss",
+                f"compression {self.compression!r} has no parameters to train; set compression_loss = 'none'",
             )
-            trains = COMPRESSION_LOSSES[self.compression_loss].trains
-            if not spec.trainable:
-                require(
-                    not trains,
-                    p + "compression_loss",
-                    f"compression {self.compression!r} has no parameters to train; set compression_loss = 'none'",
-                )
-            else:
-                require(
-                    trains,
-                    p + "compression_loss",
-                    f"compression {self.compression!r} has parameters; train them with 'attention', 'autoencoder' or 'bptt'",
-                )
+        else:
             require(
-                spec.extra_width or self.compression_extra_width == 0,
-                p + "compression_extra_width",
-                f"{self.compression} keeps whole slots; set compression_extra_width = 0",
+                trains,
+                p + "compression_loss",
+                f"compression {self.compression!r} has parameters; train them with 'attention', 'autoencoder' or 'bptt'",
             )
-            require(
-                self.compression_extra_width <= self.mem_len,
-                p + "compression_extra_width",
-                f"overlapping windows read {self.compression_extra_width} newer memory slots; needs mem_len >= it",
-            )
+        require(
+            spec.extra_width or self.compression_extra_width == 0,
+            p + "compression_extra_width",
+            f"{self.compression} keeps whole slots; set compression_extra_width = 0",
+        )
+        require(
+            self.compression_extra_width <= self.mem_len,
+            p + "compression_extra_width",
+            f"overlapping windows read {self.compression_extra_width} newer memory slots; needs mem_len >= it",
+        )
 
     @property
     def is_ql(self) -> bool:
@@ -277,7 +242,7 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        _check_types(self, "train")
+        check_types(self, "train")
         p = "train."
         require(self.steps > 0, p + "steps", "must be > 0")
         require(self.batch_size > 0, p + "batch_size", "must be > 0")
@@ -342,7 +307,7 @@ class EvalConfig:
     amp: str = ""  # "": as train.amp; else auto | none | bf16 | fp16 for evaluation and generation
 
     def __post_init__(self) -> None:
-        _check_types(self, "eval")
+        check_types(self, "eval")
         p = "eval."
         require(
             self.amp in ("",) + AMP_CHOICES,
@@ -451,7 +416,7 @@ class DataConfig:
     tokenizer_file: str = ""  # tokenizer = "pretrained": a HuggingFace tokenizers ``tokenizer.json`` to use as is
 
     def __post_init__(self) -> None:
-        _check_types(self, "data")
+        check_types(self, "data")
         p = "data."
         require(self.format in FORMATS, p + "format", f"unknown {self.format!r}; use one of {', '.join(FORMATS)}")
         require(
@@ -503,116 +468,13 @@ class DataConfig:
         return self.vocab_size or DEFAULT_SUBWORD_VOCAB
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Generic loading: dicts -> frozen dataclasses, TOML files, dotted overrides.
-
-
-def _coerce(value: Any, annotation: Any, key: str) -> Any:
-    """Turn a TOML value into the annotated type (lists into tuples, ints into floats); reject what cannot fit."""
-    if isinstance(annotation, str):
-        annotation = eval(annotation, vars(typing) | {"tuple": tuple})  # postponed annotations of this module
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{key}: cannot be {value!r}")
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        (inner, *_rest) = typing.get_args(annotation) or (Any,)
-        return tuple(_coerce(v, inner, key) for v in value)
-    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if annotation in (int, float, str, bool):
-        if type(value) is not annotation:
-            raise ConfigError(f"{key}: expected {annotation.__name__}, got {value!r}")
-        return value
-    return value
-
-
-def from_dict(cls: type[T], data: Mapping[str, Any], section: str) -> T:
-    """Build the frozen dataclass ``cls`` from a mapping; unknown keys and wrong types are errors naming the key."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{section}: expected a table of keys, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigError(f"{section}.{unknown[0]}: unknown key; known keys are {', '.join(sorted(fields))}")
-    hints = typing.get_type_hints(cls)
-    kwargs = {k: _coerce(v, hints[k], f"{section}.{k}") for k, v in data.items()}
-    return cls(**kwargs)
-
-
-def to_dict(obj: Any) -> dict[str, Any]:
-    """A dataclass as plain TOML/JSON-friendly values (tuples become lists)."""
-
-    def plain(v: Any) -> Any:
-        if dataclasses.is_dataclass(v):
-            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-        if isinstance(v, (tuple, list)):
-            return [plain(x) for x in v]
-        if isinstance(v, Path):
-            return str(v)
-        return v
-
-    return plain(obj)
-
-
-def load_toml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist; pass the path of a TOML file (see configs/)")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not valid TOML ({e}); fix the file") from None
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"train.lr=3e-4"`` -> (["train", "lr"], 0.0003). Values are TOML literals; bare words are strings."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r}: write it as section.key=value")
-    key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if len(parts) < 2 or not all(parts):
-        raise ConfigError(f"override {text!r}: the key must be dotted, e.g. model.mem_len=256")
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()
-    return parts, value
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """Return a copy of ``raw`` with each dotted override set (the dataclasses then reject unknown keys)."""
-    out: dict[str, Any] = _deepcopy(raw)
-    for text in overrides:
-        parts, value = parse_override(text)
-        node = out
-        for p in parts[:-1]:
-            child = node.setdefault(p, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {text!r}: {p} is a value, not a section")
-            node = child
-        node[parts[-1]] = value
-    return out
-
-
-def _deepcopy(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: _deepcopy(v) if isinstance(v, dict) else v for k, v in d.items()}
-
-
 __all__ = [
     "ConfigError",
+    "Log",
+    "require",
+    "eval_lengths",
+    "Lengths",
+    "tomllib",
     "ModelConfig",
     "TrainConfig",
     "EvalConfig",
