@@ -110,7 +110,8 @@ class ModelKind:
     ``check(cfg)``: the kind's own config rules, run by ``ModelConfig`` after the common ones (raises ``ConfigError``).
     ``label(cfg)``: the model's name in tables. ``context_length(cfg)``: its context lengths (Transformer-QL paper,
     Appendix B). ``temporal_range(cfg)``: its temporal range and attention cost, where the kind has that formula.
-    ``fixed_memory``: why its memory lengths cannot change at evaluation ("" when they can).
+    ``fixed_memory``: why its memory lengths cannot change at evaluation ("" when they can). ``decoder(model, memory,
+    compile=...)``: its token-by-token decoder for generation (None: generation steps ``model.forward``).
     """
 
     name: str
@@ -121,6 +122,7 @@ class ModelKind:
     context_length: Callable[[Any], Any] | None = None
     temporal_range: Callable[[Any], Any] | None = None
     fixed_memory: str = ""
+    decoder: Callable[..., Any] | None = None
 
 
 MODEL_KINDS: dict[str, ModelKind] = {}

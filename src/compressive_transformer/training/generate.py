@@ -15,7 +15,8 @@ import torch
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.dtypes import autocast
 from compressive_transformer.core.memory import MemoryState
-from compressive_transformer.core.models.decode import Decoder, unsupported
+from compressive_transformer.core.models.decode import unsupported
+from compressive_transformer.core.registry import find_model_kind
 
 
 def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
@@ -174,7 +175,9 @@ def generate(
                 out = model(ids[:, start : start + seg_len], memory=memory)
                 memory = out.memory
                 last = out.logits[:, -1]  # (1, V)
-            decoder = Decoder(model, memory, compile=compile) if unsupported(model) is None else None
+            kind = find_model_kind(cfg)
+            make = kind.decoder if kind is not None and unsupported(model) is None else None
+            decoder = make(model, memory, compile=compile) if make is not None else None
             result = Generation(prompt=list(prompt), tokens=[])
             for i in range(max_new_tokens):
                 token = sampling.sample(last, generator)

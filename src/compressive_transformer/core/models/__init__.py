@@ -7,6 +7,7 @@ from compressive_transformer.core.constants import IGNORE_INDEX
 from compressive_transformer.core.context import context_length_from_config, temporal_range
 from compressive_transformer.core.models import lm, ql
 from compressive_transformer.core.models.block import Block
+from compressive_transformer.core.models.decode import Decoder
 from compressive_transformer.core.models.kinds import MODEL_KINDS, ModelKind, build_model, model_kind, register_model
 from compressive_transformer.core.models.lm import CompressiveTransformerLM, LMOutput
 from compressive_transformer.core.models.protocol import MemoryModel
@@ -20,6 +21,7 @@ register_model(
     label=lm.label,
     context_length=context_length_from_config,
     temporal_range=temporal_range,
+    decoder=Decoder,
 )
 register_model(
     "transformer-ql",

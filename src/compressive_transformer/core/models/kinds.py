@@ -1,5 +1,5 @@
 """The table of model kinds: which class a ``ModelConfig`` builds, and what each kind answers for its configs (its
-config check, its name in tables, its context-length and temporal-range formulas). Adding a model is one module that
+config check, its name in tables, its context-length and temporal-range formulas, its decoder). Adding a model is one module that
 defines it (implementing :class:`~compressive_transformer.core.models.protocol.MemoryModel`) and calls
 :func:`register_model`. The table itself lives in :mod:`compressive_transformer.core.registry`, below the config, so
 that ``ModelConfig`` can run the kind's check."""
@@ -23,6 +23,7 @@ def register_model(
     context_length: Callable[[ModelConfig], Any] | None = None,
     temporal_range: Callable[[ModelConfig], Any] | None = None,
     fixed_memory: str = "",
+    decoder: Callable[..., Any] | None = None,
 ) -> ModelKind:
     """Make ``build`` the model of every config ``applies`` accepts; kinds registered later are asked first, so a
     more specific kind registers after the general one. A name registered again is replaced."""
@@ -36,6 +37,7 @@ def register_model(
         context_length=context_length,
         temporal_range=temporal_range,
         fixed_memory=fixed_memory,
+        decoder=decoder,
     )
     return kind
 
