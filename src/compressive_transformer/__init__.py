@@ -24,7 +24,7 @@ from compressive_transformer.data.units import TextSize, Units, units
 from compressive_transformer.runs.export import export_run
 from compressive_transformer.runs.loading import Run, from_pretrained, load_run
 from compressive_transformer.training.evaluate import EvalResult, evaluate
-from compressive_transformer.training.generate import filter_logits, generate
+from compressive_transformer.training.generate import SamplingConfig, filter_logits, generate
 from compressive_transformer.training.text_eval import evaluate_text
 from compressive_transformer.training.trainer import Trainer, TrainingError
 
@@ -53,6 +53,7 @@ __all__ = [
     "EvalResult",
     "generate",
     "filter_logits",
+    "SamplingConfig",
     "Decoder",
     "Run",
     "load_run",

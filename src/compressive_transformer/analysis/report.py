@@ -14,7 +14,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from compressive_transformer.analysis.frequency import (
 )
 from compressive_transformer.analysis.regions import attention_by_region, bucket_table
 from compressive_transformer.analysis.temporal import empirical_temporal_range
-from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.core.config import ConfigError, Log, to_dict
 from compressive_transformer.core.context import temporal_range
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data import load_corpus, read_documents
@@ -39,7 +39,6 @@ from compressive_transformer.runs.metrics import read_metrics
 from compressive_transformer.runs.rundir import cache_dir, read_run_config
 
 ANALYSES = ("regions", "compressibility", "temporal", "frequency")
-Log = Callable[[str], None]
 
 
 def _json_safe(obj: Any) -> Any:
@@ -206,6 +205,55 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _analysis_sections(a: dict[str, Any], name: str, slug: str, out: Path) -> list[str]:
+    """The markdown (and PNGs in ``out``) of one run's analyses: attention by region, compressibility, temporal range."""
+    md: list[str] = []
+    if "regions" in a:
+        plots.plot_attention_regions(
+            a["regions"], out / f"{slug}_attention_regions.png", title=f"{name}: attention by memory region"
+        )
+        md += [
+            "### Attention by memory region (oldest -> newest)",
+            "",
+            f"![attention by region]({slug}_attention_regions.png)",
+            "",
+            bucket_table(a["regions"]),
+            "",
+            "Share of attention per region:",
+            "",
+            region_share_table(a["regions"]["region_share"]),
+            "",
+        ]
+    if "compressibility" in a:
+        c = a["compressibility"]
+        series = dict(c["over_training"], held_out=[v if v is not None else 0.0 for v in c["held_out"]["per_layer"]])
+        md += ["### Compressibility of layers", ""]
+        if c["held_out"]["per_layer"] or c["over_training"]["per_layer"]:
+            plots.plot_compressibility(
+                series, out / f"{slug}_compressibility.png", title=f"{name}: compression loss per layer"
+            )
+            md += [f"![compressibility]({slug}_compressibility.png)", ""]
+        md += [
+            "held-out compression loss per layer: "
+            + (", ".join(_fmt(v) for v in c["held_out"]["per_layer"]) or "no compressed memory"),
+            "",
+        ]
+    if "temporal" in a:
+        t = a["temporal"]
+        plots.plot_temporal_range(t, out / f"{slug}_temporal_range.png", title=f"{name}: temporal range")
+        md += [
+            "### Temporal range",
+            "",
+            f"![temporal range]({slug}_temporal_range.png)",
+            "",
+            f"theoretical l(n_m + c n_cm) = {t['theoretical_max_range']} (+{t['probe_offset_in_segment']} for the probed position = "
+            f"{t['theoretical_reach']}); empirical (farthest perturbation that changes the final output by > {t['tolerance']:g}) = "
+            f"{t['empirical_range']} over {len(t['distances'])} probed distances up to {max(t['distances'])}",
+            "",
+        ]
+    return md
+
+
 def write_report(
     run_dirs: Sequence[str | Path],
     out_dir: str | Path,
@@ -257,51 +305,7 @@ def write_report(
         )
         results["analyses"][name] = a
         md += [f"## Analyses of {name} ({split} split, up to {max_segments} segments of {batch_size} streams)", ""]
-        if "regions" in a:
-            plots.plot_attention_regions(
-                a["regions"], out / f"{slug}_attention_regions.png", title=f"{name}: attention by memory region"
-            )
-            md += [
-                "### Attention by memory region (oldest -> newest)",
-                "",
-                f"![attention by region]({slug}_attention_regions.png)",
-                "",
-                bucket_table(a["regions"]),
-                "",
-                "Share of attention per region:",
-                "",
-                region_share_table(a["regions"]["region_share"]),
-                "",
-            ]
-        if "compressibility" in a:
-            c = a["compressibility"]
-            series = dict(
-                c["over_training"], held_out=[v if v is not None else 0.0 for v in c["held_out"]["per_layer"]]
-            )
-            md += ["### Compressibility of layers", ""]
-            if c["held_out"]["per_layer"] or c["over_training"]["per_layer"]:
-                plots.plot_compressibility(
-                    series, out / f"{slug}_compressibility.png", title=f"{name}: compression loss per layer"
-                )
-                md += [f"![compressibility]({slug}_compressibility.png)", ""]
-            md += [
-                "held-out compression loss per layer: "
-                + (", ".join(_fmt(v) for v in c["held_out"]["per_layer"]) or "no compressed memory"),
-                "",
-            ]
-        if "temporal" in a:
-            t = a["temporal"]
-            plots.plot_temporal_range(t, out / f"{slug}_temporal_range.png", title=f"{name}: temporal range")
-            md += [
-                "### Temporal range",
-                "",
-                f"![temporal range]({slug}_temporal_range.png)",
-                "",
-                f"theoretical l(n_m + c n_cm) = {t['theoretical_max_range']} (+{t['probe_offset_in_segment']} for the probed position = "
-                f"{t['theoretical_reach']}); empirical (farthest perturbation that changes the final output by > {t['tolerance']:g}) = "
-                f"{t['empirical_range']} over {len(t['distances'])} probed distances up to {max(t['distances'])}",
-                "",
-            ]
+        md += _analysis_sections(a, name, slug, out)
         if "frequency" in a:
             freq[name] = a["frequency"]
     if freq:

@@ -10,7 +10,7 @@ from pathlib import Path
 from compressive_transformer.commands.options import add_device
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.runs.loading import load_run
-from compressive_transformer.training.generate import check_sampling, clean_prompt
+from compressive_transformer.training.generate import SamplingConfig, check_sampling, clean_prompt
 from compressive_transformer.training.textgen import generate_text, load_memory, read_prompts, save_memory
 
 NAME = "generate"
@@ -77,6 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> None:
     """Each prompt is printed, then its continuation as it is produced."""
     check_sampling(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     prompts = [clean_prompt(p) for p in _prompts(args)]
     if args.save_memory is not None and len(prompts) > 1:
         raise ConfigError("--save-memory: keeps the memory of one document; give one prompt")
@@ -95,9 +96,7 @@ def main(args: argparse.Namespace) -> None:
             run,
             prompt,
             max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
+            sampling=sampling,
             seed=args.seed,
             compile=args.compile,
             mem_len=args.mem_len,

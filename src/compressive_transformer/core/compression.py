@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from compressive_transformer.core.attention import additive_mask
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.dtypes import full_precision
-from compressive_transformer.core.registry import compressor_spec, register_compressor
+from compressive_transformer.core.registry import compressor_spec, register_compression_loss, register_compressor
 
 
 class Compressor(nn.Module):
@@ -149,6 +149,12 @@ register_compressor(
     needs_usage=True,
     extra_width=False,
 )
+
+
+register_compression_loss("attention", local=True)  # attention_reconstruction_loss below
+register_compression_loss("autoencoder", local=True, decoder=True)  # autoencoder_loss below, through ConvDecoder
+register_compression_loss("bptt", bptt=True)  # the task loss, backpropagated through the compressed memories
+register_compression_loss("none")  # parameter-free compressors
 
 
 def build_compressor(cfg: ModelConfig) -> Compressor:

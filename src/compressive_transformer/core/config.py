@@ -1,4 +1,4 @@
-"""Frozen configuration dataclasses, TOML loading and dotted overrides.
+"""Frozen configuration dataclasses of a run's sections (TOML loading and dotted overrides: :mod:`.config_base`).
 
 Every section is a frozen dataclass that validates itself in ``__post_init__``; a user mistake raises
 :class:`ConfigError` with one line that names the offending key and says what to change.
@@ -7,81 +7,29 @@ Every section is a frozen dataclass that validates itself in ``__post_init__``; 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
-import numbers
-import sys
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping, NamedTuple
 
-from compressive_transformer.core.registry import COMPRESSORS, FORMATS
+from compressive_transformer.core.config_base import (
+    ConfigError,
+    Log,
+    apply_overrides,
+    check_types,
+    from_dict,
+    load_toml,
+    parse_override,
+    require,
+    to_dict,
+    tomllib,
+)
+from compressive_transformer.core.registry import COMPRESSION_LOSSES, COMPRESSORS, FORMATS, find_model_kind
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
-
-
-class ConfigError(ValueError):
-    """A configuration a user wrote cannot work; the message names the key and the fix."""
-
-
-T = TypeVar("T")
-
-COMPRESSION_LOSSES = ("attention", "autoencoder", "bptt", "none")
 ATTENTION_IMPLS = ("auto", "math", "sdpa")
 NORMS = ("pre", "post")
 CMEM_POSITIONS = ("separate", "shared")
-SHARE_POSITIONS = ("none", "biases", "all")
-MEMORY_INITS = ("empty", "zeros")  # what the layers' attention shares: nothing, u/v, u/v and W_r
-
-
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {message}")
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _type_ok(value: Any, annotation: Any) -> bool:
-    """Whether ``value`` has the annotated type (an int passes for a float; bools never pass for numbers)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if dataclasses.is_dataclass(annotation):
-        return isinstance(value, annotation)
-    if origin is tuple:
-        args = [a for a in typing.get_args(annotation) if a is not Ellipsis] or [Any]
-        return isinstance(value, (tuple, list)) and all(_type_ok(v, args[0]) for v in value)
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if annotation is str:
-        return isinstance(value, str)
-    return True
-
-
-def _check_types(obj: Any, section: str) -> None:
-    """Every field of a config dataclass has its annotated type: ``ModelConfig(d_model="32")`` fails here, in one
-    line naming the key, rather than somewhere inside torch."""
-    for name, annotation in _hints(type(obj)).items():
-        value = getattr(obj, name)
-        if not _type_ok(value, annotation):
-            kind = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-            raise ConfigError(
-                f"{section}.{name}: expected {kind}{' (finite)' if annotation is float else ''}, got {value!r}"
-            )
+SHARE_POSITIONS = ("none", "biases", "all")  # what the layers' attention shares: nothing, u/v, u/v and W_r
+MEMORY_INITS = ("empty", "zeros")  # the first segment's memory: no slots, or mem_len zero-input slots
 
 
 @dataclass(frozen=True)
@@ -100,17 +48,17 @@ class AdaptiveConfig:
     tie_projs: tuple[bool, ...] = ()  # () ties none
 
     def __post_init__(self) -> None:
-        _check_types(self, "model.adaptive")
+        check_types(self, "model.adaptive")
         p = "model.adaptive."
         c = self.cutoffs
-        _require(
+        require(
             all(a < b for a, b in zip((0,) + c, c)),
             p + "cutoffs",
             f"must be positive and strictly increasing, got {list(c)}",
         )
-        _require(self.div_val >= 1, p + "div_val", "must be >= 1")
-        _require(self.d_embed >= 0, p + "d_embed", "must be >= 0 (0 means d_model)")
-        _require(
+        require(self.div_val >= 1, p + "div_val", "must be >= 1")
+        require(self.d_embed >= 0, p + "d_embed", "must be >= 0 (0 means d_model)")
+        require(
             not self.tie_projs or len(self.tie_projs) == len(c) + 1,
             p + "tie_projs",
             f"give one flag per cluster, head first ({len(c) + 1} for {len(c)} cutoffs), or [] for none",
@@ -173,166 +121,141 @@ class ModelConfig:
     final_norm: bool = True  # norm = "pre": layer-norm the last block's output (Transformer-XL's code does not)
 
     def __post_init__(self) -> None:
-        _check_types(self, "model")
+        check_types(self, "model")
         p = "model."
-        _require(self.vocab_size >= 0, p + "vocab_size", "must be >= 0")
-        _require(self.input_dim >= 0, p + "input_dim", "must be >= 0 (0 means token inputs)")
-        _require(
+        self._check_sizes(p)
+        self._check_memory_and_compression(p)
+        self._check_layers(p)
+        self._check_adaptive_and_reference(p)
+        kind = find_model_kind(self)
+        if kind is not None and kind.check is not None:
+            kind.check(self)  # the model kind's own rules (Transformer-QL's scales, ...)
+        if self.uses_compression:
+            self._check_compressor(p)
+
+    def _check_sizes(self, p: str) -> None:
+        """Vocabulary, widths and lengths."""
+        require(self.vocab_size >= 0, p + "vocab_size", "must be >= 0")
+        require(self.input_dim >= 0, p + "input_dim", "must be >= 0 (0 means token inputs)")
+        require(
             self.vocab_size > 0 or self.input_dim > 0,
             p + "vocab_size",
             "set vocab_size > 0 for token inputs, or input_dim > 0 for continuous inputs",
         )
-        _require(self.d_model > 0, p + "d_model", "must be > 0")
-        _require(self.n_layers > 0, p + "n_layers", "must be > 0")
-        _require(self.n_heads > 0, p + "n_heads", "must be > 0")
-        _require(self.d_head >= 0, p + "d_head", "must be >= 0 (0 means d_model // n_heads)")
-        _require(
+        require(self.d_model > 0, p + "d_model", "must be > 0")
+        require(self.n_layers > 0, p + "n_layers", "must be > 0")
+        require(self.n_heads > 0, p + "n_heads", "must be > 0")
+        require(self.d_head >= 0, p + "d_head", "must be >= 0 (0 means d_model // n_heads)")
+        require(
             self.d_head > 0 or self.d_model % self.n_heads == 0,
             p + "n_heads",
             f"n_heads={self.n_heads} does not divide d_model={self.d_model}; change one or set d_head",
         )
-        _require(self.d_ff > 0, p + "d_ff", "must be > 0")
-        _require(self.seg_len > 0, p + "seg_len", "must be > 0")
-        _require(self.mem_len >= 0, p + "mem_len", "must be >= 0")
-        _require(self.cmem_len >= 0, p + "cmem_len", "must be >= 0")
-        _require(self.compression_rate >= 1, p + "compression_rate", "must be >= 1")
-        _require(
+        require(self.d_ff > 0, p + "d_ff", "must be > 0")
+        require(self.seg_len > 0, p + "seg_len", "must be > 0")
+        require(self.mem_len >= 0, p + "mem_len", "must be >= 0")
+        require(self.cmem_len >= 0, p + "cmem_len", "must be >= 0")
+
+    def _check_memory_and_compression(self, p: str) -> None:
+        """The compression function, its loss and its options, by name and range."""
+        require(self.compression_rate >= 1, p + "compression_rate", "must be >= 1")
+        require(
             self.compression in COMPRESSORS,
             p + "compression",
             f"unknown {self.compression!r}; use one of {', '.join(COMPRESSORS)}",
         )
-        _require(
+        require(
             self.compression_loss in COMPRESSION_LOSSES,
             p + "compression_loss",
             f"unknown {self.compression_loss!r}; use one of {', '.join(COMPRESSION_LOSSES)}",
         )
-        _require(self.compression_extra_width >= 0, p + "compression_extra_width", "must be >= 0")
-        _require(
+        require(self.compression_extra_width >= 0, p + "compression_extra_width", "must be >= 0")
+        require(
             all(isinstance(d, int) and d >= 1 for d in self.dilations) and len(self.dilations) > 0,
             p + "dilations",
             "must be a non-empty list of integers >= 1",
         )
-        _require(self.bptt_horizon >= 1, p + "bptt_horizon", "must be >= 1")
-        _require(self.cmem_positions in CMEM_POSITIONS, p + "cmem_positions", f"use one of {', '.join(CMEM_POSITIONS)}")
-        _require(
+        require(self.bptt_horizon >= 1, p + "bptt_horizon", "must be >= 1")
+
+    def _check_layers(self, p: str) -> None:
+        """Positions, normalisation, dropout and the attention backend."""
+        require(self.cmem_positions in CMEM_POSITIONS, p + "cmem_positions", f"use one of {', '.join(CMEM_POSITIONS)}")
+        require(
             self.share_positions in SHARE_POSITIONS, p + "share_positions", f"use one of {', '.join(SHARE_POSITIONS)}"
         )
-        _require(self.clamp_len >= 0, p + "clamp_len", "must be >= 0 (0 means no clamping)")
-        _require(self.norm in NORMS, p + "norm", f"unknown {self.norm!r}; use 'pre' or 'post'")
-        _require(not self.gating or self.norm == "pre", p + "gating", "GTrXL gating needs norm = 'pre'")
-        _require(0.0 <= self.dropout < 1.0, p + "dropout", "must be in [0, 1)")
-        _require(0.0 <= self.attn_dropout < 1.0, p + "attn_dropout", "must be in [0, 1)")
-        _require(
+        require(self.clamp_len >= 0, p + "clamp_len", "must be >= 0 (0 means no clamping)")
+        require(self.norm in NORMS, p + "norm", f"unknown {self.norm!r}; use 'pre' or 'post'")
+        require(not self.gating or self.norm == "pre", p + "gating", "GTrXL gating needs norm = 'pre'")
+        require(0.0 <= self.dropout < 1.0, p + "dropout", "must be in [0, 1)")
+        require(0.0 <= self.attn_dropout < 1.0, p + "attn_dropout", "must be in [0, 1)")
+        require(
             self.attn_impl in ATTENTION_IMPLS,
             p + "attn_impl",
             f"unknown {self.attn_impl!r}; use one of {', '.join(ATTENTION_IMPLS)}",
         )
-        _require(
+        require(
             not (self.tie_embeddings and (self.input_dim > 0 or self.vocab_size == 0)),
             p + "tie_embeddings",
             "needs token inputs (input_dim = 0) and vocab_size > 0",
         )
+
+    def _check_adaptive_and_reference(self, p: str) -> None:
+        """The adaptive input/softmax and the Transformer-XL reference options an importer sets."""
         if self.adaptive is not None:
-            _require(
+            require(
                 self.input_dim == 0 and self.vocab_size > 0,
                 p + "adaptive",
                 "needs token inputs (input_dim = 0, vocab_size > 0); remove [model.adaptive]",
             )
             dims = self.adaptive.cluster_dims(self.d_model)
-            _require(
+            require(
                 dims[-1] >= 1,
                 p + "adaptive.div_val",
                 f"the last cluster would embed in {dims[-1]} dimensions; lower div_val or raise d_embed",
             )
-            _require(
+            require(
                 not any(self.adaptive.tie_projs) or self.adaptive.has_proj(self.d_model),
                 p + "adaptive.tie_projs",
                 "there is no projection to tie with div_val = 1 and d_embed = d_model; set []",
             )
-        _require(self.memory_init in MEMORY_INITS, p + "memory_init", f"use one of {', '.join(MEMORY_INITS)}")
-        _require(
+        require(self.memory_init in MEMORY_INITS, p + "memory_init", f"use one of {', '.join(MEMORY_INITS)}")
+        require(
             self.memory_init == "empty" or not (self.is_ql or self.uses_compression),
             p + "memory_init",
             "zero-filled memory is a Transformer-XL import option (cmem_len = 0, no scales); set 'empty'",
         )
-        if self.is_ql:
-            self._check_ql()
-        _require(
-            self.is_ql or self.droppath == 0.0, p + "droppath", "droppath is a Transformer-QL option; set scales or 0"
-        )
-        if self.uses_compression:
-            spec = COMPRESSORS[self.compression]
-            _require(
-                not (spec.needs_usage and self.attn_impl == "sdpa"),
-                p + "attn_impl",
-                f"compression {self.compression!r} needs attention weights, which the fused 'sdpa' kernel does not give; use 'math' or 'auto'",
-            )
-            if not spec.trainable:
-                _require(
-                    self.compression_loss == "none",
-                    p + "compression_loss",
-                    f"compression {self.compression!r} has no parameters to train; set compression_loss = 'none'",
-                )
-            else:
-                _require(
-                    self.compression_loss != "none",
-                    p + "compression_loss",
-                    f"compression {self.compression!r} has parameters; train them with 'attention', 'autoencoder' or 'bptt'",
-                )
-            _require(
-                spec.extra_width or self.compression_extra_width == 0,
-                p + "compression_extra_width",
-                f"{self.compression} keeps whole slots; set compression_extra_width = 0",
-            )
-            _require(
-                self.compression_extra_width <= self.mem_len,
-                p + "compression_extra_width",
-                f"overlapping windows read {self.compression_extra_width} newer memory slots; needs mem_len >= it",
-            )
 
-    def _check_ql(self) -> None:
-        p, c = "model.", self.compression_rate
-        _require(all(isinstance(n, int) and n >= 1 for n in self.scales), p + "scales", "every scale needs >= 1 layer")
-        _require(self.output_layers >= 0, p + "output_layers", "must be >= 0")
-        total = sum(self.scales) + self.output_layers
-        _require(
-            self.n_layers == total,
-            p + "n_layers",
-            f"Transformer-QL has sum(scales) + output_layers = {total} layers; set n_layers = {total}",
+    def _check_compressor(self, p: str) -> None:
+        """The chosen compressor against its loss, the attention backend and the memory it reads."""
+        spec = COMPRESSORS[self.compression]
+        require(
+            not (spec.needs_usage and self.attn_impl == "sdpa"),
+            p + "attn_impl",
+            f"compression {self.compression!r} needs attention weights, which the fused 'sdpa' kernel does not give; use 'math' or 'auto'",
         )
-        _require(
-            self.cmem_len == 0,
-            p + "cmem_len",
-            "Transformer-QL compresses between scales, not into a compressed memory; set cmem_len = 0",
-        )
-        pools = [name for name, spec in COMPRESSORS.items() if spec.scale_pool is not None]
-        _require(
-            COMPRESSORS[self.compression].scale_pool is not None,
-            p + "compression",
-            f"Transformer-QL pools between scales; use {' or '.join(repr(n) for n in pools)} (with compression_loss = 'none')",
-        )
-        _require(
-            self.compression_loss == "none",
-            p + "compression_loss",
-            "Transformer-QL's pooling has nothing to train; set 'none'",
-        )
-        _require(
-            self.compression_extra_width == 0,
+        trains = COMPRESSION_LOSSES[self.compression_loss].trains
+        if not spec.trainable:
+            require(
+                not trains,
+                p + "compression_loss",
+                f"compression {self.compression!r} has no parameters to train; set compression_loss = 'none'",
+            )
+        else:
+            require(
+                trains,
+                p + "compression_loss",
+                f"compression {self.compression!r} has parameters; train them with 'attention', 'autoencoder' or 'bptt'",
+            )
+        require(
+            spec.extra_width or self.compression_extra_width == 0,
             p + "compression_extra_width",
-            "Transformer-QL pools with window c; set 0",
+            f"{self.compression} keeps whole slots; set compression_extra_width = 0",
         )
-        levels = len(self.scales) - 1
-        _require(
-            self.seg_len % (c**levels) == 0,
-            p + "seg_len",
-            f"must be divisible by compression_rate ** (len(scales) - 1) = {c**levels} so every scale shifts whole states",
+        require(
+            self.compression_extra_width <= self.mem_len,
+            p + "compression_extra_width",
+            f"overlapping windows read {self.compression_extra_width} newer memory slots; needs mem_len >= it",
         )
-        _require(
-            (self.seg_len + self.mem_len) % c == 0,
-            p + "mem_len",
-            f"seg_len + mem_len = {self.seg_len + self.mem_len} must be divisible by compression_rate = {c}",
-        )
-        _require(0.0 <= self.droppath < 1.0, p + "droppath", "must be in [0, 1)")
 
     @property
     def is_ql(self) -> bool:
@@ -396,53 +319,53 @@ class TrainConfig:
     freeze: tuple[str, ...] = ()  # groups kept as initialised: "copied" (from init_from), "model", "compressor"
 
     def __post_init__(self) -> None:
-        _check_types(self, "train")
+        check_types(self, "train")
         p = "train."
-        _require(self.steps > 0, p + "steps", "must be > 0")
-        _require(self.batch_size > 0, p + "batch_size", "must be > 0")
-        _require(self.lr > 0, p + "lr", "must be > 0")
-        _require(0 <= self.lr_start <= self.lr, p + "lr_start", "must be in [0, lr]")
-        _require(0 <= self.lr_final <= self.lr, p + "lr_final", "must be in [0, lr]")
-        _require(self.warmup_steps >= 0, p + "warmup_steps", "must be >= 0")
-        _require(self.decay_steps >= 0, p + "decay_steps", "must be >= 0 (0 means steps - warmup_steps)")
-        _require(self.compressor_lr_scale >= 0, p + "compressor_lr_scale", "must be >= 0")
-        _require(
+        require(self.steps > 0, p + "steps", "must be > 0")
+        require(self.batch_size > 0, p + "batch_size", "must be > 0")
+        require(self.lr > 0, p + "lr", "must be > 0")
+        require(0 <= self.lr_start <= self.lr, p + "lr_start", "must be in [0, lr]")
+        require(0 <= self.lr_final <= self.lr, p + "lr_final", "must be in [0, lr]")
+        require(self.warmup_steps >= 0, p + "warmup_steps", "must be >= 0")
+        require(self.decay_steps >= 0, p + "decay_steps", "must be >= 0 (0 means steps - warmup_steps)")
+        require(self.compressor_lr_scale >= 0, p + "compressor_lr_scale", "must be >= 0")
+        require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), p + "betas", "must be two numbers in [0, 1)"
         )
-        _require(self.eps > 0, p + "eps", "must be > 0")
-        _require(self.weight_decay >= 0, p + "weight_decay", "must be >= 0")
-        _require(self.grad_clip >= 0, p + "grad_clip", "must be >= 0 (0 means no clipping)")
-        _require(
+        require(self.eps > 0, p + "eps", "must be > 0")
+        require(self.weight_decay >= 0, p + "weight_decay", "must be >= 0")
+        require(self.grad_clip >= 0, p + "grad_clip", "must be >= 0 (0 means no clipping)")
+        require(
             self.divergence_factor == 0 or self.divergence_factor >= 1,
             p + "divergence_factor",
             "must be 0 (off) or >= 1",
         )
         acc = self.accumulate
-        _require(
+        require(
             len(acc) > 0 and all(len(a) == 2 and a[1] >= 1 for a in acc),
             p + "accumulate",
             "must be a list of [first_update, batches_per_update] pairs with batches_per_update >= 1",
         )
         starts = [a[0] for a in acc]
-        _require(
+        require(
             starts[0] == 0 and all(b > a for a, b in zip(starts, starts[1:])),
             p + "accumulate",
             "first updates must start at 0 and increase, e.g. [[0, 1], [8000, 4]]",
         )
-        _require(self.piece_len >= 0, p + "piece_len", "must be >= 0 (0 keeps whole documents)")
-        _require(self.log_every > 0, p + "log_every", "must be > 0")
-        _require(self.val_every >= 0, p + "val_every", "must be >= 0 (0 means only at the end)")
-        _require(self.val_batches >= 0, p + "val_batches", "must be >= 0 (0 means the whole split)")
-        _require(self.checkpoint_every >= 0, p + "checkpoint_every", "must be >= 0 (0 means only at the end)")
-        _require(self.keep_checkpoints >= 1, p + "keep_checkpoints", "must be >= 1")
-        _require(
+        require(self.piece_len >= 0, p + "piece_len", "must be >= 0 (0 keeps whole documents)")
+        require(self.log_every > 0, p + "log_every", "must be > 0")
+        require(self.val_every >= 0, p + "val_every", "must be >= 0 (0 means only at the end)")
+        require(self.val_batches >= 0, p + "val_batches", "must be >= 0 (0 means the whole split)")
+        require(self.checkpoint_every >= 0, p + "checkpoint_every", "must be >= 0 (0 means only at the end)")
+        require(self.keep_checkpoints >= 1, p + "keep_checkpoints", "must be >= 1")
+        require(
             self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:"),
             p + "device",
             f"unknown {self.device!r}; use auto, cpu, cuda, cuda:N or mps",
         )
-        _require(self.amp in AMP_CHOICES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_CHOICES)}")
-        _require(self.num_threads >= 0, p + "num_threads", "must be >= 0 (0 means PyTorch's default)")
-        _require(
+        require(self.amp in AMP_CHOICES, p + "amp", f"unknown {self.amp!r}; use one of {', '.join(AMP_CHOICES)}")
+        require(self.num_threads >= 0, p + "num_threads", "must be >= 0 (0 means PyTorch's default)")
+        require(
             all(g in ("copied", "model", "compressor") for g in self.freeze),
             p + "freeze",
             f"unknown group in {list(self.freeze)}; use 'copied' (from --init-from), 'model' (all but the compressor) "
@@ -467,23 +390,45 @@ class EvalConfig:
     amp: str = ""  # "": as train.amp; else auto | none | bf16 | fp16 for evaluation and generation
 
     def __post_init__(self) -> None:
-        _check_types(self, "eval")
+        check_types(self, "eval")
         p = "eval."
-        _require(
+        require(
             self.amp in ("",) + AMP_CHOICES,
             p + "amp",
             f'unknown {self.amp!r}; use one of {", ".join(AMP_CHOICES)} (or "" for train.amp)',
         )
-        _require(self.split in ("train", "validation", "test"), p + "split", "use train, validation or test")
-        _require(self.batch_size > 0, p + "batch_size", "must be > 0")
-        _require(self.seg_len is None or self.seg_len > 0, p + "seg_len", "must be > 0 (leave unset for model.seg_len)")
-        _require(
+        require(self.split in ("train", "validation", "test"), p + "split", "use train, validation or test")
+        require(self.batch_size > 0, p + "batch_size", "must be > 0")
+        require(self.seg_len is None or self.seg_len > 0, p + "seg_len", "must be > 0 (leave unset for model.seg_len)")
+        require(
             self.mem_len is None or self.mem_len >= 0, p + "mem_len", "must be >= 0 (leave unset for model.mem_len)"
         )
-        _require(
+        require(
             self.cmem_len is None or self.cmem_len >= 0, p + "cmem_len", "must be >= 0 (leave unset for model.cmem_len)"
         )
-        _require(self.max_batches >= 0, p + "max_batches", "must be >= 0 (0 means the whole split)")
+        require(self.max_batches >= 0, p + "max_batches", "must be >= 0 (0 means the whole split)")
+
+    def lengths(self, model: ModelConfig) -> Lengths:
+        """The lengths evaluation runs at (see :func:`eval_lengths`)."""
+        return eval_lengths(model, seg_len=self.seg_len, mem_len=self.mem_len, cmem_len=self.cmem_len)
+
+
+class Lengths(NamedTuple):
+    seg_len: int
+    mem_len: int
+    cmem_len: int
+
+
+def eval_lengths(
+    model: ModelConfig, *, seg_len: int | None = None, mem_len: int | None = None, cmem_len: int | None = None
+) -> Lengths:
+    """The one rule for the lengths a trained model is evaluated at: each length given, else the training one
+    (``None`` is unset; a memory length of 0 is a length, a segment length of 0 is not)."""
+    return Lengths(
+        seg_len or model.seg_len,
+        model.mem_len if mem_len is None else mem_len,
+        model.cmem_len if cmem_len is None else cmem_len,
+    )
 
 
 RUN_SECTIONS = ("model", "data", "train", "eval")
@@ -504,13 +449,13 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         m, e = self.model, self.eval
-        _require(
+        require(
             self.train.piece_len % m.seg_len == 0,
             "train.piece_len",
             f"{self.train.piece_len} is not a multiple of model.seg_len = {m.seg_len}; pieces must end on a segment boundary",
         )
         if m.uses_compression and e.mem_len is not None:
-            _require(
+            require(
                 m.compression_extra_width <= e.mem_len,
                 "eval.mem_len",
                 f"overlapping compression windows read {m.compression_extra_width} memory slots; needs mem_len >= it",
@@ -554,48 +499,48 @@ class DataConfig:
     tokenizer_file: str = ""  # tokenizer = "pretrained": a HuggingFace tokenizers ``tokenizer.json`` to use as is
 
     def __post_init__(self) -> None:
-        _check_types(self, "data")
+        check_types(self, "data")
         p = "data."
-        _require(self.format in FORMATS, p + "format", f"unknown {self.format!r}; use one of {', '.join(FORMATS)}")
-        _require(
+        require(self.format in FORMATS, p + "format", f"unknown {self.format!r}; use one of {', '.join(FORMATS)}")
+        require(
             self.tokenizer in TOKENIZERS,
             p + "tokenizer",
             f"unknown {self.tokenizer!r}; use one of {', '.join(TOKENIZERS)}",
         )
         fmt = FORMATS[self.format]
-        _require(
+        require(
             not fmt.needs_path or bool(self.path),
             p + "path",
             f"format {self.format!r} needs the file or directory of the corpus; set data.path",
         )
-        _require(self.vocab_size >= 0, p + "vocab_size", "must be >= 0 (0 means 8192 for bpe/unigram)")
+        require(self.vocab_size >= 0, p + "vocab_size", "must be >= 0 (0 means 8192 for bpe/unigram)")
         if self.tokenizer == "bpe":
-            _require(
+            require(
                 self.vocab_size == 0 or self.vocab_size >= 257,
                 p + "vocab_size",
                 "byte-level BPE starts from 256 byte symbols; set vocab_size >= 257 (or 0 for 8192)",
             )
         if self.tokenizer == "unigram":
-            _require(
+            require(
                 self.vocab_size == 0 or self.vocab_size >= 257,
                 p + "vocab_size",
                 "byte-level unigram keeps all 256 byte symbols; set vocab_size >= 257 (or 0 for 8192)",
             )
-        _require(self.min_freq >= 1, p + "min_freq", "must be >= 1")
-        _require(
+        require(self.min_freq >= 1, p + "min_freq", "must be >= 1")
+        require(
             (self.tokenizer == "pretrained") == bool(self.tokenizer_file),
             p + "tokenizer_file",
             "set it (a tokenizer.json) exactly when tokenizer = 'pretrained'"
             if self.tokenizer == "pretrained"
             else "is used only with tokenizer = 'pretrained'; remove it or set tokenizer = 'pretrained'",
         )
-        _require(
+        require(
             not fmt.tokenizers or self.tokenizer in fmt.tokenizers,
             p + "tokenizer",
             f"{fmt.tokenizer_reason}; set tokenizer = {' or '.join(repr(t) for t in fmt.tokenizers)}",
         )
         with_train_file = [name for name, f in FORMATS.items() if f.train_file]
-        _require(
+        require(
             not self.train_file or fmt.train_file,
             p + "train_file",
             f"only the {' and '.join(with_train_file)} format has a train_file override; remove it",
@@ -606,119 +551,14 @@ class DataConfig:
         return self.vocab_size or DEFAULT_SUBWORD_VOCAB
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Generic loading: dicts -> frozen dataclasses, TOML files, dotted overrides.
-
-
-def _coerce(value: Any, annotation: Any, key: str) -> Any:
-    """Turn a TOML value into the annotated type (lists into tuples, ints into floats); reject what cannot fit."""
-    if isinstance(annotation, str):
-        annotation = eval(annotation, vars(typing) | {"tuple": tuple})  # postponed annotations of this module
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{key}: cannot be {value!r}")
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        (inner, *_rest) = typing.get_args(annotation) or (Any,)
-        return tuple(_coerce(v, inner, key) for v in value)
-    if dataclasses.is_dataclass(annotation) and isinstance(value, Mapping):  # a nested table, e.g. [model.adaptive]
-        return from_dict(annotation, value, key)
-    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if annotation in (int, float, str, bool):
-        if type(value) is not annotation:
-            raise ConfigError(f"{key}: expected {annotation.__name__}, got {value!r}")
-        return value
-    return value
-
-
-def from_dict(cls: type[T], data: Mapping[str, Any], section: str) -> T:
-    """Build the frozen dataclass ``cls`` from a mapping; unknown keys and wrong types are errors naming the key."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{section}: expected a table of keys, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigError(f"{section}.{unknown[0]}: unknown key; known keys are {', '.join(sorted(fields))}")
-    hints = typing.get_type_hints(cls)
-    kwargs = {k: _coerce(v, hints[k], f"{section}.{k}") for k, v in data.items()}
-    return cls(**kwargs)
-
-
-def to_dict(obj: Any) -> dict[str, Any]:
-    """A dataclass as plain TOML/JSON-friendly values (tuples become lists)."""
-
-    def plain(v: Any) -> Any:
-        if dataclasses.is_dataclass(v):
-            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-        if isinstance(v, (tuple, list)):
-            return [plain(x) for x in v]
-        if isinstance(v, Path):
-            return str(v)
-        return v
-
-    return plain(obj)
-
-
-def load_toml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist; pass the path of a TOML file (see configs/)")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not valid TOML ({e}); fix the file") from None
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"train.lr=3e-4"`` -> (["train", "lr"], 0.0003). Values are TOML literals; bare words are strings."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r}: write it as section.key=value")
-    key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if len(parts) < 2 or not all(parts):
-        raise ConfigError(f"override {text!r}: the key must be dotted, e.g. model.mem_len=256")
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()
-    return parts, value
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """Return a copy of ``raw`` with each dotted override set (the dataclasses then reject unknown keys)."""
-    out: dict[str, Any] = _deepcopy(raw)
-    for text in overrides:
-        parts, value = parse_override(text)
-        node = out
-        for p in parts[:-1]:
-            child = node.setdefault(p, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {text!r}: {p} is a value, not a section")
-            node = child
-        node[parts[-1]] = value
-    return out
-
-
-def _deepcopy(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: _deepcopy(v) if isinstance(v, dict) else v for k, v in d.items()}
-
-
 __all__ = [
     "AdaptiveConfig",
     "ConfigError",
+    "Log",
+    "require",
+    "eval_lengths",
+    "Lengths",
+    "tomllib",
     "ModelConfig",
     "TrainConfig",
     "EvalConfig",

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compressive_transformer.core.config import ConfigError, ModelConfig
+from compressive_transformer.core.registry import find_model_kind
 
 MODELS = ("transformer-xl", "compressive", "transformer-ql")
 _ALIASES = {
@@ -248,8 +249,9 @@ def range_report(cfg: ModelConfig) -> str:
     """What ``compressive-transformer range`` prints: the temporal range and attention cost of ``cfg``, and the
     context lengths (Transformer-QL paper, Appendix B) of the three models at the same window and depth."""
     lines = []
-    if not cfg.is_ql:
-        r = temporal_range(cfg)
+    kind = find_model_kind(cfg)
+    if kind is not None and kind.temporal_range is not None:
+        r = kind.temporal_range(cfg)
         lines += [
             f"max temporal range: {r.max_range} positions "
             f"(l={cfg.n_layers} x (n_m={cfg.mem_len} + c={cfg.compression_rate} x n_cm={cfg.cmem_len}))",
@@ -257,7 +259,8 @@ def range_report(cfg: ModelConfig) -> str:
             f"memory slots per layer: {r.memory_slots}",
         ]
     n_s, memory = cfg.seg_len, cfg.mem_len + cfg.cmem_len
-    rows = [("this config", context_length_from_config(cfg))]
+    own = kind.context_length if kind is not None and kind.context_length is not None else context_length_from_config
+    rows = [("this config", own(cfg))]
     rows.append(
         (
             f"Transformer-XL {n_s}/{memory}",

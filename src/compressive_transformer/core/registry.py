@@ -1,4 +1,4 @@
-"""The extension tables: compression functions and corpus formats by name, with what the rest of the code needs to
+"""The extension tables: compression functions, compression losses, model kinds and corpus formats by name, with what the rest of the code needs to
 know about each.
 
 They sit at the bottom floor (no torch, no package imports) so that :mod:`compressive_transformer.core.config` can
@@ -61,6 +61,90 @@ def compressor_spec(name: str) -> CompressorSpec:
 
 
 @dataclass(frozen=True)
+class CompressionLossSpec:
+    """One way of training the compressor (``model.compression_loss``).
+
+    ``local``: a loss of its own, computed per layer from every eviction under stop-gradients (the attention
+    reconstruction, the auto-encoding): the compressor trains in every segment that evicts, and the loss is what the
+    analyses report as the layer's compressibility. ``bptt``: the compressor trains through the task loss, its
+    gradient carried back through the compressed memories (the model keeps the windows they were made from).
+    ``decoder``: the model keeps a transposed-convolution decoder per layer (auto-encoding). A loss that is none of
+    these trains nothing (``'none'``: for compressors without parameters).
+    """
+
+    name: str
+    local: bool = False
+    bptt: bool = False
+    decoder: bool = False
+
+    @property
+    def trains(self) -> bool:
+        return self.local or self.bptt
+
+
+COMPRESSION_LOSSES: dict[str, CompressionLossSpec] = {}
+
+
+def register_compression_loss(
+    name: str, *, local: bool = False, bptt: bool = False, decoder: bool = False
+) -> CompressionLossSpec:
+    """Make ``name`` usable as ``model.compression_loss``; registering a name again replaces its entry."""
+    spec = CompressionLossSpec(name, local, bptt, decoder)
+    COMPRESSION_LOSSES[name] = spec
+    return spec
+
+
+def compression_loss_spec(name: str) -> CompressionLossSpec:
+    """The entry of ``name``; a ``KeyError`` that lists the known names otherwise."""
+    try:
+        return COMPRESSION_LOSSES[name]
+    except KeyError:
+        raise KeyError(f"unknown compression_loss {name!r}; use one of {', '.join(COMPRESSION_LOSSES)}") from None
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """One kind of model: ``build`` makes the model of every config that ``applies`` to it, and the kind answers
+    for its configs what would otherwise be asked of a config's shape ("is this Transformer-QL?").
+
+    ``check(cfg)``: the kind's own config rules, run by ``ModelConfig`` after the common ones (raises ``ConfigError``).
+    ``label(cfg)``: the model's name in tables. ``context_length(cfg)``: its context lengths (Transformer-QL paper,
+    Appendix B). ``temporal_range(cfg)``: its temporal range and attention cost, where the kind has that formula.
+    ``fixed_memory``: why its memory lengths cannot change at evaluation ("" when they can). ``decoder(model, memory,
+    compile=...)``: its token-by-token decoder for generation (None: generation steps ``model.forward``).
+    """
+
+    name: str
+    build: Callable[[Any], Any]
+    applies: Callable[[Any], bool]
+    check: Callable[[Any], None] | None = None
+    label: Callable[[Any], str] = lambda cfg: "model"
+    context_length: Callable[[Any], Any] | None = None
+    temporal_range: Callable[[Any], Any] | None = None
+    fixed_memory: str = ""
+    decoder: Callable[..., Any] | None = None
+
+
+MODEL_KINDS: dict[str, ModelKind] = {}
+
+
+def find_model_kind(cfg: Any) -> ModelKind | None:
+    """The kind that builds ``cfg``: the newest registered one that applies (None while none does)."""
+    for kind in reversed(MODEL_KINDS.values()):
+        if kind.applies(cfg):
+            return kind
+    return None
+
+
+def model_kind(cfg: Any) -> ModelKind:
+    """:func:`find_model_kind`, or a ``ValueError`` naming the registered kinds."""
+    kind = find_model_kind(cfg)
+    if kind is None:
+        raise ValueError(f"no model kind applies to this configuration; registered: {', '.join(MODEL_KINDS)}")
+    return kind
+
+
+@dataclass(frozen=True)
 class CorpusFormat:
     """One corpus format (``data.format``).
 
@@ -93,7 +177,15 @@ def corpus_format(name: str) -> CorpusFormat:
 
 
 __all__ = [
+    "COMPRESSION_LOSSES",
     "COMPRESSORS",
+    "MODEL_KINDS",
+    "ModelKind",
+    "find_model_kind",
+    "model_kind",
+    "CompressionLossSpec",
+    "compression_loss_spec",
+    "register_compression_loss",
     "FORMATS",
     "CompressorSpec",
     "CorpusFormat",

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.experiments.runner import write_json
 
 RESULTS_FILE = "results.json"
 
@@ -26,7 +26,7 @@ def locked_results(out: Path) -> Iterator[dict[str, Any]]:
         before = json.dumps(results, sort_keys=True)
         yield results
         if json.dumps(results, sort_keys=True) != before:
-            write_text_atomic(path, json.dumps(results, indent=1) + "\n")
+            write_json(path, results)
     finally:
         os.close(fd)
 

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,8 +36,9 @@ import torch
 from compressive_transformer.analysis.frequency import bucket_perplexity, token_nll, token_words, word_counts, word_nll
 from compressive_transformer.analysis.recurrence import Reach, default_edges, loss_by_lookback
 from compressive_transformer.analysis.regions import attention_by_region
-from compressive_transformer.core.config import ConfigError, RunConfig, from_dict, load_toml
+from compressive_transformer.core.config import ConfigError, Log, RunConfig, eval_lengths, from_dict, load_toml, require
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.models import model_kind
 from compressive_transformer.data import read_documents
 from compressive_transformer.data.units import summary_line, texts_size, units
 from compressive_transformer.experiments.spec import load_variants
@@ -47,8 +48,6 @@ from compressive_transformer.runs.metrics import read_metrics
 from compressive_transformer.runs.precision import bf16_flags, inference_amp, resolve_amp
 from compressive_transformer.runs.rundir import RESUME_FREE_KEYS, flat, load_model, open_run
 from compressive_transformer.training.workflows import train_run
-
-Log = Callable[[str], None]
 
 RESULT_VERSION = 1
 SCRATCH = ("runs/", "cache/", "logs/")
@@ -71,31 +70,31 @@ class StudySettings:
 
     def __post_init__(self) -> None:
         p = "study."
-        _require(
+        require(
             len(self.seeds) > 0 and len(set(self.seeds)) == len(self.seeds),
             p + "seeds",
             "must be a non-empty list of distinct integers",
         )
-        _require(all(s >= 0 for s in self.seeds), p + "seeds", "must be >= 0")
-        _require(
+        require(all(s >= 0 for s in self.seeds), p + "seeds", "must be >= 0")
+        require(
             len(self.splits) > 0 and all(s in ("train", "validation", "test") for s in self.splits),
             p + "splits",
             "use train, validation and/or test",
         )
-        _require(0.0 < self.level < 1.0, p + "level", "must be in (0, 1), e.g. 0.95")
-        _require(
+        require(0.0 < self.level < 1.0, p + "level", "must be in (0, 1), e.g. 0.95")
+        require(
             all(e >= 1 for e in self.lookback_edges) and list(self.lookback_edges) == sorted(set(self.lookback_edges)),
             p + "lookback_edges",
             "must be increasing integers >= 1",
         )
-        _require(
+        require(
             self.attention_split in ("train", "validation", "test"),
             p + "attention_split",
             "use train, validation or test",
         )
-        _require(self.attention_segments >= 0, p + "attention_segments", "must be >= 0 (0 skips the attention profile)")
-        _require(self.parallel >= 1, p + "parallel", "must be >= 1")
-        _require(self.threads >= 0, p + "threads", "must be >= 0 (0 means every core)")
+        require(self.attention_segments >= 0, p + "attention_segments", "must be >= 0 (0 skips the attention profile)")
+        require(self.parallel >= 1, p + "parallel", "must be >= 1")
+        require(self.threads >= 0, p + "threads", "must be >= 0 (0 means every core)")
 
 
 @dataclass(frozen=True)
@@ -109,13 +108,8 @@ class EvalLengths:
     def __post_init__(self) -> None:
         for key in ("mem_len", "cmem_len"):
             v = getattr(self, key)
-            _require(v is None or v >= 0, key, "must be >= 0")
-        _require(self.seg_len is None or self.seg_len > 0, "seg_len", "must be > 0")
-
-
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {message}")
+            require(v is None or v >= 0, key, "must be >= 0")
+        require(self.seg_len is None or self.seg_len > 0, "seg_len", "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -136,11 +130,9 @@ class Study:
 
     def lengths(self, variant: str, evaluation: str) -> tuple[int, int, int]:
         """(seg_len, mem_len, cmem_len) of ``variant`` under ``evaluation``."""
-        m, e = self.configs[variant].model, self.evaluations[variant][evaluation]
-        return (
-            e.seg_len or m.seg_len,
-            m.mem_len if e.mem_len is None else e.mem_len,
-            m.cmem_len if e.cmem_len is None else e.cmem_len,
+        e = self.evaluations[variant][evaluation]
+        return tuple(
+            eval_lengths(self.configs[variant].model, seg_len=e.seg_len, mem_len=e.mem_len, cmem_len=e.cmem_len)
         )
 
     def lookback_edges(self) -> list[int]:
@@ -189,10 +181,9 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
                 raise ConfigError(
                     f"variants.{name}.evaluations.{ev}.cmem_len: {name} has no compressed memory (model.cmem_len = 0)"
                 )
-            if cfg.model.is_ql and (mem is not None or cmem is not None):
-                raise ConfigError(
-                    f"variants.{name}.evaluations.{ev}: Transformer-QL's memories are fixed by its scales; remove the lengths"
-                )
+            fixed = model_kind(cfg.model).fixed_memory
+            if fixed and (mem is not None or cmem is not None):
+                raise ConfigError(f"variants.{name}.evaluations.{ev}: {fixed}; remove the lengths")
     return Study(path, settings, configs, evaluations, tuple(overrides))
 
 

@@ -69,9 +69,9 @@ def _compare(values: dict[int, float], base: dict[int, float] | None, level: flo
     return entry
 
 
-def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, command: str = "") -> dict[str, Any]:
-    """The study's JSON summary (see the module docstring of :mod:`.study`)."""
-    s, level, base = study.settings, study.settings.level, study.baseline
+def _summary_header(study: Study, results: dict[str, dict[int, dict[str, Any]]], command: str) -> dict[str, Any]:
+    """What the study was (spec, budget, data, variants) and how far it got (runs done, machines)."""
+    s, base = study.settings, study.baseline
     cfg0 = study.configs[base]
     t = cfg0.train
     edges = study.lookback_edges()
@@ -82,7 +82,7 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
         "command": command,
         "baseline": base,
         "seeds": list(s.seeds),
-        "level": level,
+        "level": s.level,
         "budget": {
             "steps": t.steps,
             "batch_size": t.batch_size,
@@ -101,6 +101,13 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
         ),
     }
     summary["machines"] = [json.loads(m) for m in summary["machines"]]
+    return summary
+
+
+def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, command: str = "") -> dict[str, Any]:
+    """The study's JSON summary (see the module docstring of :mod:`.study`)."""
+    s, level, base = study.settings, study.settings.level, study.baseline
+    summary = _summary_header(study, results, command)
     metrics: dict[str, Any] = {}
     lookback: dict[str, Any] = {}
     frequency: dict[str, Any] = {}

@@ -1,10 +1,8 @@
-"""Running a study: train and measure every (variant, seed) not yet done, a few at a time in worker processes, and
-rewrite the report after each (:mod:`.study` defines the study and its jobs, :mod:`.study_report` aggregates)."""
+"""Running a study: train and measure every (variant, seed) not yet done, a few at a time on the experiment runner,
+and rewrite the report after each (:mod:`.study` defines the study and its jobs, :mod:`.study_report` aggregates)."""
 
 from __future__ import annotations
 
-import concurrent.futures as futures
-import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,17 @@ from tqdm.auto import tqdm
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data import read_documents
-from compressive_transformer.experiments.study import SCRATCH, Job, Log, load_study, result_state, run_job, study_jobs
+from compressive_transformer.experiments.runner import run_cells, split_threads
+from compressive_transformer.experiments.study import (
+    SCRATCH,
+    Job,
+    Log,
+    Study,
+    load_study,
+    result_state,
+    run_job,
+    study_jobs,
+)
 from compressive_transformer.experiments.study_report import write_report
 from compressive_transformer.runs.metrics import read_metrics
 
@@ -42,13 +50,37 @@ def run_study(
     study = load_study(spec, overrides)
     out = Path(out)
     s = study.settings
-    parallel = parallel or s.parallel
-    total_threads = threads or s.threads or os.cpu_count() or 1
-    lanes = max(1, min(parallel, total_threads))
-    per_job = max(1, total_threads // lanes)
+    lanes, per_job = split_threads(threads or s.threads or os.cpu_count() or 1, parallel or s.parallel)
     jobs = study_jobs(study, out, threads=per_job, progress=lanes == 1)
+    todo = _jobs_to_run(study, jobs, out)
+    log(
+        f"study {study.path}: {len(study.configs)} variants x {len(s.seeds)} seeds; {len(jobs) - len(todo)} done, "
+        f"{len(todo)} to run, {lanes} at a time with {per_job} thread(s) each"
+    )
+    errors: list[tuple[Job, Exception]] = []
+    if lanes == 1:
+
+        def announced(job: Job) -> dict[str, Any]:
+            log(f"[{todo.index(job) + 1}/{len(todo)}] {job.name} -> {job.run_dir} (log {job.log_path})")
+            return run_job(job)
+
+        run_cells(todo, announced, on_done=lambda *_: write_report(study, out, command=command))
+    else:
+        _run_in_parallel(study, todo, out, lanes, command, errors)
+    summary = write_report(study, out, command=command)
+    if errors:
+        job, e = errors[0]
+        raise ConfigError(
+            f"{len(errors)} of {len(todo)} runs failed; first: {job.name}: {e} (see {job.log_path}); rerun the study to retry them"
+        )
+    return summary
+
+
+def _jobs_to_run(study: Study, jobs: list[Job], out: Path) -> list[Job]:
+    """The jobs without a matching result; a result is never replaced by one of a different run (re-measuring the
+    same run is fine). Checks the corpus once before any run starts and leaves a ``.gitignore`` for the scratch."""
     states = {j: result_state(j) for j in jobs}
-    for j in jobs:  # a result is never replaced by one of a different run; re-measuring the same run is fine
+    for j in jobs:
         if states[j] == "retrain" or (states[j] == "remeasure" and not (j.run_dir / "config.toml").is_file()):
             why = (
                 "another run config"
@@ -69,50 +101,36 @@ def run_study(
             + "\n".join(SCRATCH)
             + "\n",
         )
-    todo = [j for j in jobs if states[j] != "done"]
-    log(
-        f"study {study.path}: {len(study.configs)} variants x {len(s.seeds)} seeds; {len(jobs) - len(todo)} done, "
-        f"{len(todo)} to run, {lanes} at a time with {per_job} thread(s) each"
-    )
+    return [j for j in jobs if states[j] != "done"]
 
-    def report() -> dict[str, Any]:
-        return write_report(study, out, command=command)
 
-    errors: list[tuple[Job, BaseException]] = []
-    if lanes == 1:
-        for i, job in enumerate(todo):
-            log(f"[{i + 1}/{len(todo)}] {job.name} -> {job.run_dir} (log {job.log_path})")
-            run_job(job)
-            report()
-    else:
-        steps_total = sum(j.config.train.steps for j in todo)
-        bar = tqdm(total=steps_total, desc="study", unit="step", dynamic_ncols=True)
-        ctx = multiprocessing.get_context("spawn")
-        with futures.ProcessPoolExecutor(max_workers=lanes, mp_context=ctx) as pool:
-            pending = {pool.submit(run_job, j): j for j in todo}
-            done_steps = 0
-            while pending:
-                finished, _ = futures.wait(pending, timeout=10, return_when=futures.FIRST_COMPLETED)
-                for fut in finished:
-                    job = pending.pop(fut)
-                    done_steps += job.config.train.steps
-                    try:
-                        fut.result()
-                        bar.write(f"finished {job.name}")
-                        report()
-                    except Exception as e:  # noqa: BLE001  (reported with the others at the end)
-                        errors.append((job, e))
-                        bar.write(f"failed {job.name}: {e} (log {job.log_path})")
-                bar.n = min(steps_total, done_steps + sum(_progress_of(j) for j in pending.values()))
-                bar.refresh()
-        bar.close()
-    summary = report()
-    if errors:
-        job, e = errors[0]
-        raise ConfigError(
-            f"{len(errors)} of {len(todo)} runs failed; first: {job.name}: {e} (see {job.log_path}); rerun the study to retry them"
-        )
-    return summary
+def _run_in_parallel(
+    study: Study, todo: list[Job], out: Path, lanes: int, command: str, errors: list[tuple[Job, Exception]]
+) -> None:
+    """``lanes`` runs at a time in worker processes under one progress bar of training steps; failures are
+    collected in ``errors`` while the others run on."""
+    steps_total = sum(j.config.train.steps for j in todo)
+    bar = tqdm(total=steps_total, desc="study", unit="step", dynamic_ncols=True)
+    finished_steps = 0
+
+    def done(job: Job, _: Any) -> None:
+        nonlocal finished_steps
+        finished_steps += job.config.train.steps
+        bar.write(f"finished {job.name}")
+        write_report(study, out, command=command)
+
+    def failed(job: Job, e: Exception) -> None:
+        nonlocal finished_steps
+        finished_steps += job.config.train.steps
+        errors.append((job, e))
+        bar.write(f"failed {job.name}: {e} (log {job.log_path})")
+
+    def waiting(running: list[Job]) -> None:
+        bar.n = min(steps_total, finished_steps + sum(_progress_of(j) for j in running))
+        bar.refresh()
+
+    run_cells(todo, run_job, parallel=lanes, on_done=done, on_error=failed, on_wait=waiting)
+    bar.close()
 
 
 __all__ = ["run_study"]

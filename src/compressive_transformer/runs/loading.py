@@ -47,18 +47,16 @@ class Run:
 
     @property
     def seg_len(self) -> int:
-        return self.config.eval.seg_len or self.config.model.seg_len
+        return self.config.eval.lengths(self.config.model).seg_len
 
     @property
     def mem_len(self) -> int:
         """Memory length used at evaluation (``eval.mem_len``, else the training one)."""
-        e = self.config.eval.mem_len
-        return self.config.model.mem_len if e is None else e
+        return self.config.eval.lengths(self.config.model).mem_len
 
     @property
     def cmem_len(self) -> int:
-        e = self.config.eval.cmem_len
-        return self.config.model.cmem_len if e is None else e
+        return self.config.eval.lengths(self.config.model).cmem_len
 
     def encode(self, text: str | bytes) -> list[int]:
         return self.tokenizer.encode(text)

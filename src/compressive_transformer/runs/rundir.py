@@ -13,9 +13,17 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from compressive_transformer.core.config import ConfigError, RunConfig, apply_overrides, load_toml, to_dict, tomllib
+from compressive_transformer.core.config import (
+    ConfigError,
+    Log,
+    RunConfig,
+    apply_overrides,
+    load_toml,
+    to_dict,
+    tomllib,
+)
 from compressive_transformer.core.models import MemoryModel, build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.data.readers import data_root_path
@@ -55,8 +63,6 @@ RESUME_REMEDY_KEYS = (
     "train.amp",  # a run begun in bf16 may continue where bf16 is slow, or a diverging fp16 run in bf16
 )
 EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
-
-Log = Callable[[str], None]
 
 
 def log_stderr(message: str) -> None:

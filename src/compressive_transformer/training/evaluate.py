@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from compressive_transformer.core.config import eval_lengths
 from compressive_transformer.core.constants import IGNORE_INDEX
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.streaming import stream
@@ -92,8 +93,7 @@ def evaluate(
     ``size`` and ``tokenizer_kind`` (default: the corpus's own) turn it into bits per character / byte and word
     perplexity."""
     cfg = model.cfg
-    mem_len = cfg.mem_len if mem_len is None else mem_len
-    cmem_len = cfg.cmem_len if cmem_len is None else cmem_len
+    _, mem_len, cmem_len = eval_lengths(cfg, mem_len=mem_len, cmem_len=cmem_len)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     batcher = StreamBatcher(corpus, batch_size=batch_size, seg_len=seg_len, shuffle=False, repeat=False)
     total = len(batcher) if not max_batches else min(max_batches, len(batcher))

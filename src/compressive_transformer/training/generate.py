@@ -15,7 +15,8 @@ import torch
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.dtypes import autocast
 from compressive_transformer.core.memory import MemoryState
-from compressive_transformer.core.models.decode import Decoder, unsupported
+from compressive_transformer.core.models.decode import unsupported
+from compressive_transformer.core.registry import find_model_kind
 
 
 def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
@@ -89,6 +90,26 @@ def sample_next(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How each next token is drawn, checked when made: ``temperature`` (0 is greedy), ``top_k`` (0 keeps every
+    token), ``top_p`` (nucleus mass; 1 keeps every token). The library's ``generate``/``generate_text``/``generate_run``
+    and the ``generate`` command all pass one of these down."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    def sample(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Next token ids (B,) from last-position logits (B, V)."""
+        return sample_next(
+            logits, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, generator=generator
+        )
+
+
 @dataclass
 class Generation:
     prompt: list[int]
@@ -118,6 +139,7 @@ def generate(
     on_token: Callable[[int], bool] | None = None,
     return_memory: bool = False,
     amp: str | torch.dtype | None = None,
+    sampling: SamplingConfig | None = None,
 ) -> Generation:
     """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens, carrying memory throughout. ``compile``: run the
     ring-buffer decoder's step under ``torch.compile`` (worth it for long generations: the first token waits for the
@@ -127,10 +149,12 @@ def generate(
     prompt, which may then be empty, is read after that state. ``on_token`` sees each token as it is drawn and
     stops the generation by returning False.
 
-    ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32)."""
+    ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32). ``sampling``, when
+    given, replaces ``temperature``, ``top_k`` and ``top_p``."""
     if not prompt and (memory is None or next_logits is None):
         raise ConfigError("prompt: is empty; give at least one character to start from")
-    check_sampling(max_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    check_sampling(max_tokens=max_new_tokens)
+    sampling = sampling or SamplingConfig(temperature, top_k, top_p)
     cfg = model.cfg
     seg_len = seg_len or cfg.seg_len
     device = next(model.parameters()).device
@@ -151,10 +175,12 @@ def generate(
                 out = model(ids[:, start : start + seg_len], memory=memory)
                 memory = out.memory
                 last = out.logits[:, -1]  # (1, V)
-            decoder = Decoder(model, memory, compile=compile) if unsupported(model) is None else None
+            kind = find_model_kind(cfg)
+            make = kind.decoder if kind is not None and unsupported(model) is None else None
+            decoder = make(model, memory, compile=compile) if make is not None else None
             result = Generation(prompt=list(prompt), tokens=[])
             for i in range(max_new_tokens):
-                token = sample_next(last, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+                token = sampling.sample(last, generator)
                 if keep_logits:
                     result.logits.append(last[0].float().cpu())
                 result.tokens.append(int(token))

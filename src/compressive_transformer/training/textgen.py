@@ -18,7 +18,7 @@ from compressive_transformer.core.config import ConfigError, to_dict
 from compressive_transformer.core.memory import MemoryState
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import generation_amp
-from compressive_transformer.training.generate import Generation, check_sampling, clean_prompt, generate
+from compressive_transformer.training.generate import Generation, SamplingConfig, check_sampling, clean_prompt, generate
 
 MEMORY_FORMAT = "compressive-transformer-memory-v1"
 
@@ -130,11 +130,14 @@ def generate_text(
     stream: IO[str] | None = None,
     memory: tuple[MemoryState, torch.Tensor] | None = None,
     return_memory: bool = False,
+    sampling: SamplingConfig | None = None,
 ) -> TextGeneration:
     """Continue ``prompt``, streaming the text to ``stream`` as it is produced and ending at the first ``stop``
     string. ``memory`` (from :func:`load_memory`) continues an earlier generation; the prompt may then be empty.
-    Sampling settings are checked before any work; bytes of ``prompt`` that are not UTF-8 become U+FFFD."""
-    check_sampling(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    Sampling settings (``sampling``, else ``temperature``/``top_k``/``top_p``) are checked before any work; bytes of
+    ``prompt`` that are not UTF-8 become U+FFFD."""
+    check_sampling(max_tokens=max_tokens)
+    sampling = sampling or SamplingConfig(temperature, top_k, top_p)
     prompt = clean_prompt(prompt)
     ids = run.encode(prompt) if prompt else []
     if memory is None and not ids:
@@ -152,9 +155,7 @@ def generate_text(
         run.model,
         ids,
         max_new_tokens=max_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
+        sampling=sampling,
         seed=seed,
         compile=compile,
         mem_len=mem_len,

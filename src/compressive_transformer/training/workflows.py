@@ -59,6 +59,7 @@ from compressive_transformer.runs.runlock import RunLock
 from compressive_transformer.runs.toml_writer import config_text
 from compressive_transformer.training.distributed import DistInfo, barrier, init_distributed, local_device
 from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
+from compressive_transformer.training.generate import SamplingConfig
 from compressive_transformer.training.text_eval import run_record
 from compressive_transformer.training.textgen import generate_text
 from compressive_transformer.training.trainer import Trainer, TrainSummary
@@ -289,14 +290,15 @@ def evaluate_run(
     target = Path(out) if out is not None else run_dir / f"eval_{split}.json"
     require_writable(target)
     e = cfg.eval
+    lengths = e.lengths(cfg.model)
     model, path = load_model_from(run_dir, cfg, checkpoint, device=device, threads=threads, log=log)
     check_fits(
         cfg.model,
         batch_size=e.batch_size,
-        seg_len=e.seg_len or cfg.model.seg_len,
+        seg_len=lengths.seg_len,
         device=next(model.parameters()).device,
-        mem_len=cfg.model.mem_len if e.mem_len is None else e.mem_len,
-        cmem_len=cfg.model.cmem_len if e.cmem_len is None else e.cmem_len,
+        mem_len=lengths.mem_len,
+        cmem_len=lengths.cmem_len,
         key="eval.seg_len",
     )
     with _writable_cache(cache_dir(cfg, run_dir)) as caches:
@@ -307,14 +309,13 @@ def evaluate_run(
             corpus,
             split=split,
             batch_size=e.batch_size,
-            seg_len=e.seg_len or cfg.model.seg_len,
-            mem_len=e.mem_len,
-            cmem_len=e.cmem_len,
+            seg_len=lengths.seg_len,
+            mem_len=lengths.mem_len,
+            cmem_len=lengths.cmem_len,
             max_batches=e.max_batches,
             progress=progress,
             amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
         )
-
     run = Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=run_dir, checkpoint=path)
     source = {"kind": "split", "format": cfg.data.format, "path": cfg.data.path, "split": split}
     write_eval_record(target, run_record(run, result, source))
@@ -333,16 +334,17 @@ def generate_run(
     compile: bool = False,
     device: str | None = None,
     log: Log = log_stderr,
+    sampling: SamplingConfig | None = None,
 ) -> str:
-    """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest good model."""
+    """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest good model
+    (``sampling``, when given, replaces ``temperature``, ``top_k`` and ``top_p``)."""
+    sampling = sampling or SamplingConfig(temperature, top_k, top_p)  # checked before the model loads
     run = load_run(run_dir, device=device, log=log)
     return generate_text(
         run,
         prompt,
         max_tokens=max_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
+        sampling=sampling,
         seed=seed,
         compile=compile,
     ).text
@@ -374,7 +376,7 @@ def demo(
     log("demo: evaluating on the whole validation split (memory carried through)")
     result = evaluate_run(run_dir, split="validation")
     log(f"demo: {result.summary()}")
-    sample = generate_run(run_dir, prompt, max_tokens=200, temperature=0.8, top_k=40, seed=0)
+    sample = generate_run(run_dir, prompt, max_tokens=200, sampling=SamplingConfig(temperature=0.8, top_k=40), seed=0)
     return DemoResult(
         run_dir=run_dir,
         steps=cfg.train.steps,

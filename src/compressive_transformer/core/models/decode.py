@@ -29,7 +29,7 @@ from compressive_transformer.core.attention import additive_mask, make_positions
 from compressive_transformer.core.kv_cache import KVCache
 from compressive_transformer.core.memory import LayerMemory, MemoryState, evicted_count
 from compressive_transformer.core.models.lm import CompressiveTransformerLM
-from compressive_transformer.core.registry import compressor_spec
+from compressive_transformer.core.registry import compression_loss_spec, compressor_spec
 from compressive_transformer.core.stamps import WriteWatch
 
 
@@ -46,7 +46,7 @@ def unsupported(model: torch.nn.Module) -> str | None:
         return "shared compressed positions (their distances move with the memory's fill)"
     if cfg.uses_compression and compressor_spec(cfg.compression).needs_usage:
         return f"{cfg.compression} compression (the attention usage of memory slots is tracked)"
-    if cfg.uses_compression and cfg.compression_loss == "bptt":
+    if cfg.uses_compression and compression_loss_spec(cfg.compression_loss).bptt:
         return "bptt compression (compression windows are tracked)"
     return None
 

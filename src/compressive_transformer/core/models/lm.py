@@ -24,7 +24,7 @@ from compressive_transformer.core.compression import (
     autoencoder_loss,
     build_compressor,
 )
-from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.config import ModelConfig, require
 from compressive_transformer.core.dtypes import compute_dtype
 from compressive_transformer.core.memory import (
     Eviction,
@@ -37,7 +37,7 @@ from compressive_transformer.core.memory import (
 from compressive_transformer.core.models.block import Block, BlockOutput
 from compressive_transformer.core.models.checks import check_batch_size, check_inputs, check_memory
 from compressive_transformer.core.models.io import InputLayer, OutputLayer, dropout, init_weights
-from compressive_transformer.core.registry import compressor_spec
+from compressive_transformer.core.registry import compression_loss_spec, compressor_spec
 from compressive_transformer.core.stamps import DeclaresWrites
 
 
@@ -50,6 +50,15 @@ class LMOutput:
     memory: MemoryState
     hidden: Tensor  # (B, T, d_model) final hidden states
     attentions: list[Tensor] | None = None  # per layer (B, H, T, C + M + T) over [cmem; mem; segment]
+
+
+def check_config(cfg: ModelConfig) -> None:
+    """The Compressive Transformer's (and Transformer-XL's) rules beyond the common ones."""
+    require(cfg.droppath == 0.0, "model.droppath", "droppath is a Transformer-QL option; set scales or 0")
+
+
+def label(cfg: ModelConfig) -> str:
+    return "Compressive Transformer" if cfg.cmem_len > 0 else "Transformer-XL"
 
 
 class CompressiveTransformerLM(DeclaresWrites, nn.Module):
@@ -69,7 +78,7 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         )
         self.decoders = (
             nn.ModuleList(ConvDecoder(d, cfg.compression_rate) for _ in range(cfg.n_layers))
-            if trained and cfg.compression_loss == "autoencoder"
+            if trained and compression_loss_spec(cfg.compression_loss).decoder
             else None
         )
         self.apply(lambda m: init_weights(m, cfg.init_std))
@@ -117,7 +126,7 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             compression_rate=cfg.compression_rate,
             window=comp.window if comp is not None else 1,
             track_usage=cmem_len > 0 and compressor_spec(cfg.compression).needs_usage,
-            keep_windows=cmem_len > 0 and cfg.compression_loss == "bptt",
+            keep_windows=cmem_len > 0 and compression_loss_spec(cfg.compression_loss).bptt,
             context=comp.context if comp is not None else 0,
             device=device,
             dtype=dtype,
@@ -212,7 +221,7 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
                 extra_width=cfg.compression_extra_width,
                 compress=compress,
                 attn_usage=self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None,
-                bptt_horizon=cfg.bptt_horizon if cfg.compression_loss == "bptt" else 0,
+                bptt_horizon=cfg.bptt_horizon if compression_loss_spec(cfg.compression_loss).bptt else 0,
                 kv=out.attn.cache if caching else None,
                 project_kv=block.attn.project_kv,
             )
@@ -247,11 +256,12 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         self, i: int, out: BlockOutput, input_mask: Tensor, eviction: Eviction | None, n_cm: int
     ) -> Tensor:
         cfg = self.cfg
-        if eviction is None or cfg.compression_loss in ("none", "bptt"):
+        loss = compression_loss_spec(cfg.compression_loss)
+        if eviction is None or not loss.local:
             return out.h.new_zeros(())
         group_mask = eviction.compressed_mask.repeat_interleave(cfg.compression_rate, dim=1)  # (B, G*c)
         old_mask = eviction.old_mask & group_mask
-        if cfg.compression_loss == "attention":
+        if not loss.decoder:  # the attention reconstruction
             first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values
             old = slice(first, first + eviction.old.shape[1])
             attn = self.blocks[i].attn

@@ -26,14 +26,14 @@ from compressive_transformer.core.attention import (
     make_positions,
     share_positions,
 )
-from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.config import ModelConfig, require
 from compressive_transformer.core.dtypes import compute_dtype
 from compressive_transformer.core.memory import LayerMemory, MemoryState, empty_layer, update_layer
 from compressive_transformer.core.models.block import Block
 from compressive_transformer.core.models.checks import check_batch_size, check_inputs, check_memory
 from compressive_transformer.core.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.core.models.lm import LMOutput
-from compressive_transformer.core.registry import compressor_spec
+from compressive_transformer.core.registry import COMPRESSION_LOSSES, COMPRESSORS, compressor_spec
 from compressive_transformer.core.stamps import DeclaresWrites
 
 
@@ -53,6 +53,52 @@ def ql_scales(*, seg_len: int, mem_len: int, compression_rate: int, n_scales: in
         seg = min(window // c, scales[-1].seg)
         scales.append(Scale(seg=seg, mem=window - seg, shift=seg_len // c**i, span=c**i))
     return scales
+
+
+def check_config(cfg: ModelConfig) -> None:
+    """Transformer-QL's rules for a config, beyond the common ones (run by ``ModelConfig`` through the kinds table)."""
+    p, c = "model.", cfg.compression_rate
+    require(all(isinstance(n, int) and n >= 1 for n in cfg.scales), p + "scales", "every scale needs >= 1 layer")
+    require(cfg.output_layers >= 0, p + "output_layers", "must be >= 0")
+    total = sum(cfg.scales) + cfg.output_layers
+    require(
+        cfg.n_layers == total,
+        p + "n_layers",
+        f"Transformer-QL has sum(scales) + output_layers = {total} layers; set n_layers = {total}",
+    )
+    require(
+        cfg.cmem_len == 0,
+        p + "cmem_len",
+        "Transformer-QL compresses between scales, not into a compressed memory; set cmem_len = 0",
+    )
+    pools = [name for name, spec in COMPRESSORS.items() if spec.scale_pool is not None]
+    require(
+        COMPRESSORS[cfg.compression].scale_pool is not None,
+        p + "compression",
+        f"Transformer-QL pools between scales; use {' or '.join(repr(n) for n in pools)} (with compression_loss = 'none')",
+    )
+    require(
+        not COMPRESSION_LOSSES[cfg.compression_loss].trains,
+        p + "compression_loss",
+        "Transformer-QL's pooling has nothing to train; set 'none'",
+    )
+    require(
+        cfg.compression_extra_width == 0,
+        p + "compression_extra_width",
+        "Transformer-QL pools with window c; set 0",
+    )
+    levels = len(cfg.scales) - 1
+    require(
+        cfg.seg_len % (c**levels) == 0,
+        p + "seg_len",
+        f"must be divisible by compression_rate ** (len(scales) - 1) = {c**levels} so every scale shifts whole states",
+    )
+    require(
+        (cfg.seg_len + cfg.mem_len) % c == 0,
+        p + "mem_len",
+        f"seg_len + mem_len = {cfg.seg_len + cfg.mem_len} must be divisible by compression_rate = {c}",
+    )
+    require(0.0 <= cfg.droppath < 1.0, p + "droppath", "must be in [0, 1)")
 
 
 class TransformerQL(DeclaresWrites, nn.Module):

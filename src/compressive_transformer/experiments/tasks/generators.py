@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.config import ConfigError, require
 from compressive_transformer.core.constants import IGNORE_INDEX
 
 PAD, SEP, QUERY, MARK = 0, 1, 2, 3
@@ -62,11 +62,6 @@ class Vocab:
         return self.values.stop
 
 
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {message}")
-
-
 @dataclass(frozen=True)
 class _TaskConfig:
     name: ClassVar[str] = ""
@@ -79,12 +74,12 @@ class _TaskConfig:
         p = self.name + "."
         for field in ("seq_len", "n_filler", "n_keys", "n_values"):
             value = getattr(self, field)
-            _require(
+            require(
                 isinstance(value, int) and not isinstance(value, bool), p + field, f"must be an integer, got {value!r}"
             )
-        _require(self.n_filler >= 1, p + "n_filler", "must be >= 1")
-        _require(self.n_keys >= 1, p + "n_keys", "must be >= 1")
-        _require(self.n_values >= 2, p + "n_values", "must be >= 2 (one value would make the answer trivial)")
+        require(self.n_filler >= 1, p + "n_filler", "must be >= 1")
+        require(self.n_keys >= 1, p + "n_keys", "must be >= 1")
+        require(self.n_values >= 2, p + "n_values", "must be >= 2 (one value would make the answer trivial)")
 
     @property
     def vocab(self) -> Vocab:
@@ -96,7 +91,7 @@ class _TaskConfig:
 
 
 def _check_choices(values: tuple[int, ...], key: str, low: int, high: int) -> None:
-    _require(
+    require(
         isinstance(values, tuple)
         and len(values) > 0
         and all(isinstance(v, int) and not isinstance(v, bool) for v in values),
@@ -104,7 +99,7 @@ def _check_choices(values: tuple[int, ...], key: str, low: int, high: int) -> No
         "must be a non-empty list of integers",
     )
     bad = [v for v in values if not low <= v <= high]
-    _require(not bad, key, f"{bad[0] if bad else 0} is outside [{low}, {high}] for this seq_len")
+    require(not bad, key, f"{bad[0] if bad else 0} is outside [{low}, {high}] for this seq_len")
 
 
 @dataclass(frozen=True)
@@ -122,7 +117,7 @@ class PasskeyConfig(_TaskConfig):
         super().__post_init__()
         if isinstance(self.distances, list):
             object.__setattr__(self, "distances", tuple(self.distances))
-        _require(self.seq_len >= 4, "passkey.seq_len", "must be >= 4 (key, value, QUERY, key)")
+        require(self.seq_len >= 4, "passkey.seq_len", "must be >= 4 (key, value, QUERY, key)")
         _check_choices(self.distances, "passkey.distances", 2, self.seq_len - 2)
 
 
@@ -144,14 +139,14 @@ class AssociativeRecallConfig(_TaskConfig):
         if isinstance(self.gaps, list):
             object.__setattr__(self, "gaps", tuple(self.gaps))
         p = "associative_recall."
-        _require(isinstance(self.n_pairs, int) and self.n_pairs >= 1, p + "n_pairs", "must be an integer >= 1")
-        _require(
+        require(isinstance(self.n_pairs, int) and self.n_pairs >= 1, p + "n_pairs", "must be an integer >= 1")
+        require(
             self.n_pairs <= self.n_keys,
             p + "n_pairs",
             f"{self.n_pairs} pairs need as many distinct keys; raise n_keys to >= {self.n_pairs}",
         )
         longest = self.seq_len - 3 * self.n_pairs - 1
-        _require(longest >= 0, p + "seq_len", f"must be >= 3 * n_pairs + 1 = {3 * self.n_pairs + 1}")
+        require(longest >= 0, p + "seq_len", f"must be >= 3 * n_pairs + 1 = {3 * self.n_pairs + 1}")
         _check_choices(self.gaps, p + "gaps", 0, longest)
 
 
@@ -170,9 +165,9 @@ class SelectiveCopyConfig(_TaskConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         p = "selective_copy."
-        _require(isinstance(self.n_tokens, int) and self.n_tokens >= 1, p + "n_tokens", "must be an integer >= 1")
-        _require(isinstance(self.gap, int) and self.gap >= 0, p + "gap", "must be an integer >= 0")
-        _require(
+        require(isinstance(self.n_tokens, int) and self.n_tokens >= 1, p + "n_tokens", "must be an integer >= 1")
+        require(isinstance(self.gap, int) and self.gap >= 0, p + "gap", "must be an integer >= 0")
+        require(
             self.region_len >= self.n_tokens,
             p + "seq_len",
             f"must be >= 2 * n_tokens + 1 + gap = {2 * self.n_tokens + 1 + self.gap} to fit the tokens and markers",

@@ -14,13 +14,14 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from compressive_transformer.core.config import (
     ConfigError,
+    Log,
     ModelConfig,
     TrainConfig,
     apply_overrides,
@@ -28,6 +29,7 @@ from compressive_transformer.core.config import (
     load_toml,
 )
 from compressive_transformer.core.models import MemoryModel
+from compressive_transformer.core.registry import compression_loss_spec
 from compressive_transformer.core.streaming import Segment, segments, stream
 from compressive_transformer.experiments.tasks.generators import (
     IGNORE_INDEX,
@@ -40,8 +42,6 @@ from compressive_transformer.experiments.tasks.generators import (
 )
 from compressive_transformer.training.schedule import learning_rate
 from compressive_transformer.training.trainer import build_optimizer
-
-Log = Callable[[str], None]
 
 
 def _quiet(_: str) -> None:
@@ -148,7 +148,7 @@ class StreamResult:
 
 def _needs_graph_every_segment(cfg: ModelConfig) -> bool:
     """The local compression losses train the compressor in every segment that evicts, answers or not."""
-    return cfg.uses_compression and cfg.compression_loss in ("attention", "autoencoder")
+    return cfg.uses_compression and compression_loss_spec(cfg.compression_loss).local
 
 
 def stream_task_batch(
