@@ -32,7 +32,8 @@ class ConfigError(ValueError):
 T = TypeVar("T")
 
 COMPRESSION_LOSSES = ("attention", "autoencoder", "bptt", "none")
-ATTENTION_IMPLS = ("auto", "math", "sdpa")
+# attention backends (attention_backends.py); "math" and "sdpa" are the earlier names of "explicit" and "sdpa-bias"
+ATTENTION_IMPLS = ("auto", "explicit", "sdpa-bias", "flex", "math", "sdpa")
 NORMS = ("pre", "post")
 CMEM_POSITIONS = ("separate", "shared")
 SHARE_POSITIONS = ("none", "biases", "all")  # what the layers' attention shares: nothing, u/v, u/v and W_r
@@ -115,7 +116,9 @@ class ModelConfig:
     dropout: float = 0.1
     attn_dropout: float = 0.0
     input_dim: int = 0  # > 0: continuous inputs through a linear projection instead of a token embedding
-    attn_impl: str = "auto"  # math returns attention weights; sdpa is fused; auto: math on CPU (faster), sdpa elsewhere
+    attn_impl: str = (
+        "auto"  # explicit (returns weights), sdpa-bias, flex; auto: measured per device (attention_backends)
+    )
     scales: tuple[int, ...] = ()  # Transformer-QL: Transformer-XL layers per temporal scale, finest first
     output_layers: int = 0  # Transformer-QL: Transformer-XL layers after the accumulation layer
     droppath: float = 0.0  # Transformer-QL: probability of dropping the finer scales from the accumulation
@@ -190,9 +193,9 @@ class ModelConfig:
         if self.uses_compression:
             spec = COMPRESSORS[self.compression]
             _require(
-                not (spec.needs_usage and self.attn_impl == "sdpa"),
+                not (spec.needs_usage and self.attn_impl not in ("auto", "explicit", "math")),
                 p + "attn_impl",
-                f"compression {self.compression!r} needs attention weights, which the fused 'sdpa' kernel does not give; use 'math' or 'auto'",
+                f"compression {self.compression!r} needs attention weights, which {self.attn_impl!r} does not give; use 'explicit' or 'auto'",
             )
             if not spec.trainable:
                 _require(

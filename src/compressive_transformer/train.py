@@ -34,7 +34,13 @@ from compressive_transformer.checkpoint import (
 )
 from compressive_transformer.config import ConfigError, RunConfig, TrainConfig
 from compressive_transformer.data import StreamBatcher
-from compressive_transformer.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
+from compressive_transformer.distributed import (
+    all_reduce_sum,
+    gather_rows,
+    init_distributed,
+    local_device,
+    with_every_parameter,
+)
 from compressive_transformer.evaluate import EvalResult, evaluate
 from compressive_transformer.machine import thread_warning
 from compressive_transformer.memory import MemoryState, is_row_tensor
@@ -203,8 +209,8 @@ class Trainer:
         if self.dist.active:
             torch.manual_seed(t.seed + self.dist.rank)  # each rank its own dropout masks
         wrapped: torch.nn.Module = self.model
-        if self.dist.active:  # gradients are averaged over ranks; compressors only see gradient once they compress
-            wrapped = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+        if self.dist.active:  # gradients are averaged over ranks; every parameter takes part in every step
+            wrapped = torch.nn.parallel.DistributedDataParallel(self.model)
         self.forward = compile_model(wrapped) if t.compile else wrapped
         self.optimizer = build_optimizer(self.model, t)
         self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
@@ -372,7 +378,10 @@ class Trainer:
                 raise self._diverged("the loss", f"{loss_value:.4g} (above {bound})")
             if not math.isfinite(aux_value):
                 raise self._diverged("the compression loss", aux_value)
-            self.scaler.scale((loss * share + aux) / n_batches).backward()
+            objective = (loss * share + aux) / n_batches
+            if self.dist.active:  # a parameter this step leaves unused would stall DDP's gradient reduction
+                objective = with_every_parameter(objective, self.model)
+            self.scaler.scale(objective).backward()
             self.memory = out.memory
             loss_sum += loss_value
             aux_sum += aux_value
