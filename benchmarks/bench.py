@@ -463,7 +463,7 @@ def markdown(res: dict, w: workloads.Workload) -> str:
         "targets_best": "Targets, every implementation at its faster precision",
     }
     for name, title in titles.items():
-        if res.get(name):
+        if res.get(name) and any(v.get("met") is not None for v in res[name].values()):  # not all "not measured"
             if len([n for n in titles if res.get(n)]) > 1:
                 lines += [f"{title}:", ""]
             if name == "targets_best":
