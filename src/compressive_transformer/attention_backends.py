@@ -30,16 +30,19 @@ from torch import Tensor
 BACKENDS = ("explicit", "sdpa-bias", "flex")
 ALIASES = {"math": "explicit", "sdpa": "sdpa-bias"}  # the names configs and checkpoints used before
 
-# What ``auto`` takes, per (device type, phase, compute dtype), and why: ratios of tokens/s measured in one interleaved
-# run of benchmarks/bench.py --backends (benchmarks/results/backends.md; a shared 2-core AVX-512 BF16 CPU).
-# Devices without a row take ``sdpa-bias``: the fused kernel with the bias, the default before measurements.
+# What ``auto`` takes, per (device type, phase, compute dtype), and why: tokens/s ratios from one interleaved run of
+# benchmarks/bench.py --backends (benchmarks/results/backends/reference.md, the reference workload on a shared 2-core
+# AVX-512 BF16 CPU, 1 thread; ratios only, the machine's load moved absolute numbers ~9x).
+_TRAIN = "sdpa-bias {:.2f}x explicit: a mask that needs a gradient sends SDPA to its unfused math kernel"
+_EVAL = "sdpa-bias {:.2f}x, flex {:.2f}x explicit: the fused kernels still read a (B, H, T, K) bias"
 AUTO: dict[tuple[str, str, str], tuple[str, str]] = {
-    ("cpu", "train", "fp32"): ("explicit", "sdpa-bias runs the unfused math kernel with a mask gradient: slower"),
-    ("cpu", "train", "bf16"): ("explicit", "sdpa-bias runs the unfused math kernel with a mask gradient: slower"),
-    ("cpu", "eval", "fp32"): ("sdpa-bias", "the fused CPU flash kernel; flex compiles per shape and measured slower"),
-    ("cpu", "eval", "bf16"): ("sdpa-bias", "the fused CPU flash kernel; flex compiles per shape and measured slower"),
+    ("cpu", "train", "fp32"): ("explicit", _TRAIN.format(0.94)),
+    ("cpu", "train", "bf16"): ("explicit", _TRAIN.format(0.80)),
+    ("cpu", "eval", "fp32"): ("explicit", _EVAL.format(0.95, 0.77)),
+    ("cpu", "eval", "bf16"): ("explicit", _EVAL.format(0.93, 0.60)),
 }
-AUTO_DEFAULT = ("sdpa-bias", "not measured on this device: the fused kernel with the positional bias")
+# Devices without a row (CUDA: no GPU measurement yet) take the fused kernel with the positional bias.
+AUTO_DEFAULT = ("sdpa-bias", "not measured on this device: the fused kernel, the positional scores as its bias")
 
 
 def canonical(impl: str) -> str:
