@@ -43,9 +43,20 @@ def test_mfu_is_model_flops_over_the_measured_rate_and_absent_without_either():
     assert gpu.mfu(None, 2e6, 4.0) is None and gpu.mfu(1000.0, 2e6, None) is None
 
 
-def test_the_whole_benchmark_is_one_command_every_backend_eager_and_compiled_in_each_precision(tmp_path):
-    """The GPU run as it will be made, dry on the CPU: every entry (every attention backend, eager and compiled, the
-    peers) in fp32 and bf16. TORCHDYNAMO_DISABLE keeps it to seconds: torch.compile then runs the eager code."""
+def test_the_default_run_has_every_backend_eager_and_compiled():
+    keys = set(gpu.ENTRIES)
+    for backend in ("explicit", "sdpa-bias", "flex"):
+        assert {f"ours+{backend}", f"ours+{backend}+compile"} <= keys
+        assert gpu.ENTRIES[f"ours+{backend}+compile"] == ("ours", {"attn_impl": backend, "compile": True})
+    assert {"ours", "ours+compile", "lucidrains", "labml"} <= keys
+
+
+ENTRIES = ("ours", "ours+sdpa-bias", "ours+flex+compile", "labml")  # the default run is all of gpu.ENTRIES
+
+
+def test_the_benchmark_is_one_command_with_backends_eager_and_compiled_in_each_precision(tmp_path):
+    """The GPU run as it will be made, dry on the CPU, for a few entries (each is a child; the whole default list
+    takes minutes): fp32 and bf16. TORCHDYNAMO_DISABLE keeps it to seconds: torch.compile then runs eager code."""
     cmd = [
         sys.executable,
         "-m",
@@ -56,6 +67,8 @@ def test_the_whole_benchmark_is_one_command_every_backend_eager_and_compiled_in_
         "cpu",
         "--amp",
         "none,bf16",
+        "--impl",
+        ",".join(ENTRIES),
         "--steps",
         "2",
         "--threads",
@@ -71,15 +84,15 @@ def test_the_whole_benchmark_is_one_command_every_backend_eager_and_compiled_in_
     res = json.loads((tmp_path / "tiny.json").read_text())
     assert set(res["runs"]) == {"none", "bf16"} and set(res["matmul_gflops"]) == {"float32", "bfloat16"}
     for amp in ("none", "bf16"):
-        assert set(res["runs"][amp]) == set(gpu.ENTRIES)
-        for key in [k for k in gpu.ENTRIES if k.startswith("ours")]:
+        assert set(res["runs"][amp]) == set(ENTRIES)
+        for key in [k for k in ENTRIES if k.startswith("ours")]:
             ours = res["runs"][amp][key]
             assert ours["amp"] == amp and ours["device"] == "cpu", key
             assert ours["train"]["tokens_per_s"] > 0 and ours["eval"]["tokens_per_s"] > 0, key
             assert len(ours["generate"]["per_prompt"]) == 2
-        for backend in ("explicit", "sdpa-bias", "flex"):
-            assert res["runs"][amp][f"ours+{backend}+compile"]["config"]["attn_impl"] == backend
-            assert res["runs"][amp][f"ours+{backend}+compile"]["config"]["compiled_steps"]
+        flex = res["runs"][amp]["ours+flex+compile"]["config"]
+        assert flex["attn_impl"] == "flex" and flex["compiled_steps"]
+        assert res["runs"][amp]["ours+sdpa-bias"]["config"]["attn_impl"] == "sdpa-bias"
     md = (tmp_path / "tiny.md").read_text()
     assert md.count("| ours | ") == 2 and md.count("| ours+flex+compile | ") == 2
     labml = res["runs"]["none"]["labml"]
