@@ -116,9 +116,7 @@ class ModelConfig:
     dropout: float = 0.1
     attn_dropout: float = 0.0
     input_dim: int = 0  # > 0: continuous inputs through a linear projection instead of a token embedding
-    attn_impl: str = (
-        "auto"  # explicit (returns weights), sdpa-bias, flex; auto: measured per device (attention_backends)
-    )
+    attn_impl: str = "auto"  # explicit (returns weights), sdpa-bias, flex; auto: attention_backends.AUTO
     scales: tuple[int, ...] = ()  # Transformer-QL: Transformer-XL layers per temporal scale, finest first
     output_layers: int = 0  # Transformer-QL: Transformer-XL layers after the accumulation layer
     droppath: float = 0.0  # Transformer-QL: probability of dropping the finer scales from the accumulation
