@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks import workloads
+from benchmarks.backends import allowed_phases, backend_targets, base, expand, markdown_lines, split_key
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,11 +66,6 @@ def machine_info() -> dict:
 def member_key(impl: str, precision: str) -> str:
     """``impl`` for fp32 (the keys of single-precision results), ``impl@bf16`` otherwise."""
     return impl if precision == "fp32" else f"{impl}@{precision}"
-
-
-def split_key(key: str) -> tuple[str, str]:
-    impl, _, precision = key.partition("@")
-    return impl, precision or "fp32"
 
 
 def peers_available(impl: str, a) -> bool:
@@ -296,6 +292,7 @@ def derive(res: dict, w: workloads.Workload) -> None:
                 best[impl] = (speed, precision, r)
         res["best_precision"] = {impl: p for impl, (speed, p, _) in best.items() if speed}  # measured ones only
         res["targets_best"] = targets({impl: r for impl, (_, _, r) in best.items()})
+    res["backend_targets"] = backend_targets(res["impls"])
 
 
 def targets(impls: dict[str, dict]) -> dict:
@@ -461,12 +458,13 @@ def markdown(res: dict, w: workloads.Workload) -> str:
         "targets_best": "Targets, every implementation at its faster precision",
     }
     for name, title in titles.items():
-        if res.get(name):
+        if res.get(name) and any(v.get("met") is not None for v in res[name].values()):  # not all "not measured"
             if len([n for n in titles if res.get(n)]) > 1:
                 lines += [f"{title}:", ""]
             if name == "targets_best":
                 lines += ["Faster precision: " + ", ".join(f"{i} {p}" for i, p in res["best_precision"].items()), ""]
             lines += target_table(res[name])
+    lines += markdown_lines(res.get("backend_targets") or {}, long_memory=w.name == "long_memory")
     return "\n".join(lines)
 
 
@@ -562,6 +560,11 @@ def main() -> None:
     ap.add_argument(
         "--precisions", default="fp32", help="comma-separated: fp32 and/or bf16 (torch.autocast around every step)"
     )
+    ap.add_argument(
+        "--backends",
+        default="",
+        help="comma-separated model.attn_impl values: each of our implementations once per backend (ours+flex, ...)",
+    )
     a = ap.parse_args()
 
     if a.report_only:
@@ -577,8 +580,9 @@ def main() -> None:
         return
     w = workloads.get(a.workload)
     impls = list(ALL) if a.impl == "all" else [s.strip() for s in a.impl.split(",") if s.strip()]
+    impls = expand(impls, [b.strip() for b in a.backends.split(",") if b.strip()], OURS)
     for i in impls:
-        if i not in ALL:
+        if base(i) not in ALL:
             raise SystemExit(f"unknown impl {i!r}; use all or some of {', '.join(ALL)}")
     precisions = [p.strip() for p in a.precisions.split(",") if p.strip()]
     for p in precisions:
@@ -621,7 +625,9 @@ def main() -> None:
     if a.interleave and not one_process:
         for phase in [p for p in phases if p in ("train", "eval")]:
             members = [
-                (key, i, w.name, PRECISIONS[p]) for key, (i, p) in keys.items() if phase in ONLY_PHASES.get(i, phases)
+                (key, i, w.name, PRECISIONS[p])
+                for key, (i, p) in keys.items()
+                if phase in allowed_phases(i, phases, ONLY_PHASES)
             ]
             t0 = time.perf_counter()
             for impl, r in interleaved(members, phase, w, a).items():
@@ -642,7 +648,9 @@ def main() -> None:
         for key, (impl, precision) in keys.items():
             py = python_for(impl, a)
             mine = [
-                p for p in phases_seq if p in ONLY_PHASES.get(impl, phases) and (p != "generate" or rnd < a.gen_rounds)
+                p
+                for p in phases_seq
+                if p in allowed_phases(impl, phases, ONLY_PHASES) and (p != "generate" or rnd < a.gen_rounds)
             ]
             todo = [("all", mine)] if one_process else [(p, [p]) for p in mine]
             for run_phase, covered in todo:

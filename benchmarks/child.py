@@ -282,6 +282,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed if a.phase == "quality" else 0)
     from benchmarks import workloads
+    from benchmarks.backends import backend_variant
 
     if a.workload.startswith("{"):
         spec = json.loads(a.workload)
@@ -311,9 +312,10 @@ def main() -> None:
     if a.phase == "matmul":
         result.update(matmul_rate(a.matmul_n or w.matmul_n, max(steps, 10), a.device, a.matmul_dtype))
     else:
-        mod = importlib.import_module(f"benchmarks.impls.{a.impl}")
+        name, kw = backend_variant(a.impl, json.loads(a.build_kw))
+        mod = importlib.import_module(f"benchmarks.impls.{name}")
         t0 = time.perf_counter()
-        impl = mod.build(w, **json.loads(a.build_kw))
+        impl = mod.build(w, **kw)
         impl.model.to(a.device)  # in place: the optimizer built with the model keeps the same parameters
         result.update(
             label=getattr(mod, "LABEL", a.impl),

@@ -8,7 +8,14 @@ For every implementation and precision one child (``child.py --phase all --devic
 training and evaluation tokens/s (median step after the memories are full and a warm-up), the CUDA allocator's
 peak in each phase, and generation's cost per token. MFU is against the same device's measured ``torch.mm`` rate
 in the step's precision (fp32 without TF32, or bf16). ``ours+compile`` is our model with its training
-step under ``torch.compile`` as ``train.compile = true`` runs it (evaluation stays eager, as the trainer's does). Writes ``<out>/<workload>.json`` and ``.md``.
+step under ``torch.compile`` as ``train.compile = true`` runs it (evaluation stays eager, as the trainer's does);
+``ours+<backend>`` and ``ours+<backend>+compile`` the same with ``model.attn_impl = <backend>`` (every attention
+backend, eager and compiled). Writes ``<out>/<workload>.json`` and ``.md``.
+
+Without a GPU the whole run is one command on the CPU (``--device cpu``, what tests/test_benchmark_gpu.py runs with
+``TORCHDYNAMO_DISABLE=1`` so that nothing compiles), so that on a GPU machine running it is all that is left:
+
+    python -m benchmarks.gpu --workload gpu --out benchmarks/results/gpu
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 
 from benchmarks import workloads
 from benchmarks.bench import SHIPPED_PEERS, child, fmt, get, machine_info, python_for
+from compressive_transformer.core.attention_backends import BACKENDS
 
 HERE = Path(__file__).resolve().parent
 
@@ -27,6 +35,8 @@ HERE = Path(__file__).resolve().parent
 ENTRIES = {
     "ours": ("ours", {}),
     "ours+compile": ("ours", {"compile": True}),
+    **{f"ours+{b}": ("ours", {"attn_impl": b}) for b in BACKENDS},
+    **{f"ours+{b}+compile": ("ours", {"attn_impl": b, "compile": True}) for b in BACKENDS},
     "ours_txl": ("ours_txl", {}),
     "lucidrains": ("lucidrains", {}),
     "lucidrains_fixed": ("lucidrains_fixed", {}),
@@ -49,7 +59,7 @@ def ratios(res: dict) -> list[str]:
             tps = {k: get(r, phase, "tokens_per_s") for k, r in runs.items()}
             peers = {k: v for k, v in tps.items() if k in SHIPPED_PEERS and v}
             best = max(peers, key=peers.get) if peers else None
-            for mine in ("ours", "ours+compile"):
+            for mine in [k for k in runs if k == "ours" or k.startswith("ours+")]:
                 if tps.get(mine) and best:
                     lines.append(
                         f"- {amp}, {phase}: {mine} = {tps[mine] / peers[best]:.2f}x {best}"

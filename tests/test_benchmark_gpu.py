@@ -4,6 +4,7 @@ the step's own precision, and the harness runs end to end (on the CPU here, as `
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,20 @@ def test_mfu_is_model_flops_over_the_measured_rate_and_absent_without_either():
     assert gpu.mfu(None, 2e6, 4.0) is None and gpu.mfu(1000.0, 2e6, None) is None
 
 
-def test_harness_runs_each_precision_in_its_own_child_and_reports_errors_in_their_row(tmp_path):
+def test_the_default_run_has_every_backend_eager_and_compiled():
+    keys = set(gpu.ENTRIES)
+    for backend in ("explicit", "sdpa-bias", "flex"):
+        assert {f"ours+{backend}", f"ours+{backend}+compile"} <= keys
+        assert gpu.ENTRIES[f"ours+{backend}+compile"] == ("ours", {"attn_impl": backend, "compile": True})
+    assert {"ours", "ours+compile", "lucidrains", "labml"} <= keys
+
+
+ENTRIES = ("ours", "ours+sdpa-bias", "ours+flex+compile", "labml")  # the default run is all of gpu.ENTRIES
+
+
+def test_the_benchmark_is_one_command_with_backends_eager_and_compiled_in_each_precision(tmp_path):
+    """The GPU run as it will be made, dry on the CPU, for a few entries (each is a child; the whole default list
+    takes minutes): fp32 and bf16. TORCHDYNAMO_DISABLE keeps it to seconds: torch.compile then runs eager code."""
     cmd = [
         sys.executable,
         "-m",
@@ -54,7 +68,7 @@ def test_harness_runs_each_precision_in_its_own_child_and_reports_errors_in_thei
         "--amp",
         "none,bf16",
         "--impl",
-        "ours,labml",
+        ",".join(ENTRIES),
         "--steps",
         "2",
         "--threads",
@@ -64,17 +78,23 @@ def test_harness_runs_each_precision_in_its_own_child_and_reports_errors_in_thei
         "--out",
         str(tmp_path),
     ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    env = dict(os.environ, TORCHDYNAMO_DISABLE="1")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads((tmp_path / "tiny.json").read_text())
     assert set(res["runs"]) == {"none", "bf16"} and set(res["matmul_gflops"]) == {"float32", "bfloat16"}
     for amp in ("none", "bf16"):
-        ours = res["runs"][amp]["ours"]
-        assert ours["amp"] == amp and ours["device"] == "cpu"
-        assert ours["train"]["tokens_per_s"] > 0 and ours["eval"]["tokens_per_s"] > 0
-        assert len(ours["generate"]["per_prompt"]) == 2
+        assert set(res["runs"][amp]) == set(ENTRIES)
+        for key in [k for k in ENTRIES if k.startswith("ours")]:
+            ours = res["runs"][amp][key]
+            assert ours["amp"] == amp and ours["device"] == "cpu", key
+            assert ours["train"]["tokens_per_s"] > 0 and ours["eval"]["tokens_per_s"] > 0, key
+            assert len(ours["generate"]["per_prompt"]) == 2
+        flex = res["runs"][amp]["ours+flex+compile"]["config"]
+        assert flex["attn_impl"] == "flex" and flex["compiled_steps"]
+        assert res["runs"][amp]["ours+sdpa-bias"]["config"]["attn_impl"] == "sdpa-bias"
     md = (tmp_path / "tiny.md").read_text()
-    assert md.count("| ours | ") == 2
+    assert md.count("| ours | ") == 2 and md.count("| ours+flex+compile | ") == 2
     labml = res["runs"]["none"]["labml"]
     if "error" in labml:  # the peers' venv is not this one: the row says so instead of failing the run
         assert "| labml | none | ERROR: " in md

@@ -53,7 +53,7 @@ def stream(model, tokens: torch.Tensor, *, amp: torch.dtype | None = None, backw
     return outs, memory
 
 
-@pytest.mark.parametrize("attn_impl", ["auto", "sdpa", "math"])
+@pytest.mark.parametrize("attn_impl", ["auto", "explicit", "sdpa-bias", "flex"])
 @pytest.mark.parametrize("variant", VARIANTS.values(), ids=VARIANTS.keys())
 def test_cuda_step_matches_the_cpu_forward_backward_and_memory(variant, attn_impl):
     """On CUDA "auto" is the fused scaled_dot_product_attention path; on the CPU the explicit one. Same logits,

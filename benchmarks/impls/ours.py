@@ -15,7 +15,12 @@ LABEL = "ours (compressive)"
 
 
 def model_config(
-    w, *, compressive: bool = True, mem_len: int | None = None, cmem_len: int | None = None
+    w,
+    *,
+    compressive: bool = True,
+    mem_len: int | None = None,
+    cmem_len: int | None = None,
+    attn_impl: str = "auto",
 ) -> ModelConfig:
     mem = w.mem_len if mem_len is None else mem_len
     cmem = w.cmem_len if cmem_len is None else cmem_len
@@ -35,6 +40,7 @@ def model_config(
         compression_loss="attention",
         dropout=0.0,
         attn_dropout=0.0,
+        attn_impl=attn_impl,
     )
 
 
@@ -103,6 +109,5 @@ class Impl:
 
 
 def build(w, **kw) -> Impl:
-    mem_len = kw.pop("mem_len", None)
-    cmem_len = kw.pop("cmem_len", None)
-    return Impl(w, model_config(w, compressive=True, mem_len=mem_len, cmem_len=cmem_len), **kw)
+    geometry = {k: kw.pop(k) for k in ("mem_len", "cmem_len", "attn_impl") if k in kw}
+    return Impl(w, model_config(w, compressive=True, **geometry), **kw)

@@ -9,5 +9,6 @@ LABEL = "ours, Transformer-XL (n_cm=0, n_m+n_cm memory)"
 
 
 def build(w, **kw) -> ours.Impl:
-    cfg = ours.model_config(w, compressive=False, mem_len=kw.pop("mem_len", None), cmem_len=kw.pop("cmem_len", None))
+    geometry = {k: kw.pop(k) for k in ("mem_len", "cmem_len", "attn_impl") if k in kw}
+    cfg = ours.model_config(w, compressive=False, **geometry)
     return ours.Impl(w, cfg, **kw)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from compressive_transformer.core.attention_backends import choose_backend, flex_relative_attention, positional_table
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.dtypes import compute_dtype
 from compressive_transformer.core.kv_cache import KVCache, SlotCache, spare_slots
@@ -106,11 +107,20 @@ def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
 
 
-def explicit_attention(cfg: ModelConfig, device: torch.device, need_weights: bool) -> bool:
-    """Whether to take the explicit path (which returns weights) rather than the fused kernel. ``auto`` takes it on
-    CPU, where it measured faster than the fused kernel with a learned positional bias (benchmarks/)."""
-    impl = cfg.attn_impl
-    return need_weights or cfg.needs_attention_weights or impl == "math" or (impl == "auto" and device.type == "cpu")
+def attention_backend(
+    cfg: ModelConfig, device: torch.device, dtype: torch.dtype, *, need_weights: bool, training: bool
+) -> str:
+    """The backend (:mod:`~.attention_backends`) that runs this forward: ``cfg.attn_impl`` resolved for the device,
+    the phase (gradients recorded or not), the compute dtype and whether attention weights are read."""
+    grad = torch.is_grad_enabled()
+    return choose_backend(
+        cfg.attn_impl,
+        device=device,
+        grad=grad,
+        dtype=compute_dtype(device, dtype),
+        need_weights=need_weights or cfg.needs_attention_weights,
+        dropout=cfg.attn_dropout if training else 0.0,
+    )
 
 
 def _shifted_view(raw: Tensor, n_keys: int) -> Tensor:
@@ -202,8 +212,7 @@ def _positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None
         if n == 0:
             saved.append(None)
             continue
-        qh = q_.permute(2, 0, 1, 3).reshape(H, B * T, dh)
-        raw = torch.bmm(qh, r_).view(H, B, T, -1)  # (H, B, T, W) one column per distance
+        qh, raw = positional_table(q_, r_)  # (H, B, T, W) one column per distance
         torch.add(_shifted_view(raw, n), mask[..., cols], out=bias[..., cols])
         saved.append(qh)
         dtype = raw.dtype
@@ -336,10 +345,12 @@ class RelativeAttention(nn.Module):
         *,
         need_weights: bool,
         kv_cache: KVCache | None = None,
+        backend: str = "sdpa-bias",
     ) -> AttentionOutput:
         """x: (B, T, d) queries' inputs; mem: (B, M, d); cmem: (B, C, d); mask: (B, 1, T, C+M+T) additive, -inf
         where a query may not read a key (:func:`additive_mask`); kv_cache: keys and values of ``[cmem]`` and ``[mem]``
-        from earlier steps (a valid cache of the current weights), or None to project them."""
+        from earlier steps (a valid cache of the current weights), or None to project them; need_weights: take the
+        explicit path, which returns the weights; else ``backend`` (:mod:`~.attention_backends`) runs it."""
         B, T, d = x.shape
         M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
         n, K = H * dh, C + M + T
@@ -371,6 +382,9 @@ class RelativeAttention(nn.Module):
                 F.dropout(weights, self.attn_dropout, True) if self.training and self.attn_dropout > 0 else weights
             )
             y = torch.bmm(dropped.view(B * H, T, K), v)  # (B*H, T, dh)
+        elif backend == "flex":
+            weights = None
+            y = flex_relative_attention(qu, k.view(B, H, K, dh), v.view(B, H, K, dh), qv, r, qc, rc, mask, C)
         else:
             weights = None
             bias = attention_scores(qv, r, qc, rc, mask, C)  # (B * H, T, K)
@@ -382,7 +396,7 @@ class RelativeAttention(nn.Module):
                 dropout_p=self.attn_dropout if self.training else 0.0,
                 scale=1.0,
             )
-        y = self.out(y.view(B, H, T, dh).transpose(1, 2).reshape(B, T, n))
+        y = self.out(y.reshape(B, H, T, dh).transpose(1, 2).reshape(B, T, n))
         return AttentionOutput(
             y=y, weights=weights, q=q.transpose(1, 2), k=k.view(B, H, K, dh), v=v.view(B, H, K, dh), cache=cache
         )

@@ -25,7 +25,8 @@ from compressive_transformer.core.config_base import (
 )
 from compressive_transformer.core.registry import COMPRESSION_LOSSES, COMPRESSORS, FORMATS, find_model_kind
 
-ATTENTION_IMPLS = ("auto", "math", "sdpa")
+# attention backends (core/attention_backends.py); "math" and "sdpa" are the earlier names of "explicit" and "sdpa-bias"
+ATTENTION_IMPLS = ("auto", "explicit", "sdpa-bias", "flex", "math", "sdpa")
 NORMS = ("pre", "post")
 CMEM_POSITIONS = ("separate", "shared")
 SHARE_POSITIONS = ("none", "biases", "all")  # what the layers' attention shares: nothing, u/v, u/v and W_r
@@ -108,7 +109,7 @@ class ModelConfig:
     dropout: float = 0.1
     attn_dropout: float = 0.0
     input_dim: int = 0  # > 0: continuous inputs through a linear projection instead of a token embedding
-    attn_impl: str = "auto"  # math returns attention weights; sdpa is fused; auto: math on CPU (faster), sdpa elsewhere
+    attn_impl: str = "auto"  # explicit (returns weights), sdpa-bias, flex; auto: attention_backends.AUTO
     scales: tuple[int, ...] = ()  # Transformer-QL: Transformer-XL layers per temporal scale, finest first
     output_layers: int = 0  # Transformer-QL: Transformer-XL layers after the accumulation layer
     droppath: float = 0.0  # Transformer-QL: probability of dropping the finer scales from the accumulation
@@ -229,9 +230,9 @@ class ModelConfig:
         """The chosen compressor against its loss, the attention backend and the memory it reads."""
         spec = COMPRESSORS[self.compression]
         require(
-            not (spec.needs_usage and self.attn_impl == "sdpa"),
+            not (spec.needs_usage and self.attn_impl not in ("auto", "explicit", "math")),
             p + "attn_impl",
-            f"compression {self.compression!r} needs attention weights, which the fused 'sdpa' kernel does not give; use 'math' or 'auto'",
+            f"compression {self.compression!r} needs attention weights, which {self.attn_impl!r} does not give; use 'explicit' or 'auto'",
         )
         trains = COMPRESSION_LOSSES[self.compression_loss].trains
         if not spec.trainable:

@@ -48,7 +48,13 @@ from compressive_transformer.runs.precision import (
     resolve_amp,
 )
 from compressive_transformer.runs.toml_writer import config_text
-from compressive_transformer.training.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
+from compressive_transformer.training.distributed import (
+    all_reduce_sum,
+    gather_rows,
+    init_distributed,
+    local_device,
+    with_every_parameter,
+)
 from compressive_transformer.training.evaluate import EvalResult, evaluate
 from compressive_transformer.training.schedule import learning_rate
 
@@ -179,8 +185,8 @@ class Trainer:
         if self.dist.active:
             torch.manual_seed(t.seed + self.dist.rank)  # each rank its own dropout masks
         wrapped: torch.nn.Module = self.model
-        if self.dist.active:  # gradients are averaged over ranks; compressors only see gradient once they compress
-            wrapped = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+        if self.dist.active:  # gradients are averaged over ranks; every parameter takes part in every step
+            wrapped = torch.nn.parallel.DistributedDataParallel(self.model)
         self.forward = compile_model(wrapped) if t.compile else wrapped
         self.optimizer = build_optimizer(self.model, t)
         self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
@@ -349,6 +355,8 @@ class Trainer:
             if not math.isfinite(aux_value):
                 raise self._diverged("the compression loss", aux_value)
             total = (loss * share + aux) / n_batches
+            if self.dist.active:  # a parameter this step leaves unused would stall DDP's gradient reduction
+                total = with_every_parameter(total, self.model)
             if total.requires_grad:  # with train.freeze, a segment may reach no trainable parameter
                 self.scaler.scale(total).backward()
             self.memory = out.memory

@@ -68,10 +68,13 @@ class Block(nn.Module):
         *,
         need_weights: bool,
         kv_cache: KVCache | None = None,
+        backend: str = "sdpa-bias",
     ) -> BlockOutput:
         """h: (B, T, d); mask: (B, 1, T, C+M+T) additive attention mask; kv_cache: see RelativeAttention."""
         attn_in = self.attn_input(h)
-        attn = self.attn(attn_in, mem, cmem, positions, mask, need_weights=need_weights, kv_cache=kv_cache)
+        attn = self.attn(
+            attn_in, mem, cmem, positions, mask, need_weights=need_weights, kv_cache=kv_cache, backend=backend
+        )
         return BlockOutput(h=self.finish(h, attn.y), attn_in=attn_in, attn=attn)
 
     def attn_input(self, h: Tensor) -> Tensor:

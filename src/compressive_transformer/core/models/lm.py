@@ -13,8 +13,8 @@ from torch import Tensor, nn
 
 from compressive_transformer.core.attention import (
     additive_mask,
+    attention_backend,
     attention_mask,
-    explicit_attention,
     make_positions,
     share_positions,
 )
@@ -201,7 +201,7 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             ),
             compute_dtype(h.device, h.dtype),
         )
-        want_weights = explicit_attention(cfg, h.device, need_weights)
+        backend = attention_backend(cfg, h.device, h.dtype, need_weights=need_weights, training=self.training)
         caching = not self.training and not torch.is_grad_enabled()  # inference: keep keys/values of memory slots
         want_aux = torch.is_grad_enabled() if compression_loss is None else compression_loss
         new_layers: list[LayerMemory] = []
@@ -212,7 +212,9 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             compress = self.compressors[i] if self.compressors is not None else None
             cmem = compressed_for_attention(state, compress)
             cache = state.usable_kv(block.attn.kv_version) if caching else None
-            out = block(h, state.mem, cmem, positions, mask, need_weights=want_weights, kv_cache=cache)
+            out = block(
+                h, state.mem, cmem, positions, mask, need_weights=backend == "explicit", kv_cache=cache, backend=backend
+            )
             new_state, eviction = update_layer(
                 state,
                 out.attn_in,

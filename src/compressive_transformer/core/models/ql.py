@@ -21,8 +21,8 @@ from torch import Tensor, nn
 
 from compressive_transformer.core.attention import (
     additive_mask,
+    attention_backend,
     attention_mask,
-    explicit_attention,
     make_positions,
     share_positions,
 )
@@ -305,10 +305,12 @@ class TransformerQL(DeclaresWrites, nn.Module):
             attention_mask(x_mask, first.mem_mask, first.cmem_mask, same_length_window=window),
             compute_dtype(x.device, x.dtype),
         )
-        explicit = explicit_attention(self.cfg, x.device, need_weights)
+        backend = attention_backend(self.cfg, x.device, x.dtype, need_weights=need_weights, training=self.training)
         for li in layers:
             state = states[li]
-            out = self.blocks[li](x, state.mem, state.cmem, positions, mask, need_weights=explicit)
+            out = self.blocks[li](
+                x, state.mem, state.cmem, positions, mask, need_weights=backend == "explicit", backend=backend
+            )
             states[li], _ = update_layer(
                 state, out.attn_in[:, :shift], x_mask[:, :shift], compression_rate=1, extra_width=0, compress=None
             )
