@@ -119,6 +119,7 @@ class ModelConfig:
     scales: tuple[int, ...] = ()  # Transformer-QL: Transformer-XL layers per temporal scale, finest first
     output_layers: int = 0  # Transformer-QL: Transformer-XL layers after the accumulation layer
     droppath: float = 0.0  # Transformer-QL: probability of dropping the finer scales from the accumulation
+    wavenet_dilations: tuple[int, ...] = ()  # WaveNet: one dilation per layer (d_model residual, d_ff skip channels)
     init_std: float = 0.02
     layer_norm_eps: float = 1e-5
 
@@ -184,6 +185,8 @@ class ModelConfig:
         )
         if self.is_ql:
             self._check_ql()
+        if self.is_wavenet:
+            self._check_wavenet()
         _require(
             self.is_ql or self.droppath == 0.0, p + "droppath", "droppath is a Transformer-QL option; set scales or 0"
         )
@@ -260,6 +263,23 @@ class ModelConfig:
             f"seg_len + mem_len = {self.seg_len + self.mem_len} must be divisible by compression_rate = {c}",
         )
         _require(0.0 <= self.droppath < 1.0, p + "droppath", "must be in [0, 1)")
+
+    def _check_wavenet(self) -> None:
+        p, n = "model.", len(self.wavenet_dilations)
+        _require(all(isinstance(d, int) and d >= 1 for d in self.wavenet_dilations), p + "wavenet_dilations", "every dilation must be >= 1")
+        _require(self.n_layers == n, p + "n_layers", f"WaveNet has one layer per dilation; set n_layers = {n}")
+        _require(not self.is_ql, p + "scales", "WaveNet has no scales; remove them or wavenet_dilations")
+        _require(
+            self.mem_len == 0 and self.cmem_len == 0,
+            p + "mem_len",
+            "WaveNet's memory is its receptive field (1 + sum of dilations); set mem_len = 0 and cmem_len = 0",
+        )
+        _require(self.input_dim == 0 and self.vocab_size > 0, p + "input_dim", "WaveNet reads tokens; set input_dim = 0")
+
+    @property
+    def is_wavenet(self) -> bool:
+        """A WaveNet configuration (``wavenet_dilations`` given)."""
+        return len(self.wavenet_dilations) > 0
 
     @property
     def is_ql(self) -> bool:
@@ -471,6 +491,7 @@ class DataConfig:
     cache_dir: str = ""  # "" = a .cache directory inside the run directory
     train_file: str = ""  # wikitext: file that acts as the train split (e.g. "wiki.valid.tokens")
     tokenizer_file: str = ""  # tokenizer = "pretrained": a HuggingFace tokenizers ``tokenizer.json`` to use as is
+    sample_rate: int = 16000  # audio: samples per second every file is resampled to
 
     def __post_init__(self) -> None:
         _check_types(self, "data")
@@ -501,6 +522,7 @@ class DataConfig:
                 "byte-level unigram keeps all 256 byte symbols; set vocab_size >= 257 (or 0 for 8192)",
             )
         _require(self.min_freq >= 1, p + "min_freq", "must be >= 1")
+        _require(self.sample_rate > 0, p + "sample_rate", "must be > 0 (samples per second, e.g. 16000)")
         _require(
             (self.tokenizer == "pretrained") == bool(self.tokenizer_file),
             p + "tokenizer_file",

@@ -9,9 +9,11 @@ from compressive_transformer.models.kinds import MODEL_KINDS, ModelKind, build_m
 from compressive_transformer.models.lm import CompressiveTransformerLM, LMOutput
 from compressive_transformer.models.protocol import MemoryModel
 from compressive_transformer.models.ql import TransformerQL, ql_scales
+from compressive_transformer.models.wavenet import WaveNet, receptive_field
 
 register_model("compressive", CompressiveTransformerLM, lambda cfg: True)
 register_model("transformer-ql", TransformerQL, lambda cfg: cfg.is_ql)
+register_model("wavenet", WaveNet, lambda cfg: cfg.is_wavenet)
 
 __all__ = [
     "Block",
@@ -22,8 +24,10 @@ __all__ = [
     "MemoryModel",
     "ModelKind",
     "TransformerQL",
+    "WaveNet",
     "build_model",
     "model_kind",
     "ql_scales",
+    "receptive_field",
     "register_model",
 ]
