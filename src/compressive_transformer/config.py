@@ -266,7 +266,11 @@ class ModelConfig:
 
     def _check_wavenet(self) -> None:
         p, n = "model.", len(self.wavenet_dilations)
-        _require(all(isinstance(d, int) and d >= 1 for d in self.wavenet_dilations), p + "wavenet_dilations", "every dilation must be >= 1")
+        _require(
+            all(isinstance(d, int) and d >= 1 for d in self.wavenet_dilations),
+            p + "wavenet_dilations",
+            "every dilation must be >= 1",
+        )
         _require(self.n_layers == n, p + "n_layers", f"WaveNet has one layer per dilation; set n_layers = {n}")
         _require(not self.is_ql, p + "scales", "WaveNet has no scales; remove them or wavenet_dilations")
         _require(
@@ -274,7 +278,9 @@ class ModelConfig:
             p + "mem_len",
             "WaveNet's memory is its receptive field (1 + sum of dilations); set mem_len = 0 and cmem_len = 0",
         )
-        _require(self.input_dim == 0 and self.vocab_size > 0, p + "input_dim", "WaveNet reads tokens; set input_dim = 0")
+        _require(
+            self.input_dim == 0 and self.vocab_size > 0, p + "input_dim", "WaveNet reads tokens; set input_dim = 0"
+        )
 
     @property
     def is_wavenet(self) -> bool:

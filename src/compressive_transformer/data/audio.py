@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, read_audio
-from compressive_transformer.data.mulaw import mulaw_encode
 from compressive_transformer.config import ConfigError, DataConfig
 from compressive_transformer.data.download import Source
 from compressive_transformer.data.formats import register_format
+from compressive_transformer.data.mulaw import mulaw_encode
 from compressive_transformer.data.readers import RawSplit, _by_fraction, _existing, _text_split_dirs
+from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, read_audio
 from compressive_transformer.registry import CorpusFormat
 
 

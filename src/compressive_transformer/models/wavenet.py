@@ -31,11 +31,11 @@ def receptive_field(dilations: tuple[int, ...]) -> int:
 class GatedLayer(nn.Module):
     """One residual layer: dilated causal conv -> tanh * sigmoid gate -> 1x1 to the residual and the skip path."""
 
-    def __init__(self, channels: int, skip: int, dilation: int, dropout: float) -> None:
+    def __init__(self, channels: int, skip: int, dilation: int, dropout: float, *, residual: bool = True) -> None:
         super().__init__()
         self.dilation = dilation
         self.conv = nn.Conv1d(channels, 2 * channels, kernel_size=2, dilation=dilation)
-        self.res = nn.Conv1d(channels, channels, 1)
+        self.res = nn.Conv1d(channels, channels, 1) if residual else None  # the last layer feeds only the skips
         self.skip = nn.Conv1d(channels, skip, 1)
         self.drop = nn.Dropout(dropout)
 
@@ -44,7 +44,7 @@ class GatedLayer(nn.Module):
         Returns the layer's output (B, C, T) and its skip contribution (B, S, T)."""
         filt, gate = self.conv(torch.cat([past, x], dim=2)).chunk(2, dim=1)  # (B, C, T) each
         h = self.drop(torch.tanh(filt) * torch.sigmoid(gate))
-        return x + self.res(h), self.skip(h)
+        return (x + self.res(h) if self.res is not None else x), self.skip(h)
 
 
 class WaveNet(nn.Module):
@@ -55,7 +55,10 @@ class WaveNet(nn.Module):
         self.cfg = cfg
         self.dilations = tuple(cfg.wavenet_dilations)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(GatedLayer(cfg.d_model, cfg.d_ff, d, cfg.dropout) for d in self.dilations)
+        last = len(self.dilations) - 1
+        self.layers = nn.ModuleList(
+            GatedLayer(cfg.d_model, cfg.d_ff, d, cfg.dropout, residual=i < last) for i, d in enumerate(self.dilations)
+        )
         self.head = nn.Sequential(
             nn.ReLU(), nn.Conv1d(cfg.d_ff, cfg.d_ff, 1), nn.ReLU(), nn.Conv1d(cfg.d_ff, cfg.vocab_size, 1)
         )
