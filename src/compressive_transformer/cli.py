@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from compressive_transformer.audio import command as audio_generation
 from compressive_transformer.config import ConfigError
 from compressive_transformer.data.formats import path_formats
 
@@ -141,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch.compile the decoding step: ~15 s to start, then about twice as fast per token",
     )
     _add_device(p)
+    audio_generation.add_arguments(p)
 
     p = sub.add_parser(
         "export",
@@ -370,9 +372,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
+    from compressive_transformer.audio.command import generate_command as generate_audio_command
     from compressive_transformer.textgen import generate_command
 
-    generate_command(args)
+    if not generate_audio_command(args):
+        generate_command(args)
 
 
 def cmd_export(args: argparse.Namespace) -> None:
