@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with PyTorch and this package (editable, with the test extras: pytest, hypothesis, ruff).
+# Create .venv with PyTorch and this package (editable, with the test extras: pytest, hypothesis, ruff, and the
+# audio extra so the audio tests run).
 #
 # torch is installed first and pinned only when absent, so pip never swaps in a multi-GB CUDA build on a CPU
 # machine: set TORCH_SPEC (default torch==2.13.0) or TORCH_INDEX_URL (e.g. https://download.pytorch.org/whl/cpu)
@@ -23,5 +24,5 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   fi
 fi
 echo "installing compressive-transformer ..."
-"$PY" -m pip install -q -e ".[dev]"
+"$PY" -m pip install -q -e ".[dev,audio]"
 "$PY" -c "import torch, compressive_transformer as ct; print(f'ready: torch {torch.__version__}, compressive-transformer {ct.__version__}')"
