@@ -113,3 +113,46 @@ def test_bad_inputs_end_in_one_line(tmp_path: Path) -> None:
         (tmp_path / "s" / split / "x.wav").write_bytes(b"RIFF not really")
     with pytest.raises(ConfigError, match="is not a readable audio file"):
         read_split(DataConfig(format="audio", path=str(tmp_path / "s")), "train")
+
+
+def test_train_evaluate_and_generate_audio_from_the_command_line(tmp_path: Path, capsys) -> None:
+    """A WaveNet trained on a folder of WAV files reports bits per sample and writes a WAV continuation (and its
+    plot) at the run's sample rate, primed with the start of a file."""
+    from tests.cli_helpers import assert_one_line_error, cli_run
+
+    write_corpus(tmp_path / "wavs", 8000, {"train": [0.3, 0.2], "validation": [0.1], "test": [0.1]})
+    run = tmp_path / "run"
+    sets = [
+        "data.format=audio",
+        f"data.path={tmp_path / 'wavs'}",
+        "data.sample_rate=8000",
+        "model.vocab_size=256",
+        "model.d_model=8",
+        "model.d_ff=8",
+        "model.n_layers=3",
+        "model.wavenet_dilations=[1, 2, 4]",
+        "model.mem_len=0",
+        "model.cmem_len=0",
+        "model.seg_len=32",
+        "train.steps=2",
+        "train.batch_size=2",
+        "train.val_every=2",
+        "train.val_batches=0",
+        "train.amp=none",
+    ]
+    code, _, err = cli_run(capsys, "train", "--run-dir", str(run), *[a for s in sets for a in ("--set", s)])
+    assert code == 0, err
+    code, out, err = cli_run(capsys, "evaluate", str(run), "--split", "test")
+    assert code == 0 and "bits/sample over 799 samples" in out, out + err  # all but the file's first sample
+    prime = tmp_path / "wavs" / "test" / "0.wav"
+    wav = tmp_path / "out" / "gen.wav"
+    code, out, err = cli_run(
+        capsys, "generate", str(run), "--seconds", "0.05", "--prime", str(prime), "--prime-seconds", "0.02",
+        "--seed", "0", "--out", str(wav),
+    )  # fmt: skip
+    assert code == 0, err
+    data, rate = sf.read(wav)
+    assert rate == 8000 and len(data) == 160 + 400  # 0.02 s of prompt, then 0.05 s generated
+    assert wav.with_suffix(".png").is_file()
+    assert_one_line_error(*cli_run(capsys, "generate", str(run), "--prompt", "hi")[::2], "--prompt", "--prime")
+    assert_one_line_error(*cli_run(capsys, "generate", str(run), "--out", str(wav))[::2], "--out", "exists")
