@@ -147,9 +147,20 @@ def test_train_evaluate_and_generate_audio_from_the_command_line(tmp_path: Path,
     prime = tmp_path / "wavs" / "test" / "0.wav"
     wav = tmp_path / "out" / "gen.wav"
     code, out, err = cli_run(
-        capsys, "generate", str(run), "--seconds", "0.05", "--prime", str(prime), "--prime-seconds", "0.02",
-        "--seed", "0", "--out", str(wav),
-    )  # fmt: skip
+        capsys,
+        "generate",
+        str(run),
+        "--seconds",
+        "0.05",
+        "--prime",
+        str(prime),
+        "--prime-seconds",
+        "0.02",
+        "--seed",
+        "0",
+        "--out",
+        str(wav),
+    )
     assert code == 0, err
     data, rate = sf.read(wav)
     assert rate == 8000 and len(data) == 160 + 400  # 0.02 s of prompt, then 0.05 s generated
