@@ -19,13 +19,9 @@ from torch import Tensor, nn
 
 from compressive_transformer.config import ModelConfig
 from compressive_transformer.constants import IGNORE_INDEX
+from compressive_transformer.context import receptive_field
 from compressive_transformer.memory import LayerMemory, MemoryState
 from compressive_transformer.models.lm import LMOutput
-
-
-def receptive_field(dilations: tuple[int, ...]) -> int:
-    """Positions an output depends on, itself included: 1 + sum of the dilations (kernel 2)."""
-    return 1 + sum(dilations)
 
 
 class GatedLayer(nn.Module):
