@@ -17,6 +17,7 @@ import numpy as np
 from compressive_transformer.config import ConfigError
 from compressive_transformer.data.mulaw import mulaw_decode, mulaw_encode
 from compressive_transformer.data.soundfiles import read_audio, write_wav
+from compressive_transformer.fileio import require_writable
 from compressive_transformer.generate import check_sampling, generate
 from compressive_transformer.loading import Run
 from compressive_transformer.precision import generation_amp
@@ -115,6 +116,7 @@ def main(args: argparse.Namespace, run: Run) -> None:
         raise ConfigError(f"--out: {out} is not a .wav file; name the WAV file to write")
     if out.exists():
         raise ConfigError(f"--out: {out} exists; choose a new file")
+    require_writable(out)  # before the generation, not after it
     gen = generate_audio(
         run,
         seconds=args.seconds,

@@ -60,6 +60,9 @@ def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> Path:
     os.close(fd)
     try:
         sf.write(tmp, np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0), sample_rate, subtype="PCM_16")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # an ordinary file's mode, not the temp file's 0600
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
