@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compressive_transformer.audio.generation import generate_audio, plot_audio
-from compressive_transformer.data.soundfiles import write_wav
+from compressive_transformer.audio.generation import generate_audio, save_generation
 from compressive_transformer.loading import load_run
 
 
@@ -36,10 +35,9 @@ def main(argv: list[str] | None = None) -> None:
             temperature=args.temperature,
             seed=args.seed,
         )
-        wav = write_wav(out / f"{variant}.wav", gen.waveform, gen.sample_rate)
         title = f"{variant} (seed 0): {args.prime_seconds:g} s of a test file, then {args.seconds:g} s sampled (T = {args.temperature:g})"
-        plot_audio(gen, out / f"{variant}.png", title=title)
-        print(f"wrote {wav} and {wav.with_suffix('.png')}")
+        png = save_generation(gen, out / f"{variant}.wav", title=title)
+        print(f"wrote {png.with_suffix('.wav')} and {png}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from compressive_transformer.fileio import require_writable
 from compressive_transformer.generate import check_sampling, generate
 from compressive_transformer.loading import Run
 from compressive_transformer.precision import generation_amp
-from compressive_transformer.registry import corpus_format
 
 SILENCE = int(mulaw_encode(np.zeros(1))[0])  # the code of amplitude 0
 
@@ -36,10 +35,6 @@ class AudioGeneration:
     def waveform(self) -> np.ndarray:
         """Prompt and continuation as float32 amplitudes."""
         return mulaw_decode(np.concatenate([self.prompt, self.continuation]))
-
-
-def is_audio_run(run: Run) -> bool:
-    return corpus_format(run.config.data.format).token_unit == "sample"
 
 
 def generate_audio(
@@ -105,6 +100,12 @@ def plot_audio(gen: AudioGeneration, path: str | Path, title: str = "") -> Path:
     return path
 
 
+def save_generation(gen: AudioGeneration, wav: str | Path, title: str = "") -> Path:
+    """The WAV of prompt and continuation at ``wav``, and its plot beside it (same name, ``.png``), which is returned."""
+    wav = write_wav(wav, gen.waveform, gen.sample_rate)
+    return plot_audio(gen, wav.with_suffix(".png"), title=title)
+
+
 def main(args: argparse.Namespace, run: Run) -> None:
     """``generate`` on an audio run: write the WAV and its plot, print where they are."""
     if args.prompt is not None or args.prompts_file is not None or args.load_memory or args.save_memory:
@@ -127,14 +128,13 @@ def main(args: argparse.Namespace, run: Run) -> None:
         top_p=args.top_p,
         seed=args.seed,
     )
-    write_wav(out, gen.waveform, gen.sample_rate)
-    png = plot_audio(gen, out.with_suffix(".png"))
+    png = save_generation(gen, out)
     print(f"wrote {out} ({len(gen.prompt) / gen.sample_rate:.2f} s prompt + {args.seconds:.2f} s generated) and {png}")
 
 
 __all__ = [
     "AudioGeneration",
     "generate_audio",
-    "is_audio_run",
     "plot_audio",
+    "save_generation",
 ]

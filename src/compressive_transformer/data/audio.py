@@ -18,7 +18,7 @@ from compressive_transformer.config import ConfigError, DataConfig
 from compressive_transformer.data.download import Source
 from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.mulaw import mulaw_encode
-from compressive_transformer.data.readers import RawSplit, _by_fraction, _existing, _text_split_dirs
+from compressive_transformer.data.readers import RawSplit, _existing, split_directory
 from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, read_audio
 from compressive_transformer.registry import CorpusFormat
 
@@ -28,16 +28,7 @@ def audio_files(cfg: DataConfig, split: str) -> list[Path]:
     root = _existing(cfg)
     if root.is_file():
         raise ConfigError(f"data.path: {root} is one file; the audio format reads a directory of sound files")
-    split_dirs = _text_split_dirs(root)
-    if split_dirs:
-        return _sound_files(split_dirs[split])
-    everything = _sound_files(root)
-    if len(everything) < 3:
-        raise ConfigError(
-            f"data.path: {root} holds {len(everything)} sound file(s); a directory needs at least 3 (one per split) "
-            "or train/ validation/ test/ subdirectories"
-        )
-    return _by_fraction(everything, split)
+    return split_directory(root, split, _sound_files, "sound")
 
 
 def _sound_files(directory: Path) -> list[Path]:
