@@ -25,6 +25,8 @@ Log = Callable[[str], None]
 
 
 def model_name(cfg: ModelConfig) -> str:
+    if cfg.is_wavenet:
+        return "WaveNet"
     if cfg.is_ql:
         return "Transformer-QL"
     return "Compressive Transformer" if cfg.cmem_len > 0 else "Transformer-XL"
