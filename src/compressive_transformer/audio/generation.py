@@ -95,7 +95,7 @@ def plot_audio(gen: AudioGeneration, path: str | Path, title: str = "") -> Path:
     top.set_title(title or f"prompt (left of the line) and generated continuation, {rate} Hz mu-law")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=72)
     plt.close(fig)
     return path
 
