@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from compressive_transformer.config import ConfigError, DataConfig
@@ -50,11 +49,6 @@ def read_audio_split(cfg: DataConfig, split: str) -> RawSplit:
     docs = [encode_file(f, cfg.sample_rate) for f in tqdm(files, desc=f"read {split} audio", unit="file", disable=None)]
     names = [str(f.relative_to(_existing(cfg))) for f in files]
     return RawSplit(split, list(docs), names, 0, tuple(files))
-
-
-def split_seconds(corpus_tokens: int | np.integer, sample_rate: int) -> float:
-    """Seconds of audio in a split of ``corpus_tokens`` samples."""
-    return float(corpus_tokens) / sample_rate
 
 
 # LibriSpeech dev-clean (OpenSLR 12, CC BY 4.0): 5.4 hours of read English speech, 16 kHz FLAC, 40 speakers.
