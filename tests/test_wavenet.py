@@ -105,3 +105,27 @@ def test_bad_configs_end_in_one_line(kw: dict, key: str) -> None:
     base = dict(vocab_size=256, mem_len=0, cmem_len=0)
     with pytest.raises(ConfigError, match=key):
         tiny_config(**{**base, **kw})
+
+
+def test_a_killed_and_resumed_wavenet_run_reproduces_the_uninterrupted_losses(tmp_path) -> None:
+    """The receptive-field buffers are checkpointed with the rest of the memory: resuming is bit for bit."""
+    from compressive_transformer.run import build_config, train_run
+
+    cfg = build_config(
+        None,
+        [
+            "model.wavenet_dilations=[1, 2, 4]",
+            "model.n_layers=3",
+            "model.mem_len=0",
+            "model.cmem_len=0",
+            "train.steps=6",
+            "train.log_every=1",
+            "train.checkpoint_every=3",
+            "train.val_every=0",
+            "train.amp=none",
+        ],
+    )
+    whole = train_run(cfg, tmp_path / "whole", log=lambda s: None)
+    train_run(cfg, tmp_path / "killed", max_steps=4, log=lambda s: None)  # last checkpoint at step 3
+    resumed = train_run(None, tmp_path / "killed", resume=True, log=lambda s: None)
+    assert resumed.step == 6 and whole.losses[3:] == resumed.losses
