@@ -98,7 +98,8 @@ class WaveNet(nn.Module):
         need_weights: bool = False,
         compression_loss: bool | None = None,
     ) -> LMOutput:
-        """inputs: (B, T) codes. Positions where ``input_mask`` is False are read as silence-free zeros (padding)."""
+        """inputs: (B, T) codes. Positions where ``input_mask`` is False (padding) enter every layer as zeros and are
+        kept out of the buffers' valid slots, as positions before a stream's start are."""
         B, T = inputs.shape
         if memory is None:
             memory = self.init_memory(B, device=inputs.device)
