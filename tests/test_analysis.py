@@ -184,6 +184,8 @@ def test_word_and_byte_tokens_map_back_to_words():
     # bytes of "hé" (3) then the space and "cat": whitespace belongs to the next word
     assert tb.word_of_token.tolist() == [0, 0, 0, 1, 1, 1, 1]
     assert tb.words == ["hé", "cat"]
+    raw = bytes([0x80, 0xFF, 0x20, 0x61])  # not UTF-8 (a μ-law stream, a binary file): scored as the bytes it is
+    assert token_words(ByteTokenizer(), [raw]).ids.tolist() == list(raw) == ByteTokenizer().encode(raw)
 
 
 def test_subword_tokens_map_back_through_offsets():

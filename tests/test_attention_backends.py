@@ -29,8 +29,9 @@ CPU_TRAINING = ["sdpa-bias"]  # flex has no CPU backward
 def eager_flex(monkeypatch):
     """flex_attention unfused (eager): the same score_mod and block mask without a compile per shape on CPU; the
     compiled kernel is pinned against it in test_compiled_flex_matches_eager_flex."""
-    import compressive_transformer.core.attention_backends as ab
     import torch.nn.attention.flex_attention as fa
+
+    import compressive_transformer.core.attention_backends as ab
 
     if not torch.cuda.is_available():
         monkeypatch.setattr(ab, "flex_kernel", lambda: fa.flex_attention)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = "compressive_transformer"
-LAYERS = ("core", "data", "runs", "training", "analysis", "experiments", "commands", "cli")
+LAYERS = ("core", "data", "runs", "training", "audio", "agents", "analysis", "experiments", "commands", "cli")
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src" / PACKAGE
 

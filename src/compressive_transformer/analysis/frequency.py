@@ -65,14 +65,15 @@ def _char_word_map(text: str) -> tuple[np.ndarray, list[str]]:
     return char_word, words
 
 
-def _map_document(tokenizer: Any, text: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _map_document(tokenizer: Any, doc: str | bytes) -> tuple[np.ndarray, np.ndarray, list[str]]:
     kind = getattr(tokenizer, "kind", "")
+    text = _text(doc)
     if kind == "words":
         ids = np.asarray(tokenizer.encode_array(text), dtype=np.int64)
         words = text.split()
         return ids, np.arange(len(ids), dtype=np.int64), words
-    if kind == "bytes":
-        data = text.encode("utf-8")
+    if kind == "bytes":  # the bytes as the tokenizer encodes them: text that is not UTF-8 is not re-encoded
+        data = doc if isinstance(doc, bytes) else doc.encode("utf-8")
         ids = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
         byte_word = np.full(len(data), -1, dtype=np.int64)
         words, prev_end = [], 0
@@ -94,7 +95,7 @@ def token_words(tokenizer: Any, documents: Sequence[str | bytes]) -> TokenWords:
     """Token ids of ``documents`` (as the tokenizer encodes them for training) and the word of every token."""
     ids_all, word_all, words_all, offsets = [], [], [], [0]
     for doc in documents:
-        ids, word_of, words = _map_document(tokenizer, _text(doc))
+        ids, word_of, words = _map_document(tokenizer, doc)
         if len(ids) == 0:
             continue
         ids_all.append(ids)

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from compressive_transformer.commands import generate_audio
 from compressive_transformer.commands.options import add_device
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.runs.loading import load_run
@@ -72,10 +73,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="torch.compile the decoding step: ~15 s to start, then about twice as fast per token",
     )
     add_device(p)
+    generate_audio.add_arguments(p)
 
 
 def main(args: argparse.Namespace) -> None:
-    """Each prompt is printed, then its continuation as it is produced."""
+    """Each prompt is printed, then its continuation as it is produced (an audio run writes a WAV file instead)."""
+    if generate_audio.generate_command(args):
+        return
     check_sampling(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     prompts = [clean_prompt(p) for p in _prompts(args)]

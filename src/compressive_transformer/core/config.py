@@ -113,6 +113,7 @@ class ModelConfig:
     scales: tuple[int, ...] = ()  # Transformer-QL: Transformer-XL layers per temporal scale, finest first
     output_layers: int = 0  # Transformer-QL: Transformer-XL layers after the accumulation layer
     droppath: float = 0.0  # Transformer-QL: probability of dropping the finer scales from the accumulation
+    wavenet_dilations: tuple[int, ...] = ()  # WaveNet: one dilation per layer (d_model residual, d_ff skip channels)
     init_std: float = 0.02
     layer_norm_eps: float = 1e-5
     adaptive: AdaptiveConfig | None = None  # adaptive input and softmax ([model.adaptive]); None: full softmax
@@ -257,6 +258,11 @@ class ModelConfig:
             p + "compression_extra_width",
             f"overlapping windows read {self.compression_extra_width} newer memory slots; needs mem_len >= it",
         )
+
+    @property
+    def is_wavenet(self) -> bool:
+        """A WaveNet configuration (``wavenet_dilations`` given)."""
+        return len(self.wavenet_dilations) > 0
 
     @property
     def is_ql(self) -> bool:
@@ -498,6 +504,7 @@ class DataConfig:
     cache_dir: str = ""  # "" = a .cache directory inside the run directory
     train_file: str = ""  # wikitext: file that acts as the train split (e.g. "wiki.valid.tokens")
     tokenizer_file: str = ""  # tokenizer = "pretrained": a HuggingFace tokenizers ``tokenizer.json`` to use as is
+    sample_rate: int = 16000  # audio: samples per second every file is resampled to
 
     def __post_init__(self) -> None:
         check_types(self, "data")
@@ -528,6 +535,7 @@ class DataConfig:
                 "byte-level unigram keeps all 256 byte symbols; set vocab_size >= 257 (or 0 for 8192)",
             )
         require(self.min_freq >= 1, p + "min_freq", "must be >= 1")
+        require(self.sample_rate > 0, p + "sample_rate", "must be > 0 (samples per second, e.g. 16000)")
         require(
             (self.tokenizer == "pretrained") == bool(self.tokenizer_file),
             p + "tokenizer_file",

@@ -245,9 +245,20 @@ def temporal_range(cfg: ModelConfig) -> TemporalRange:
     )
 
 
+def receptive_field(dilations: tuple[int, ...] | list[int]) -> int:
+    """WaveNet's reach: positions an output depends on, itself included, for kernel-2 convolutions with these
+    dilations: 1 + sum of the dilations."""
+    return 1 + sum(dilations)
+
+
 def range_report(cfg: ModelConfig) -> str:
     """What ``compressive-transformer range`` prints: the temporal range and attention cost of ``cfg``, and the
     context lengths (Transformer-QL paper, Appendix B) of the three models at the same window and depth."""
+    if cfg.is_wavenet:  # no attention: its whole reach is the receptive field of its convolutions
+        return (
+            f"WaveNet receptive field: {receptive_field(cfg.wavenet_dilations)} positions (1 + sum of the dilations "
+            f"{list(cfg.wavenet_dilations)}); no attention, no memory beyond it"
+        )
     lines = []
     kind = find_model_kind(cfg)
     if kind is not None and kind.temporal_range is not None:
@@ -295,6 +306,7 @@ __all__ = [
     "context_length",
     "context_length_from_config",
     "range_report",
+    "receptive_field",
     "temporal_range",
     "transformer_ql_min_context",
 ]

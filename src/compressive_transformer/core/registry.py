@@ -153,6 +153,8 @@ class CorpusFormat:
     download name -> :class:`~compressive_transformer.data.download.Source` (what ``data download NAME`` fetches).
     ``needs_path``: ``data.path`` must be set. ``tokenizers``: the tokenizers that can read it (empty: any), with
     ``tokenizer_reason`` saying why. ``train_file``: it accepts ``data.train_file`` (another file as train split).
+    ``settings``: further ``data`` keys its reading depends on (part of the token cache's key), e.g. the sample
+    rate. ``token_unit``: what one token is when it is not text (``"sample"`` for audio: metrics per sample).
     """
 
     name: str
@@ -163,6 +165,8 @@ class CorpusFormat:
     tokenizers: tuple[str, ...] = ()
     tokenizer_reason: str = ""
     train_file: bool = False
+    settings: tuple[str, ...] = ()
+    token_unit: str = ""
 
 
 FORMATS: dict[str, CorpusFormat] = {}

@@ -1,5 +1,6 @@
 """Data: corpus readers, tokenizers, the memory-mapped token cache, the batch-of-streams iterator, downloads."""
 
+from compressive_transformer.data import audio as _audio  # noqa: F401  (registers the audio format)
 from compressive_transformer.data.cache import Corpus, cache_dir_for, load_corpus, prepare_corpora
 from compressive_transformer.data.download import SOURCES, DownloadError, Source, download
 from compressive_transformer.data.readers import (

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, read_split, source_files
 from compressive_transformer.data.tokenizers import Tokenizer, prepare_tokenizer
 from compressive_transformer.data.units import TextSize, texts_size
@@ -76,7 +77,8 @@ def token_dtype(vocab_size: int) -> np.dtype:
 def cache_key(cfg: DataConfig, split: str, tokenizer: Tokenizer) -> dict[str, Any]:
     """Everything the cached ids depend on: corpus location, source files' size and mtime, and the tokenizer."""
     sources = [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in source_files(cfg, split)]
-    return {
+    settings = {k: getattr(cfg, k) for k in corpus_format(cfg.format).settings}
+    return settings | {
         "version": CACHE_VERSION,
         "format": cfg.format,
         "path": str(Path(data_root_path(cfg.path)).expanduser().resolve()) if cfg.path else "",

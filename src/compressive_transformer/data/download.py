@@ -35,16 +35,14 @@ from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.data.download_error import DownloadError
+from compressive_transformer.data.tar_archives import check_tar, extract_tar, is_tar
 
 logger = logging.getLogger(__name__)
 CHUNK = 1 << 20
 PG19_SPLITS = ("train", "validation", "test")
 PG19_NAME = re.compile(r"^(metadata\.csv|(train|validation|test)/[0-9]{1,12}\.txt)$")
 PG19_MANIFEST = "manifest.json"
-
-
-class DownloadError(ConfigError):
-    """A download could not be completed or verified; the message says what to try."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ class Source:
     filename: str = ""  # the archive under ``url``; "" for PG-19, fetched object by object
     size: int | None = None  # archive size in bytes
     sha256: str | None = None  # archive checksum (hex)
-    members: dict[str, int | None] = field(default_factory=dict)  # zip member -> uncompressed size (None: unchecked)
+    members: dict[str, int | None] = field(default_factory=dict)  # zip member -> size (None: unchecked); tar: folders
     target: str = ""  # what ``download`` returns, relative to the download directory
     bucket: str = ""  # PG-19: the public GCS bucket
 
@@ -94,15 +92,16 @@ def download(
             f"download: limit and manifest apply to pg19 only; {name} is a single archive with a pinned checksum"
         )
     archive = directory / source.filename
+    tar = is_tar(source.filename)
     _fetch(
         f"{base}/{source.filename}",
         archive,
         size=source.size,
         digest=("sha256", source.sha256) if source.sha256 else None,
         progress=progress,
-        check=lambda p: _check_zip(p, source.members),
+        check=lambda p: (check_tar if tar else _check_zip)(p, source.members),
     )
-    _extract(archive, directory, source.members)
+    (extract_tar if tar else _extract)(archive, directory, source.members)
     return directory / source.target
 
 

@@ -16,6 +16,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.registry import CorpusFormat, corpus_format
@@ -140,13 +141,19 @@ def _text_files(cfg: DataConfig, split: str) -> list[Path]:
     root = _existing(cfg)
     if root.is_file():
         return [root]
+    return split_directory(root, split, _txt_files, ".txt")
+
+
+def split_directory(root: Path, split: str, list_files: Callable[[Path], list[Path]], kind: str) -> list[Path]:
+    """The files of ``split`` in directory ``root``: those of its ``split/`` subdirectory when it has train/
+    validation/ test/, else a 90/5/5 split by count of all of them (``list_files`` finds them; ``kind`` names them)."""
     split_dirs = _text_split_dirs(root)
     if split_dirs:
-        return _txt_files(split_dirs[split])
-    everything = _txt_files(root)
+        return list_files(split_dirs[split])
+    everything = list_files(root)
     if len(everything) < 3:
         raise ConfigError(
-            f"data.path: {root} holds {len(everything)} .txt file(s); a directory needs at least 3 (one per split) "
+            f"data.path: {root} holds {len(everything)} {kind} file(s); a directory needs at least 3 (one per split) "
             "or train/ validation/ test/ subdirectories"
         )
     return _by_fraction(everything, split)

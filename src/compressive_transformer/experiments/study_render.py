@@ -115,7 +115,7 @@ def _header(summary: dict[str, Any]) -> list[str]:
         "",
         "## Variants",
         "",
-        "| variant | model | n_s / n_m / n_cm | c | compression | parameters (compressor) | keys per query | reach per layer (tokens) | seeds done |",
+        "| variant | model | n_s / n_m / n_cm | c | compression | parameters (compressor) | keys per query | reach per layer (tokens; WaveNet: receptive field - 1) | seeds done |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for v, info in summary["variants"].items():
@@ -123,7 +123,7 @@ def _header(summary: dict[str, Any]) -> list[str]:
         params = f"{p['total']:,} ({p['compressor']:,})" if p else "-"
         out.append(
             f"| {v} | {info['model']} | {info['seg_len']} / {info['mem_len']} / {info['cmem_len']} | "
-            f"{info['compression_rate'] or '-'} | {info['compression']} | {params} | {info['attention_keys']} | "
+            f"{info['compression_rate'] or '-'} | {info['compression']} | {params} | {info['attention_keys'] or '-'} | "
             f"{info['reach']} | {len(info['seeds_done'])} |"
         )
     return out

@@ -12,6 +12,7 @@ from typing import Any
 
 from compressive_transformer.analysis.recurrence import bucket_names
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
+from compressive_transformer.core.context import receptive_field
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.experiments.compare import model_name
 from compressive_transformer.experiments.study import Study, read_result, stored_identity, study_jobs
@@ -40,8 +41,11 @@ def _variant_info(study: Study, name: str, runs: dict[int, dict[str, Any]]) -> d
         "cmem_len": m.cmem_len,
         "compression_rate": m.compression_rate if m.cmem_len else None,
         "compression": f"{m.compression} + {m.compression_loss}" if m.cmem_len else "-",
-        "attention_keys": m.seg_len + m.mem_len + m.cmem_len,  # keys per query at the end of a segment
-        "reach": m.mem_len + (m.compression_rate * m.cmem_len if m.cmem_len else 0),
+        "attention_keys": 0 if m.is_wavenet else m.seg_len + m.mem_len + m.cmem_len,  # keys per query
+        # past tokens an output can read: per attention layer, or WaveNet's whole receptive field
+        "reach": receptive_field(m.wavenet_dilations) - 1
+        if m.is_wavenet
+        else m.mem_len + (m.compression_rate * m.cmem_len if m.cmem_len else 0),
         "parameters": any_run["parameters"] if any_run else None,
         "seeds_done": sorted(runs),
     }

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from compressive_transformer.core.config import eval_lengths
 from compressive_transformer.core.constants import IGNORE_INDEX
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.registry import FORMATS
 from compressive_transformer.core.streaming import stream
 from compressive_transformer.data import StreamBatcher
 from compressive_transformer.data.units import LN2, TextSize, Units, summary_line, units
@@ -51,6 +52,16 @@ class EvalResult:
     mem_len: int
     cmem_len: int
     tokenizer: str = ""
+    token_unit: str = ""  # what a token is when it is not text ("sample" for audio), from the corpus format
+
+    def per_unit(self, prefix: str = "") -> dict[str, float]:
+        """``nats_per_sample`` and ``bits_per_sample`` (for audio; nothing for text), keys after ``prefix``."""
+        if not self.token_unit:
+            return {}
+        return {
+            f"{prefix}nats_per_{self.token_unit}": self.loss,
+            f"{prefix}bits_per_{self.token_unit}": self.bits_per_token,
+        }
 
     @property
     def bpc(self) -> float:
@@ -65,10 +76,13 @@ class EvalResult:
         return Units(self.loss, self.bits_per_token, self.ppl, self.bits_per_char, self.bits_per_byte, self.word_ppl)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | self.per_unit()
 
     def summary(self) -> str:
         part = "" if self.complete else " (partial)"
+        if self.token_unit:  # one token is one sample: per-character units and word perplexity mean nothing
+            u = self.token_unit
+            return f"{self.split}{part}: {self.loss:.4f} nats/{u}, {self.bits_per_token:.4f} bits/{u} over {self.tokens:,} {u}s"
         return f"{self.split}{part}: {summary_line(self.units)} over {self.tokens:,} tokens"
 
 
@@ -144,7 +158,14 @@ def evaluate(
         mem_len=mem_len,
         cmem_len=cmem_len,
         tokenizer=kind,
+        token_unit=_token_unit(corpus),
     )
+
+
+def _token_unit(corpus: Any) -> str:
+    """The corpus format's token unit, where the corpus records its format (a cached split does)."""
+    fmt = ((getattr(corpus, "meta", None) or {}).get("key") or {}).get("format")
+    return FORMATS[fmt].token_unit if fmt in FORMATS else ""
 
 
 def write_eval_record(path: Path, record: dict[str, Any]) -> Path:

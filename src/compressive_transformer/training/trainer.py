@@ -426,6 +426,7 @@ class Trainer:
             }
             if result.bits_per_char is not None:  # only a complete pass over the split has per-character units
                 record |= {"val_bits_per_char": result.bits_per_char, "val_bits_per_byte": result.bits_per_byte}
+            record |= result.per_unit("val_")  # audio: val_nats_per_sample, val_bits_per_sample
             self.metrics.log(record | {"val_tokens": result.tokens})
         return result
 

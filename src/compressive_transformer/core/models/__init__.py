@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from compressive_transformer.core.constants import IGNORE_INDEX
 from compressive_transformer.core.context import context_length_from_config, temporal_range
-from compressive_transformer.core.models import lm, ql
+from compressive_transformer.core.models import lm, ql, wavenet
 from compressive_transformer.core.models.block import Block
 from compressive_transformer.core.models.decode import Decoder
 from compressive_transformer.core.models.kinds import MODEL_KINDS, ModelKind, build_model, model_kind, register_model
 from compressive_transformer.core.models.lm import CompressiveTransformerLM, LMOutput
 from compressive_transformer.core.models.protocol import MemoryModel
 from compressive_transformer.core.models.ql import TransformerQL, ql_scales
+from compressive_transformer.core.models.wavenet import WaveNet
 
 register_model(
     "compressive",
@@ -32,6 +33,14 @@ register_model(
     context_length=context_length_from_config,
     fixed_memory="Transformer-QL's memories are fixed by its scales",
 )
+register_model(
+    "wavenet",
+    WaveNet,
+    lambda cfg: cfg.is_wavenet,
+    check=wavenet.check_config,
+    label=lambda cfg: "WaveNet",
+    fixed_memory="WaveNet's memory is its receptive field (1 + the sum of its dilations)",
+)
 
 __all__ = [
     "Block",
@@ -42,6 +51,7 @@ __all__ = [
     "MemoryModel",
     "ModelKind",
     "TransformerQL",
+    "WaveNet",
     "build_model",
     "model_kind",
     "ql_scales",

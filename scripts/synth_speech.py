@@ -1,0 +1,84 @@
+"""Synthesise a small speech corpus with espeak-ng: passages of the PG-19-format sample books read aloud.
+
+This is SYNTHETIC speech (a formant synthesiser, a few voices), not recordings: good for trying the audio pipeline
+and for CPU-scale comparisons with no download, not a stand-in for the paper's 24.6 hours of real speech. The
+layout is what ``data.format = "audio"`` reads: ``OUT/{train,validation,test}/NNNN.wav``, one passage per file,
+train passages from the train books, validation from the validation books, test from the test books.
+
+    apt-get install -y espeak-ng
+    python scripts/synth_speech.py --books /work/shared/data/pg19-sample --out data/synth-speech
+
+Deterministic: the same books and options give the same passages, voices and files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+VOICES = ("en-us+m3", "en-gb+f2", "en-us+f4", "en-gb-scotland+m1", "en+m7", "en-us+f1")
+SPLITS = ("train", "validation", "test")
+
+
+def passages(book: Path, words: int, count: int, skip: int = 200) -> list[str]:
+    """``count`` passages of about ``words`` words from ``book``, spread evenly through it, each starting and ending
+    at a sentence boundary; the first ``skip`` lines (title pages, contents) are left out."""
+    text = " ".join(book.read_text(encoding="utf-8", errors="replace").splitlines()[skip:])
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", re.sub(r"\s+", " ", text)) if len(s.split()) >= 4]
+    if not sentences:
+        return []
+    out, stride = [], max(1, len(sentences) // max(count, 1))
+    for start in range(0, len(sentences), stride):
+        chunk, n = [], 0
+        for s in sentences[start:]:
+            chunk.append(s)
+            n += len(s.split())
+            if n >= words:
+                break
+        out.append(" ".join(" ".join(chunk).split()[: 2 * words]))  # a run-on sentence is cut short
+        if len(out) == count:
+            break
+    return out
+
+
+def speak(text: str, voice: str, path: Path, speed: int) -> None:
+    subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(path), text], check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--books", type=Path, required=True, help="a PG-19-format folder: train/ validation/ test/ <id>.txt")
+    p.add_argument("--out", type=Path, required=True, help="folder to write train/ validation/ test/ WAV files into")
+    p.add_argument(
+        "--files", type=int, nargs=3, default=(60, 8, 8), metavar=("TRAIN", "VAL", "TEST"), help="passages per split"
+    )
+    p.add_argument("--words", type=int, default=12, help="words per passage (about 0.4 s of speech per word)")
+    p.add_argument("--speed", type=int, default=160, help="espeak-ng words per minute")
+    args = p.parse_args(argv)
+    if shutil.which("espeak-ng") is None:
+        print("synth_speech: espeak-ng is not installed; apt-get install -y espeak-ng", file=sys.stderr)
+        return 2
+    for split, n_files in zip(SPLITS, args.files):
+        books = sorted((args.books / split).glob("*.txt"))
+        if not books:
+            print(f"synth_speech: {args.books / split} has no books; give a PG-19-format folder", file=sys.stderr)
+            return 2
+        per_book = -(-n_files // len(books))
+        texts = [t for b in books for t in passages(b, args.words, per_book)][:n_files]
+        folder = args.out / split
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, text in enumerate(texts):
+            speak(text, VOICES[i % len(VOICES)], folder / f"{i:04d}.wav", args.speed)
+        print(f"{split}: {len(texts)} files in {folder}")
+    (args.out / "README.txt").write_text(
+        "Synthetic speech (espeak-ng) reading passages of public-domain books; made by scripts/synth_speech.py.\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,44 @@
+"""The audio side of ``generate``: its options, and the hook that takes over when RUN_DIR was trained on audio."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from compressive_transformer.audio.generation import main as generate_audio
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.registry import corpus_format
+from compressive_transformer.runs.loading import load_run
+from compressive_transformer.runs.rundir import CONFIG_FILE, read_run_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The audio options of ``generate`` (used when the run was trained on audio)."""
+    g = parser.add_argument_group("audio runs (data.format = 'audio')")
+    g.add_argument(
+        "--out", type=Path, help="WAV file to write (default: RUN_DIR/generated.wav); a PNG plot lands beside it"
+    )
+    g.add_argument("--seconds", type=float, default=2.0, help="seconds of audio to generate (default 2)")
+    g.add_argument("--prime", type=Path, metavar="FILE", help="continue the start of this sound file")
+    g.add_argument("--prime-seconds", type=float, default=1.0, help="seconds of --prime to read (default 1)")
+
+
+def is_audio_run_dir(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` is a run trained on audio (read from its config, before any weights are loaded)."""
+    if not (Path(run_dir) / CONFIG_FILE).is_file():
+        return False  # an exported model or no run at all: the text generator says what is wrong
+    return corpus_format(read_run_config(run_dir).data.format).token_unit == "sample"
+
+
+def generate_command(args: Any) -> bool:
+    """Handle ``generate`` when RUN_DIR is an audio run (True), else leave it to the text generator (False)."""
+    if not is_audio_run_dir(args.run_dir):
+        if args.out is not None or args.prime is not None:
+            raise ConfigError("--out/--prime: this run models text, not audio; drop them")
+        return False
+    generate_audio(args, load_run(args.run_dir, device=args.device, threads=args.threads))
+    return True
+
+
+__all__ = ["add_arguments", "generate_command", "is_audio_run_dir"]

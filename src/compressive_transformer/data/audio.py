@@ -1,0 +1,76 @@
+"""The ``audio`` corpus format: a directory of sound files, each one stream of 8-bit μ-law samples.
+
+Every file is read mono at ``data.sample_rate`` (resampled with soxr where it differs) and μ-law encoded, so one
+sample is one byte and the byte tokenizer's ids are the codes (vocabulary 256). A file is a document: memory is
+carried through it and reset at the next, as for the books of PG-19. Splits follow the text format's rules:
+``train/ validation/ test/`` subdirectories when present, else the files (found recursively, sorted by path) are
+split 90/5/5 by count. ``data download librispeech-dev-clean`` fetches a real speech corpus that fits this layout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.core.registry import CorpusFormat
+from compressive_transformer.data.download import Source
+from compressive_transformer.data.formats import register_format
+from compressive_transformer.data.mulaw import mulaw_encode
+from compressive_transformer.data.readers import RawSplit, _existing, split_directory
+from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, read_audio
+
+
+def audio_files(cfg: DataConfig, split: str) -> list[Path]:
+    """The sound files of ``split``, without reading them."""
+    root = _existing(cfg)
+    if root.is_file():
+        raise ConfigError(f"data.path: {root} is one file; the audio format reads a directory of sound files")
+    return split_directory(root, split, _sound_files, "sound")
+
+
+def _sound_files(directory: Path) -> list[Path]:
+    files = sorted(p for p in directory.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file())
+    if not files:
+        raise ConfigError(
+            f"data.path: {directory} has no sound files ({', '.join(AUDIO_SUFFIXES)}); point it at a folder of WAV files"
+        )
+    return files
+
+
+def encode_file(path: Path, sample_rate: int) -> bytes:
+    """One file as its μ-law codes, one byte per sample at ``sample_rate``."""
+    return mulaw_encode(read_audio(path, sample_rate)).tobytes()
+
+
+def read_audio_split(cfg: DataConfig, split: str) -> RawSplit:
+    files = audio_files(cfg, split)
+    docs = [encode_file(f, cfg.sample_rate) for f in tqdm(files, desc=f"read {split} audio", unit="file", disable=None)]
+    names = [str(f.relative_to(_existing(cfg))) for f in files]
+    return RawSplit(split, list(docs), names, 0, tuple(files))
+
+
+# LibriSpeech dev-clean (OpenSLR 12, CC BY 4.0): 5.4 hours of read English speech, 16 kHz FLAC, 40 speakers.
+# Size and sha256 of the archive as published (its md5 is in the corpus's md5sum.txt: 42e2234ba48799c1f50f24a7926300a1).
+LIBRISPEECH_DEV_CLEAN = Source(
+    url="https://www.openslr.org/resources/12",
+    filename="dev-clean.tar.gz",
+    size=337_926_286,
+    sha256="76f87d090650617fca0cac8f88b9416e0ebf80350acb97b343a85fa903728ab3",
+    members={"LibriSpeech/dev-clean/": None},
+    target="LibriSpeech/dev-clean",
+)
+
+register_format(
+    CorpusFormat(
+        "audio",
+        audio_files,
+        read_audio_split,
+        sources={"librispeech-dev-clean": LIBRISPEECH_DEV_CLEAN},
+        tokenizers=("bytes",),
+        tokenizer_reason="audio is modelled one 8-bit μ-law sample per token (byte ids 0..255)",
+        settings=("sample_rate",),
+        token_unit="sample",
+    )
+)

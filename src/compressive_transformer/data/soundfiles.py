@@ -1,0 +1,72 @@
+"""Sound files in and out: any format libsndfile reads (WAV, FLAC, OGG, ...) as mono float32 at a chosen sample
+rate, and WAV files written atomically. Needs the ``[audio]`` extra; without it, one line says what to install."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compressive_transformer.core.config import ConfigError
+
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif")
+INSTALL_HINT = "pip install 'compressive-transformer[audio]'"
+
+
+def _soundfile() -> Any:
+    try:
+        import soundfile
+    except (ImportError, OSError):  # OSError: the package is there but libsndfile is not
+        raise ConfigError(f"audio: reading and writing sound files needs soundfile; {INSTALL_HINT}") from None
+    return soundfile
+
+
+def resample(x: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
+    """Mono float32 samples at ``rate_in`` -> ``rate_out`` (soxr, high quality); ``len * rate_out / rate_in``
+    samples, rounded to the nearest."""
+    if rate_in == rate_out:
+        return np.asarray(x, dtype=np.float32)
+    try:
+        import soxr
+    except ImportError:
+        raise ConfigError(f"audio: resampling needs soxr; {INSTALL_HINT}") from None
+    return soxr.resample(np.asarray(x, dtype=np.float32), rate_in, rate_out, quality="HQ").astype(np.float32)
+
+
+def read_audio(path: str | Path, sample_rate: int, *, seconds: float | None = None) -> np.ndarray:
+    """The file as mono float32 in [-1, 1] at ``sample_rate`` (channels averaged); ``seconds``: only its start."""
+    sf = _soundfile()
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: does not exist; give an audio file (WAV, FLAC, OGG)")
+    try:
+        info = sf.info(str(path))
+        frames = -1 if seconds is None else max(1, int(round(seconds * info.samplerate)))
+        data, rate = sf.read(str(path), frames=frames, dtype="float32", always_2d=True)
+    except (RuntimeError, sf.LibsndfileError) as e:  # libsndfile's error for an unreadable or foreign file
+        raise ConfigError(f"{path}: is not a readable audio file ({e}); give a WAV, FLAC or OGG file") from None
+    return resample(data.mean(axis=1), int(rate), sample_rate)  # (frames,) mono
+
+
+def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> Path:
+    """16-bit PCM WAV of mono float samples in [-1, 1], written to a temp file and renamed into place."""
+    sf = _soundfile()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp.wav")
+    os.close(fd)
+    try:
+        sf.write(tmp, np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0), sample_rate, subtype="PCM_16")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # an ordinary file's mode, not the temp file's 0600
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+__all__ = ["AUDIO_SUFFIXES", "read_audio", "resample", "write_wav"]
