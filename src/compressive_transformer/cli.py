@@ -13,6 +13,7 @@ from pathlib import Path
 
 from compressive_transformer.config import ConfigError
 from compressive_transformer.data.formats import path_formats
+from compressive_transformer.harness import command as lm_eval_command
 
 EXIT_USER_ERROR = 2
 
@@ -295,6 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "lm-eval",
+        help="evaluate a run with the lm-evaluation-harness (the [lm-eval] extra)",
+        description="Run `lm-eval run` on RUN_DIR with this library's harness model; the options after RUN_DIR "
+        "are the harness's own (--tasks, --include_path, --model_args, --batch_size, --limit, --output_path ...).",
+    )
+    lm_eval_command.add_arguments(p)
+
+    p = sub.add_parser(
         "demo",
         help="train, evaluate and sample a small model on the pydoc topics in a few minutes",
         description="Train a small Compressive Transformer on Python's own help topics (bytes), evaluate it and sample from it.",
@@ -516,6 +525,7 @@ COMMANDS = {
     "report": cmd_report,
     "data": cmd_data,
     "demo": cmd_demo,
+    "lm-eval": lm_eval_command.main,
 }
 
 
