@@ -162,8 +162,15 @@ def test_a_trained_model_answers_the_multiple_choice_and_generation_tasks(
 
 
 def test_the_command_registers_the_model_and_runs_the_harness(
-    word_run: Path, tasks: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+    word_run: Path, tasks: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import lm_eval.tasks
+
+    class LocalTasksOnly(TaskManager):  # indexing the harness's thousands of built-in tasks takes half a minute
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **{**kwargs, "include_defaults": False})
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", LocalTasksOnly)
     out = tmp_path / "results"
     code, stdout, err = cli_run(
         capsys, "lm-eval", str(word_run), "--tasks", "ct_choice", "--include_path", str(tasks),
