@@ -209,3 +209,14 @@ def test_an_empty_context_needs_a_prefix_and_a_prefix_is_read_but_never_scored(w
     assert empty == pytest.approx(after, rel=1e-6)
     (rolled,) = model.loglikelihood_rolling([SimpleNamespace(args=("the cat",))], disable_tqdm=True)
     assert rolled == pytest.approx(after, rel=1e-6)  # both tokens scored, after the prefix
+
+
+def test_an_exported_model_gives_the_run_directorys_numbers(word_run: Path, tmp_path: Path) -> None:
+    from compressive_transformer import export_run
+
+    exported = export_run(word_run, tmp_path / "export")
+    requests = [SimpleNamespace(args=(QUESTIONS[1]["context"], " park."))]
+    rolling = [SimpleNamespace(args=(ROLLING_DOCS[0],))]
+    a, b = HarnessModel(run=str(word_run)), HarnessModel(pretrained=str(exported))
+    assert a.loglikelihood(requests, disable_tqdm=True) == b.loglikelihood(requests, disable_tqdm=True)
+    assert a.loglikelihood_rolling(rolling, disable_tqdm=True) == b.loglikelihood_rolling(rolling, disable_tqdm=True)

@@ -153,7 +153,8 @@ class HarnessModel(LM):
     def tokenizer_name(self) -> str:
         return f"{MODEL_NAME}-{self.run.tokenizer.kind}-{self.run.tokenizer.fingerprint[:12]}"
 
-    def _context(self, context: str, what: str) -> list[int]:
+    def _empty_context(self, what: str) -> list[int]:
+        """What an empty context is read as: the prefix, which must then exist."""
         if not self.prefix_ids:
             raise ConfigError(
                 f"{what}: the context is empty and this model has no end-of-text token to start from; "
@@ -182,7 +183,7 @@ class HarnessModel(LM):
             if context:
                 pairs.append(encode_pair(self.encode, context, continuation))
             else:
-                pairs.append((self._context(context, "loglikelihood"), self.encode(continuation)))
+                pairs.append((self._empty_context("loglikelihood"), self.encode(continuation)))
         results: list[tuple[float, bool]] = []
         bar = tqdm(total=len(pairs), desc="loglikelihood", disable=disable_tqdm)
         step = self.batch_size * 8  # progress every few batches; batches are formed by length inside each chunk
@@ -217,7 +218,7 @@ class HarnessModel(LM):
         temperature = float(kwargs.get("temperature", 1.0) if sample else 0.0)
         prompt = context
         if not self.encode(context):
-            prompt = self.run.decode(self._context(context, "generate_until")) + context
+            prompt = self.run.decode(self._empty_context("generate_until")) + context
         result = generate_text(
             self.run,
             prompt,
