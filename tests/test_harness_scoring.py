@@ -5,6 +5,7 @@ position"; a rolling document scores every token once; the (context, continuatio
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -100,3 +101,11 @@ def test_eval_lengths_of_the_run_are_the_ones_used(run) -> None:
         run, config=dataclasses.replace(run.config, eval=dataclasses.replace(run.config.eval, mem_len=0, cmem_len=0))
     )
     assert rolling_loglikelihood(shorter, ids) != pytest.approx(rolling_loglikelihood(run, ids), rel=1e-6)
+
+
+def test_a_row_with_nothing_to_score_beside_a_long_one_scores_zero(run) -> None:
+    ids = run.encode(TEXT)
+    (long, _), (empty, greedy) = continuation_loglikelihoods(
+        run, [(ids[:100], ids[100:120]), (ids[:1], [])], batch_size=2
+    )
+    assert math.isfinite(long) and (empty, greedy) == (0.0, True)

@@ -117,7 +117,7 @@ def score_rows(run: Run, rows: Sequence[tuple[Sequence[int], int]]) -> list[tupl
             continue
         logits = step.out.logits.float()  # (B, T, V)
         picked = logits.log_softmax(-1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1)  # (B, T)
-        logp += (picked * scored).sum(1).double()
+        logp += torch.where(scored, picked, 0.0).sum(1).double()  # padding's outputs may be anything, even NaN
         greedy &= ((logits.argmax(-1) == targets) | ~scored).all(1)
     return [(float(lp), bool(g)) for lp, g in zip(logp.tolist(), greedy.tolist())]
 
