@@ -20,7 +20,7 @@ from compressive_transformer.harness.scoring import (
     continuation_loglikelihoods,
     encode_pair,
     padded_segments,
-    rolling_loglikelihood,
+    rolling_loglikelihoods,
     stream_nll,
 )
 
@@ -52,19 +52,19 @@ def test_is_greedy_exactly_when_every_scored_token_is_the_argmax(run) -> None:
     assert (g1, g2, g3) == (True, False, True)
 
 
-def test_rolling_scores_every_token_after_a_prefix_and_all_but_the_first_without(run) -> None:
-    ids = run.encode(TEXT[:100])
-    prefix = run.encode("\n")
-    with_prefix = rolling_loglikelihood(run, ids, prefix)
-    assert with_prefix == pytest.approx(continuation_loglikelihoods(run, [(prefix, ids)], batch_size=1)[0][0], rel=1e-5)
-    without = rolling_loglikelihood(run, ids)
-    assert without == pytest.approx(
-        continuation_loglikelihoods(run, [(ids[:1], ids[1:])], batch_size=1)[0][0], rel=1e-5
-    )
-    two = run.encode("\n\n")  # a longer prefix: its own second token is not counted
-    assert rolling_loglikelihood(run, ids, two) == pytest.approx(
-        continuation_loglikelihoods(run, [(two, ids)], batch_size=1)[0][0], rel=1e-5
-    )
+def test_rolling_is_evaluates_pass_every_token_after_a_prefix_and_all_but_the_first_without(run) -> None:
+    docs = [run.encode(TEXT[:100]), run.encode(TEXT[:7]), run.encode(TEXT), run.encode("t"), []]
+    prefix, two = run.encode("\n"), run.encode("\n\n")
+    without = rolling_loglikelihoods(run, docs, batch_size=2)
+    with_prefix = rolling_loglikelihoods(run, docs, prefix=prefix, batch_size=3)
+    with_two = rolling_loglikelihoods(run, docs, prefix=two, batch_size=5)
+    for i, ids in enumerate(docs):
+        assert without[i] == pytest.approx(-stream_nll(run, ids), rel=1e-5, abs=1e-5)
+        assert with_prefix[i] == pytest.approx(-stream_nll(run, prefix + ids), rel=1e-5, abs=1e-5)
+        # a longer prefix: its own second token is not counted
+        evaluated = stream_nll(run, two + ids) - stream_nll(run, two)
+        assert with_two[i] == pytest.approx(-evaluated, rel=1e-5, abs=1e-4)
+    assert without[3:] == [0.0, 0.0] and with_prefix[4] == 0.0 and with_prefix[3] < 0
 
 
 def test_padding_never_enters_a_row_and_segments_have_full_length() -> None:
@@ -100,7 +100,9 @@ def test_eval_lengths_of_the_run_are_the_ones_used(run) -> None:
     shorter = dataclasses.replace(
         run, config=dataclasses.replace(run.config, eval=dataclasses.replace(run.config.eval, mem_len=0, cmem_len=0))
     )
-    assert rolling_loglikelihood(shorter, ids) != pytest.approx(rolling_loglikelihood(run, ids), rel=1e-6)
+    assert rolling_loglikelihoods(shorter, [ids], batch_size=1) != pytest.approx(
+        rolling_loglikelihoods(run, [ids], batch_size=1), rel=1e-6
+    )
 
 
 def test_a_row_with_nothing_to_score_beside_a_long_one_scores_zero(run) -> None:

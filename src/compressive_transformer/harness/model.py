@@ -21,7 +21,7 @@ from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
 from compressive_transformer.config import ConfigError
-from compressive_transformer.harness.scoring import continuation_loglikelihoods, encode_pair, rolling_loglikelihood
+from compressive_transformer.harness.scoring import continuation_loglikelihoods, encode_pair, rolling_loglikelihoods
 from compressive_transformer.loading import Run, load_run
 from compressive_transformer.textgen import generate_text
 
@@ -166,13 +166,19 @@ class HarnessModel(LM):
 
     def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
         """Each document streamed once with memory carried, every token (after the first, or all after a prefix)
-        scored exactly once."""
-        out = []
-        for req in tqdm(requests, desc="rolling loglikelihood", disable=disable_tqdm):
-            (text,) = req.args
-            ll = rolling_loglikelihood(self.run, self.encode(text), self.prefix_ids)
+        scored exactly once; ``batch_size`` documents at a time."""
+        texts = [req.args[0] for req in requests]
+        out: list[float] = []
+        bar = tqdm(total=len(texts), desc="rolling loglikelihood", disable=disable_tqdm)
+        step = self.batch_size * 4  # progress every few batches; batches are formed by length inside each chunk
+        for start in range(0, len(texts), step):
+            chunk = texts[start : start + step]
+            docs = [self.encode(t) for t in chunk]
+            out.extend(rolling_loglikelihoods(self.run, docs, prefix=self.prefix_ids, batch_size=self.batch_size))
+            bar.update(len(chunk))
+        bar.close()
+        for text, ll in zip(texts, out):
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), ll)
-            out.append(ll)
         return out
 
     def loglikelihood(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:

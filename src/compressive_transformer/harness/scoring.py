@@ -2,9 +2,9 @@
 of a whole document (one pass, every predictable token scored once) and of continuations after their contexts.
 
 Nothing here imports the harness, so the scoring is usable (and tested) without it. A document is scored by the same
-streaming evaluation as ``evaluate --text``; continuations are scored in batches through the shared streaming loop,
-every row's context read segment by segment into that row's memory, so a context longer than a segment is never
-truncated.
+streaming loop as ``evaluate --text`` (``streaming.stream``), cut into the same segments from its first token, many
+documents to a batch; continuations likewise, every row's context read segment by segment into that row's memory,
+so a context longer than a segment is never truncated.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ def run_amp(run: Run) -> torch.dtype | None:
 
 
 def stream_nll(run: Run, ids: Sequence[int]) -> float:
-    """Total negative log-likelihood (nats) of tokens 1..n-1 of ``ids`` given everything before them: the document
-    streamed once from an empty memory with the run's evaluation lengths, exactly as ``evaluate --text`` scores a
-    file (one document in one row)."""
+    """Total negative log-likelihood (nats) of tokens 1..n-1 of ``ids`` given everything before them, computed by
+    ``evaluate`` itself: the document streamed once from an empty memory with the run's evaluation lengths, exactly
+    as ``evaluate --text`` scores a file (one document in one row). The reference the batched scoring must equal."""
     if len(ids) < 2:
         return 0.0
     corpus = SimpleNamespace(tokens=np.asarray(ids, dtype=np.int64), doc_offsets=np.array([0, len(ids)]))
@@ -47,14 +47,20 @@ def stream_nll(run: Run, ids: Sequence[int]) -> float:
     return result.loss * result.tokens
 
 
-def rolling_loglikelihood(run: Run, ids: Sequence[int], prefix: Sequence[int] = ()) -> float:
-    """Log-likelihood of a document's tokens read after ``prefix`` in one pass with memory carried. Without a prefix
-    the first token has nothing to be predicted from and is not scored (as in ``evaluate``); with one, every token of
-    ``ids`` is. The prefix's own tokens are never counted: their NLL, which the longer pass computes identically
-    (same segments from the same start), is subtracted."""
-    if not prefix:
-        return -stream_nll(run, ids)
-    return -(stream_nll(run, [*prefix, *ids]) - stream_nll(run, prefix))
+def rolling_loglikelihoods(
+    run: Run, documents: Sequence[Sequence[int]], *, prefix: Sequence[int] = (), batch_size: int
+) -> list[float]:
+    """Log-likelihood of each document's tokens, read after ``prefix`` in one pass with memory carried, documents
+    batched ``batch_size`` to a batch, each in its own row from an empty memory and cut into segments from its first
+    token, as ``evaluate`` cuts it. Without a prefix the first token has nothing to be predicted from and is not
+    scored (as in ``evaluate``); with one, every token is; the prefix's own tokens never are."""
+    pairs = [(list(prefix), list(ids)) if prefix else (list(ids[:1]), list(ids[1:])) for ids in documents]
+    scored = [i for i, (ctx, cont) in enumerate(pairs) if ctx and cont]  # else nothing can be predicted
+    out = [0.0] * len(documents)
+    results = continuation_loglikelihoods(run, [pairs[i] for i in scored], batch_size=batch_size)
+    for i, (ll, _) in zip(scored, results):
+        out[i] = ll
+    return out
 
 
 def encode_pair(encode: Callable[[str], list[int]], context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -141,7 +147,7 @@ __all__ = [
     "continuation_loglikelihoods",
     "encode_pair",
     "padded_segments",
-    "rolling_loglikelihood",
+    "rolling_loglikelihoods",
     "run_amp",
     "score_rows",
     "stream_nll",
