@@ -27,6 +27,7 @@ from compressive_transformer import evaluate_text, load_run  # noqa: E402
 from compressive_transformer.data.readers import _TITLE, wikitext_stream  # noqa: E402
 from compressive_transformer.fileio import write_text_atomic  # noqa: E402
 from compressive_transformer.machine import machine_info  # noqa: E402
+from compressive_transformer.precision import describe  # noqa: E402
 from compressive_transformer.run import evaluate_run  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -150,6 +151,7 @@ def main() -> None:
             "train_overrides": TRAIN,
         },
         "lengths": {"seg_len": run.seg_len, "mem_len": run.mem_len, "cmem_len": run.cmem_len},
+        "precision": describe(run.config.eval.amp or run.config.train.amp, run.device),
         "articles": len(docs),
         "words": sum(len(d.split()) for d in docs),
         "bytes": sum(len(d.encode("utf-8")) for d in docs),
