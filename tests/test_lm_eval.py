@@ -199,6 +199,8 @@ def test_model_args_set_lengths_precision_and_batch_and_bad_ones_are_refused(wor
     for args, fragment in (("foo=1", "foo"), ("dtype=float8", "dtype"), ("mem_len=x", "mem_len")):
         with pytest.raises(ConfigError, match=fragment):
             HarnessModel.create_from_arg_string(f"run={word_run},{args}")
+    with pytest.raises(ConfigError, match="prefix"):
+        HarnessModel.create_from_arg_string(f"run={word_run},prefix=\\n")  # whitespace: no word at all
     with pytest.raises(ConfigError, match="run=RUN_DIR"):
         HarnessModel()
 
@@ -224,3 +226,19 @@ def test_an_exported_model_gives_the_run_directorys_numbers(word_run: Path, tmp_
     a, b = HarnessModel(run=str(word_run)), HarnessModel(pretrained=str(exported))
     assert a.loglikelihood(requests, disable_tqdm=True) == b.loglikelihood(requests, disable_tqdm=True)
     assert a.loglikelihood_rolling(rolling, disable_tqdm=True) == b.loglikelihood_rolling(rolling, disable_tqdm=True)
+
+
+def test_generation_is_greedy_unless_the_task_samples_and_stops_at_a_string_or_the_token_limit(word_run: Path) -> None:
+    model = HarnessModel(run=str(word_run), seed=7)
+    context = QUESTIONS[0]["context"]
+
+    def gen(**kwargs) -> str:
+        (text,) = model.generate_until([SimpleNamespace(args=(context, kwargs))], disable_tqdm=True)
+        return text
+
+    greedy = gen(until=["\n"], max_gen_toks=3)
+    assert greedy.startswith(" mat.") and len(greedy.split()) == 3
+    assert gen(until="\n", max_gen_toks=3, temperature=0.9) == greedy  # no do_sample: greedy, as in the harness
+    assert gen(until=["."], max_gen_toks=3) == " mat"  # cut before the stop string
+    sampled = [gen(until=["\n"], max_gen_toks=8, do_sample=True, temperature=1.5) for _ in range(2)]
+    assert sampled[0] == sampled[1]  # seeded

@@ -139,7 +139,12 @@ class HarnessModel(LM):
         self.batch_size = self.run.config.eval.batch_size if auto else _int("batch_size", batch_size)
         if self.batch_size is None or self.batch_size < 1:
             raise ConfigError(f"--batch_size {batch_size}: must be a positive integer")
-        self.prefix_ids = self.encode(_unescape(prefix)) if prefix else []
+        self.prefix_ids = self.encode(_unescape(str(prefix))) if prefix != "" else []
+        if prefix != "" and not self.prefix_ids:
+            raise ConfigError(
+                f"--model_args prefix={prefix!r}: is no token at all for this run's {self.run.tokenizer.kind!r} "
+                "tokenizer (words ignore whitespace); give text it reads, e.g. prefix=<eos> for WikiText words"
+            )
         self.max_gen_toks = _int("max_gen_toks", max_gen_toks) or 256
         self.seed = _int("seed", seed)
         self.words = self.run.tokenizer.kind == "words"
