@@ -163,7 +163,7 @@ class HarnessModel(LM):
         if not self.prefix_ids:
             raise ConfigError(
                 f"{what}: the context is empty and this model has no end-of-text token to start from; "
-                "pass prefix=TEXT in --model_args (e.g. prefix=\\n)"
+                "pass prefix=TEXT in --model_args (e.g. prefix=\\n; prefix=<eos> for a word-level WikiText run)"
             )
         return list(self.prefix_ids)
 
