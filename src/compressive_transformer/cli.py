@@ -20,6 +20,7 @@ from compressive_transformer.commands import (
     export,
     generate,
     import_checkpoint,
+    lm_eval,
     report,
     study,
     task,
@@ -49,6 +50,7 @@ COMMANDS = {
         data,
         demo,
         import_checkpoint,
+        lm_eval,
     )
 }
 
