@@ -11,7 +11,8 @@ import pytest
 
 from compressive_transformer.core.config import ConfigError, DataConfig, from_dict
 from compressive_transformer.data import SPLITS, count_words, read_documents, read_pg19_metadata, read_split
-from compressive_transformer.data.readers import count_wikitext_articles, source_files, wikitext_stream
+from compressive_transformer.data.corpora.wikitext import count_wikitext_articles, wikitext_stream
+from compressive_transformer.data.readers import source_files
 
 # -- DataConfig ----------------------------------------------------------------------------------------------------
 
@@ -81,7 +82,7 @@ def test_text_file_splits_90_5_5_on_line_boundaries(tmp_path: Path, caplog: pyte
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     cfg = DataConfig(format="text", path=str(path), tokenizer="words")
-    with caplog.at_level(logging.INFO, logger="compressive_transformer.data.readers"):
+    with caplog.at_level(logging.INFO, logger="compressive_transformer.data.corpora.text"):
         parts = [read_documents(cfg, s) for s in SPLITS]
     assert "90/5/5 by characters on line boundaries" in caplog.text
     assert all(len(p) == 1 for p in parts)

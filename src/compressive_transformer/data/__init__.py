@@ -1,17 +1,10 @@
 """Data: corpus readers, tokenizers, the memory-mapped token cache, the batch-of-streams iterator, downloads."""
 
-from compressive_transformer.data import audio as _audio  # noqa: F401  (registers the audio format)
+from compressive_transformer.data import corpora  # noqa: F401  (registers the built-in formats)
 from compressive_transformer.data.cache import Corpus, cache_dir_for, load_corpus, prepare_corpora
+from compressive_transformer.data.corpora.pg19 import Pg19Book, read_pg19_metadata
 from compressive_transformer.data.download import SOURCES, DownloadError, Source, download
-from compressive_transformer.data.readers import (
-    SPLITS,
-    Pg19Book,
-    RawSplit,
-    count_words,
-    read_documents,
-    read_pg19_metadata,
-    read_split,
-)
+from compressive_transformer.data.readers import SPLITS, RawSplit, count_words, read_documents, read_split
 from compressive_transformer.data.streams import IGNORE_INDEX, Batch, StreamBatcher
 from compressive_transformer.data.tokenizers import (
     ByteTokenizer,

@@ -406,7 +406,7 @@ class Trainer:
                 self.val_corpus,
                 split="validation",
                 batch_size=e.batch_size,
-                seg_len=e.seg_len or self.cfg.model.seg_len,
+                seg_len=e.lengths(self.cfg.model).seg_len,
                 mem_len=e.mem_len,
                 cmem_len=e.cmem_len,
                 max_batches=self.cfg.train.val_batches,

@@ -18,13 +18,13 @@ from compressive_transformer.core.registry import CorpusFormat
 from compressive_transformer.data.download import Source
 from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.mulaw import mulaw_encode
-from compressive_transformer.data.readers import RawSplit, _existing, split_directory
+from compressive_transformer.data.readers import RawSplit, existing_path, split_directory
 from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, read_audio
 
 
 def audio_files(cfg: DataConfig, split: str) -> list[Path]:
     """The sound files of ``split``, without reading them."""
-    root = _existing(cfg)
+    root = existing_path(cfg)
     if root.is_file():
         raise ConfigError(f"data.path: {root} is one file; the audio format reads a directory of sound files")
     return split_directory(root, split, _sound_files, "sound")
@@ -47,7 +47,7 @@ def encode_file(path: Path, sample_rate: int) -> bytes:
 def read_audio_split(cfg: DataConfig, split: str) -> RawSplit:
     files = audio_files(cfg, split)
     docs = [encode_file(f, cfg.sample_rate) for f in tqdm(files, desc=f"read {split} audio", unit="file", disable=None)]
-    names = [str(f.relative_to(_existing(cfg))) for f in files]
+    names = [str(f.relative_to(existing_path(cfg))) for f in files]
     return RawSplit(split, list(docs), names, 0, tuple(files))
 
 

@@ -1,0 +1,67 @@
+"""pg19: ``train/ validation/ test/`` of ``<id>.txt`` books, and ``metadata.csv`` without a header."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.core.registry import CorpusFormat
+from compressive_transformer.data.download import Source
+from compressive_transformer.data.formats import register_format
+from compressive_transformer.data.readers import Document, RawSplit, count_words, decode, existing_path
+
+
+@dataclass(frozen=True)
+class Pg19Book:
+    id: str
+    title: str
+    year: int | None
+    url: str
+
+
+def _read_pg19(cfg: DataConfig, split: str) -> RawSplit:
+    books = _pg19_books(cfg, split)
+    docs: list[Document] = []
+    for f in books:
+        docs.append(decode(f.read_bytes(), f, cfg))
+    return RawSplit(split, docs, [f.stem for f in books], sum(map(count_words, docs)), tuple(books))
+
+
+def _pg19_books(cfg: DataConfig, split: str) -> list[Path]:
+    root = existing_path(cfg)
+    directory = root / split
+    if not directory.is_dir():
+        raise ConfigError(f"data.path: PG-19 directory {root} has no {split}/ subdirectory; add {directory}")
+    books = [p for p in directory.glob("*.txt") if p.is_file()]
+    if not books:
+        raise ConfigError(f"data.path: {directory} has no <id>.txt books; put the {split} books there")
+    return sorted(books, key=lambda p: (0, int(p.stem), "") if p.stem.isdigit() else (1, 0, p.stem))
+
+
+def read_pg19_metadata(directory: str | Path) -> dict[str, Pg19Book]:
+    """``metadata.csv`` as PG-19 ships it: ``id,title,year,url`` rows, no header, titles quoted where needed."""
+    path = Path(directory) / "metadata.csv"
+    if not path.is_file():
+        raise ConfigError(f"data.path: {directory} has no metadata.csv; download it with the PG-19 books")
+    books: dict[str, Pg19Book] = {}
+    with path.open(newline="", encoding="utf-8") as f:
+        for i, row in enumerate(csv.reader(f), start=1):
+            if not row:
+                continue
+            if len(row) != 4:
+                raise ConfigError(f"{path}:{i}: expected 4 fields (id,title,year,url), got {len(row)}; fix the line")
+            book_id, title, year, url = row
+            books[book_id] = Pg19Book(book_id, title, int(year) if year.strip().isdigit() else None, url)
+    return books
+
+
+register_format(
+    CorpusFormat(
+        "pg19",
+        _pg19_books,
+        _read_pg19,
+        sources={"pg19": Source(url="https://storage.googleapis.com", bucket="deepmind-gutenberg", target="pg19")},
+    )
+)
