@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from compressive_transformer.agents import command as rl_command
 from compressive_transformer.config import ConfigError
 from compressive_transformer.data.formats import path_formats
 
@@ -301,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, help="training steps (default: the demo config's 400)")
     p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/demo-<time>")
+    rl_command.add_arguments(sub.add_parser("rl", help="agents with a memory core (needs the [rl] extra)"))
     return parser
 
 
@@ -516,6 +518,7 @@ COMMANDS = {
     "report": cmd_report,
     "data": cmd_data,
     "demo": cmd_demo,
+    "rl": rl_command.main,
 }
 
 

@@ -1,0 +1,127 @@
+"""Memory cores for agents: one observation embedding per environment per step in, features for the heads out.
+
+A core carries one memory row per environment and empties the row of an environment whose episode starts at this
+step (``first``), before the step reads it. Two kinds share one interface:
+
+- :class:`TransformerCore`: any model of the family (Transformer-XL, the Compressive Transformer, GTrXL gating via
+  ``model.gating``) run as segments of one step. Memory is the library's :class:`MemoryState`, updated by the same
+  function as in training on text, so it is detached between steps: the task loss reaches how memory is *read*
+  (queries, keys, values of the slots), not what was *written* at earlier steps, exactly as gradients stop at the
+  memory of earlier segments in text training with ``seg_len = 1``.
+- :class:`LSTMCore`: the baseline the paper replaced, back-propagating through the whole unroll (truncated at its
+  start).
+
+``unroll`` over T steps is ``step`` applied T times: acting (no gradient) and learning (a batch of T steps) compute
+the same function, which the tests pin to float tolerance.
+
+Compression groups follow the global step count, which all rows share; an episode that starts in the middle of a
+group loses from the compressed memory the states of its first, partial group (they are compressed together with
+the previous episode's and that slot is invalid). Episodes whose length is a multiple of the compression rate (the
+``nonmatching`` environment's default) never start mid-group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from compressive_transformer.config import ModelConfig
+from compressive_transformer.memory import MemoryState
+from compressive_transformer.models.kinds import build_model
+
+CoreState = Any  # MemoryState for a transformer core, (h, c) for the LSTM core
+
+
+@dataclass
+class CoreOutput:
+    features: Tensor  # (B, d) from step, (T, B, d) from unroll
+    state: CoreState  # the memory after the last step
+    aux_loss: Tensor  # compression loss (mean over steps); its gradient reaches only the compressor
+
+
+class TransformerCore(nn.Module):
+    """A memory model over observation embeddings: ``model.input_dim`` floats per step, ``model.d_model`` features."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.input_dim <= 0 or cfg.vocab_size != 0:
+            raise ValueError("an agent core reads embeddings: set model.input_dim > 0 and model.vocab_size = 0")
+        if cfg.is_ql:
+            raise ValueError(
+                "Transformer-QL shifts whole groups of c ** (len(scales) - 1) states between scales and cannot step "
+                "one observation at a time; use a Transformer-XL or Compressive Transformer core"
+            )
+        self.cfg = cfg
+        self.model = build_model(cfg)
+        self.features = cfg.d_model
+
+    def initial_state(self, n_envs: int) -> MemoryState:
+        return self.model.init_memory(n_envs)
+
+    def step(self, x: Tensor, state: MemoryState, first: Tensor) -> CoreOutput:
+        """x: (B, input_dim); first: (B,) bool, True where an episode starts with this observation."""
+        if bool(first.any()):
+            state = state.reset(first)
+        out = self.model(x.unsqueeze(1), state)  # one segment of one step
+        return CoreOutput(out.hidden[:, 0], out.memory, out.aux_loss)
+
+    def unroll(self, x: Tensor, state: MemoryState, first: Tensor) -> CoreOutput:
+        """x: (T, B, input_dim); first: (T, B) bool."""
+        return _unroll(self, x, state, first)
+
+    def state_tensors(self, state: MemoryState) -> dict[str, Tensor]:
+        return state.to_tensors()
+
+    def state_from_tensors(self, tensors: dict[str, Tensor]) -> MemoryState:
+        return MemoryState.from_tensors(tensors)
+
+
+class LSTMCore(nn.Module):
+    """An LSTM cell over observation embeddings; its state is zeroed where an episode starts."""
+
+    def __init__(self, input_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.cell = nn.LSTMCell(input_dim, hidden)
+        self.features = hidden
+
+    def initial_state(self, n_envs: int) -> tuple[Tensor, Tensor]:
+        zeros = torch.zeros(n_envs, self.features)
+        return zeros, zeros.clone()
+
+    def step(self, x: Tensor, state: tuple[Tensor, Tensor], first: Tensor) -> CoreOutput:
+        keep = (~first).to(x.dtype).unsqueeze(1)  # (B, 1)
+        h, c = self.cell(x, (state[0] * keep, state[1] * keep))
+        return CoreOutput(h, (h, c), x.new_zeros(()))
+
+    def unroll(self, x: Tensor, state: tuple[Tensor, Tensor], first: Tensor) -> CoreOutput:
+        return _unroll(self, x, state, first)
+
+    def state_tensors(self, state: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
+        return {"h": state[0].detach(), "c": state[1].detach()}
+
+    def state_from_tensors(self, tensors: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        return tensors["h"], tensors["c"]
+
+
+def _unroll(core: TransformerCore | LSTMCore, x: Tensor, state: CoreState, first: Tensor) -> CoreOutput:
+    """``core.step`` over the T steps of x (T, B, d_in); features (T, B, d) and the mean compression loss."""
+    features, aux = [], []
+    for t in range(x.shape[0]):
+        out = core.step(x[t], state, first[t])
+        features.append(out.features)
+        aux.append(out.aux_loss)
+        state = out.state
+    return CoreOutput(torch.stack(features), state, torch.stack(aux).mean())
+
+
+def detach_state(state: CoreState) -> CoreState:
+    """The state with no graph behind it (the start of the next unroll)."""
+    if isinstance(state, MemoryState):
+        return state.detach()
+    return tuple(t.detach() for t in state)
+
+
+__all__ = ["CoreOutput", "CoreState", "LSTMCore", "TransformerCore", "detach_state"]
