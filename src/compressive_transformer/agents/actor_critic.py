@@ -53,8 +53,7 @@ class Rollout:
     actions: Tensor  # (T, B) long
     behaviour_logp: Tensor  # (T, B) log-probability of the action under the acting policy
     rewards: Tensor  # (T, B)
-    done: Tensor  # (T, B) bool: the episode ended (terminated or truncated) with this step
-    terminated: Tensor  # (T, B) bool: ended in a terminal state (no bootstrap)
+    done: Tensor  # (T, B) bool: the episode ended (terminated or truncated) with this step; no bootstrap after it
 
 
 @dataclass
@@ -64,6 +63,39 @@ class Losses:
     value: Tensor
     entropy: Tensor
     aux: Tensor
+
+
+@torch.no_grad()
+def vtrace_targets(
+    target_logp: Tensor,
+    behaviour_logp: Tensor,
+    values: Tensor,
+    roll: Rollout,
+    *,
+    gamma: float,
+    rho_clip: float = 1.0,
+    c_clip: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """V-trace (IMPALA, eq. 1): policy-gradient advantages rho_t (r_t + gamma v_{t+1} - V(x_t)) and value targets
+    v_t, both (T, B), from log-probabilities (T, B) of the actions under the learner's and the actors' policy and
+    values (T + 1, B) (the last one bootstraps)."""
+    from torchrl.objectives.value.functional import vtrace_advantage_estimate
+
+    to_bt = lambda t: t.transpose(0, 1).unsqueeze(-1)  # noqa: E731  (TorchRL's layout: (*batch, time, 1))
+    advantages, targets = vtrace_advantage_estimate(
+        gamma,
+        to_bt(target_logp),
+        to_bt(behaviour_logp),
+        to_bt(values[:-1]),
+        to_bt(values[1:]),
+        to_bt(roll.rewards),
+        to_bt(roll.done),
+        to_bt(roll.done),  # terminated: a truncated episode counts as ended too (see vtrace_losses)
+        rho_thresh=rho_clip,
+        c_thresh=c_clip,
+        time_dim=-2,
+    )
+    return advantages.squeeze(-1).transpose(0, 1), targets.squeeze(-1).transpose(0, 1)
 
 
 def vtrace_losses(
@@ -79,31 +111,15 @@ def vtrace_losses(
     """IMPALA's loss: policy gradient with V-trace advantages, value regression on the V-trace targets, an entropy
     bonus, plus the core's compression loss. ``out`` covers T + 1 steps; the last one only bootstraps the value.
 
-    A truncated episode bootstraps from the value of the next episode's first observation (the vector environment
-    replaces the final observation in the same step); the nonmatching task only terminates."""
-    from torchrl.objectives.value.functional import vtrace_advantage_estimate
-
+    A truncated episode is treated as ended (no bootstrap from the state it was cut in, whose observation the vector
+    environment replaced by the next episode's first): MiniGrid cuts at its step limit with reward 0, so the bias is
+    a small undervaluation of states near the limit; the nonmatching task only terminates."""
     logp_all = F.log_softmax(out.logits[:-1], dim=-1)  # (T, B, A)
     logp = logp_all.gather(-1, roll.actions.unsqueeze(-1)).squeeze(-1)  # (T, B)
     values = out.values
-    # TorchRL's layout is (*batch, time, 1)
-    to_bt = lambda t: t.transpose(0, 1).unsqueeze(-1)  # noqa: E731
-    with torch.no_grad():
-        advantages, targets = vtrace_advantage_estimate(
-            gamma,
-            to_bt(logp.detach()),
-            to_bt(roll.behaviour_logp),
-            to_bt(values[:-1].detach()),
-            to_bt(values[1:].detach()),
-            to_bt(roll.rewards),
-            to_bt(roll.done),
-            to_bt(roll.terminated),
-            rho_thresh=rho_clip,
-            c_thresh=c_clip,
-            time_dim=-2,
-        )
-    advantages = advantages.squeeze(-1).transpose(0, 1)  # (T, B)
-    targets = targets.squeeze(-1).transpose(0, 1)
+    advantages, targets = vtrace_targets(
+        logp.detach(), roll.behaviour_logp, values.detach(), roll, gamma=gamma, rho_clip=rho_clip, c_clip=c_clip
+    )
     policy = -(advantages * logp).mean()
     value = 0.5 * (targets - values[:-1]).pow(2).mean()
     entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
@@ -111,4 +127,4 @@ def vtrace_losses(
     return Losses(total, policy.detach(), value.detach(), entropy.detach(), out.aux_loss.detach())
 
 
-__all__ = ["ActorCritic", "AgentOutput", "Losses", "Rollout", "vtrace_losses"]
+__all__ = ["ActorCritic", "AgentOutput", "Losses", "Rollout", "vtrace_losses", "vtrace_targets"]

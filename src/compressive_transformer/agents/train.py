@@ -66,7 +66,7 @@ def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> t
     the episodes that ended."""
     start = actors.memory
     obs, first = [actors.obs], [actors.first]
-    actions, logps, rewards, dones, terms, finished = [], [], [], [], [], []
+    actions, logps, rewards, dones, finished = [], [], [], [], []
     for _ in range(unroll):
         out = agent(actors.obs.unsqueeze(0), actors.first.unsqueeze(0), actors.memory)
         dist = torch.distributions.Categorical(logits=out.logits[0])
@@ -88,7 +88,6 @@ def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> t
         logps.append(dist.log_prob(action))
         rewards.append(torch.as_tensor(reward, dtype=torch.float32))
         dones.append(torch.as_tensor(done))
-        terms.append(torch.as_tensor(terminated))
     roll = Rollout(
         obs=torch.stack(obs),
         first=torch.stack(first),
@@ -96,7 +95,6 @@ def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> t
         behaviour_logp=torch.stack(logps),
         rewards=torch.stack(rewards),
         done=torch.stack(dones),
-        terminated=torch.stack(terms),
     )
     return roll, start, finished
 
