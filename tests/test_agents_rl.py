@@ -59,20 +59,20 @@ def test_nonmatching_episode() -> None:
 
     env = NonmatchingEnv(n_objects=3, delay=5, show_steps=2, n_distractors=2)
     check_env(env, skip_render_check=True)
+    K = 3
     for seed in range(6):
         obs, _ = env.reset(seed=seed)
-        K = 3
         shown = int(obs[3 : 3 + K].argmax())
         assert obs[0] == 1 and obs[3 : 3 + K].sum() == 1
-        for _ in range(env.show_steps + env.delay - 1):
+        for t in range(env.show_steps + env.delay - 1):
             obs, r, term, trunc, _ = env.step(0)
             assert r == 0 and not term and not trunc
-        obs, *_ = env.step(0)  # the choice screen
-        assert obs[2] == 1 and obs[3 : 3 + K].sum() == 0
-        left, right = int(obs[3 + K : 3 + 2 * K].argmax()), int(obs[3 + 2 * K : 3 + 3 * K].argmax())
-        assert shown in (left, right) and left != right
-        new_action = 0 if right == shown else 1
-        _, r, term, _, _ = env.step(new_action if seed % 2 else 1 - new_action)
+            assert obs[3 : 3 + K].sum() == (t + 1 < env.show_steps)  # the object only in the show phase
+        obs, *_ = env.step(0)  # the choice: the shown object and a new one, nothing else
+        presented = obs[3 + K : 3 + 2 * K]
+        assert obs[2] == 1 and obs[3 : 3 + K].sum() == 0 and presented.sum() == 2 and presented[shown] == 1
+        new = int(next(i for i in range(K) if presented[i] and i != shown))
+        _, r, term, _, _ = env.step(new if seed % 2 else shown)
         assert term and r == (1.0 if seed % 2 else 0.0)
         assert env.episode_length == env.show_steps + env.delay + 1
 

@@ -1,10 +1,12 @@
 """Environments with a memory demand: "select nonmatching object" (the task of the paper's agent experiment, reduced
 to its logic) and MiniGrid's ``Memory`` rooms as an external check. Both become flat float observations.
 
-Nonmatching episode (length ``show_steps + delay + 1``): an object is shown for ``show_steps`` steps, then ``delay``
-steps show random distractor symbols, then two objects stand left and right: the one shown and a new one. Action 0
-picks left, 1 picks right; the new object earns reward 1, the old one 0, and the episode ends. Actions before the
-choice do nothing. Chance success is 1/2; doing better needs the first steps of the episode at its last.
+Nonmatching episode (length ``show_steps + delay + 1``): one of ``n_objects`` objects is shown for ``show_steps``
+steps, then ``delay`` steps show random distractor symbols, then two objects are presented: the one shown and a new
+one. The action names an object; the new one earns reward 1, anything else 0, and the episode ends. Actions before
+the choice do nothing. Choosing between the two presented objects at random succeeds half the time; doing better
+needs the first steps of the episode at its last. (The agent chooses an object by its identity rather than by
+walking to it, so the policy is a linear read of what memory holds: "not the one I saw".)
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ PHASES = 3  # show, delay, choice
 
 
 class NonmatchingEnv(gym.Env):
-    """Observation: [phase one-hot (3) | shown object (K) | left object (K) | right object (K) | distractor (N)]."""
+    """Observation: [phase one-hot (3) | shown object (K) | presented objects (K, two ones) | distractor (N)]."""
 
     metadata: dict[str, Any] = {"render_modes": []}
 
@@ -30,13 +32,12 @@ class NonmatchingEnv(gym.Env):
         if n_objects < 2:
             raise ValueError("n_objects must be >= 2 (a shown object and a new one)")
         self.n_objects, self.delay, self.show_steps, self.n_distractors = n_objects, delay, show_steps, n_distractors
-        size = PHASES + 3 * n_objects + n_distractors
+        size = PHASES + 2 * n_objects + n_distractors
         self.observation_space = gym.spaces.Box(0.0, 1.0, (size,), np.float32)
-        self.action_space = gym.spaces.Discrete(2)
+        self.action_space = gym.spaces.Discrete(n_objects)
         self.episode_length = show_steps + delay + 1
         self._t = 0
         self._shown = self._new = 0
-        self._new_left = False
 
     def _obs(self) -> np.ndarray:
         K = self.n_objects
@@ -46,12 +47,10 @@ class NonmatchingEnv(gym.Env):
             obs[PHASES + self._shown] = 1.0
         elif self._t < self.show_steps + self.delay:
             obs[1] = 1.0
-            obs[PHASES + 3 * K + int(self.np_random.integers(self.n_distractors))] = 1.0
+            obs[PHASES + 2 * K + int(self.np_random.integers(self.n_distractors))] = 1.0
         else:
             obs[2] = 1.0
-            left, right = (self._new, self._shown) if self._new_left else (self._shown, self._new)
-            obs[PHASES + K + left] = 1.0
-            obs[PHASES + 2 * K + right] = 1.0
+            obs[PHASES + K + self._shown] = obs[PHASES + K + self._new] = 1.0
         return obs
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
@@ -59,12 +58,11 @@ class NonmatchingEnv(gym.Env):
         self._t = 0
         self._shown = int(self.np_random.integers(self.n_objects))
         self._new = (self._shown + 1 + int(self.np_random.integers(self.n_objects - 1))) % self.n_objects
-        self._new_left = bool(self.np_random.integers(2))
         return self._obs(), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._t == self.episode_length - 1:  # the choice
-            success = (int(action) == 0) == self._new_left
+            success = int(action) == self._new
             self._t += 1
             return np.zeros(self.observation_space.shape, np.float32), float(success), True, False, {}
         self._t += 1
