@@ -162,3 +162,42 @@ def test_bad_core_configs_are_one_line_errors() -> None:
     )
     with pytest.raises(ValueError, match="Transformer-QL"):
         TransformerCore(ql)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_replay_of_recorded_memories_equals_stepping(kind: str) -> None:
+    """The learner's batch of T steps (one model call per memory fill) gives the features and the task-loss
+    gradients of stepping, from the memories the steps read while acting."""
+    core = _core(kind)
+    x = torch.randn(T, B, 6)
+    first = _firsts(2)
+    head = torch.randn(16)
+    state, reads, stepped = core.initial_state(B), [], []
+    for t in range(T):
+        out = core.step(x[t], state, first[t])
+        reads.append(out.read)
+        stepped.append(out.features)
+        state = out.state.detach()
+    stepped = torch.stack(stepped)
+    replayed = core.replay(x, reads)
+    torch.testing.assert_close(replayed.features, stepped, rtol=0, atol=1e-5)
+    params = core.model.parameters_of("model")
+    g_step = torch.autograd.grad((stepped * head).sum(), params, allow_unused=True)
+    g_replay = torch.autograd.grad((replayed.features * head).sum(), params, allow_unused=True)
+    for a, b in zip(g_step, g_replay):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    if core.model.compressors is not None and core.cfg.compression_loss != "none":
+        assert replayed.aux_loss > 0
+
+
+def test_stack_rows_refuses_memories_of_different_fill() -> None:
+    from compressive_transformer.agents.core import stack_rows
+
+    core = _core("ct")
+    a = core.initial_state(2)
+    b = core.step(torch.randn(2, 6), a, torch.ones(2, dtype=torch.bool)).state
+    assert stack_rows([a, a]).batch_size == 4
+    with pytest.raises(ValueError, match="fill"):
+        stack_rows([a, b])

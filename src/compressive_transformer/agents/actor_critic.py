@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from compressive_transformer.agents.config import RLConfig
-from compressive_transformer.agents.core import CoreState, LSTMCore, TransformerCore
+from compressive_transformer.agents.core import CoreOutput, CoreState, LSTMCore, TransformerCore
 
 
 @dataclass
@@ -40,7 +40,22 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: Tensor, first: Tensor, state: CoreState) -> AgentOutput:
         """obs: (T, B, obs_dim) floats; first: (T, B) bool, True where an episode starts."""
-        out = self.core.unroll(self.encoder(obs), state, first)
+        return self._heads(self.core.unroll(self.encoder(obs), state, first))
+
+    def step(self, obs: Tensor, first: Tensor, state: CoreState) -> tuple[AgentOutput, CoreState]:
+        """One step of every environment: obs (B, obs_dim) -> logits (B, A), values (B,), and the memory it read."""
+        out = self.core.step(self.encoder(obs), state, first)
+        return self._heads(out), out.read
+
+    def replay(self, obs: Tensor, reads: list[CoreState]) -> AgentOutput:
+        """A transformer core's T steps (T, B, obs_dim) at once from the memories they read while acting."""
+        return self._heads(self.core.replay(self.encoder(obs), reads))
+
+    @property
+    def can_replay(self) -> bool:
+        return isinstance(self.core, TransformerCore)
+
+    def _heads(self, out: CoreOutput) -> AgentOutput:
         return AgentOutput(self.policy(out.features), self.value(out.features).squeeze(-1), out.state, out.aux_loss)
 
 
@@ -54,6 +69,7 @@ class Rollout:
     behaviour_logp: Tensor  # (T, B) log-probability of the action under the acting policy
     rewards: Tensor  # (T, B)
     done: Tensor  # (T, B) bool: the episode ended (terminated or truncated) with this step; no bootstrap after it
+    reads: list[CoreState] | None = None  # T + 1 memories the steps read (transformer cores: the learner's batch)
 
 
 @dataclass

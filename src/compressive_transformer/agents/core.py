@@ -11,8 +11,11 @@ step (``first``), before the step reads it. Two kinds share one interface:
 - :class:`LSTMCore`: the baseline the paper replaced, back-propagating through the whole unroll (truncated at its
   start).
 
-``unroll`` over T steps is ``step`` applied T times: acting (no gradient) and learning (a batch of T steps) compute
-the same function, which the tests pin to float tolerance.
+``unroll`` over T steps is ``step`` applied T times (the reference). A transformer core's memory is detached between
+steps, so a learner that has the memory each step read (``CoreOutput.read``, recorded while acting) can process all
+T steps as one batch: :meth:`TransformerCore.replay` runs the T x B rows in one model call per memory fill (all rows
+of a call must share it: one call for Transformer-XL, at most c for the Compressive Transformer once memory is full).
+Features and gradients equal stepping's to float tolerance, which the tests pin.
 
 Compression groups follow the global step count, which all rows share; an episode that starts in the middle of a
 group loses from the compressed memory the states of its first, partial group (they are compressed together with
@@ -22,14 +25,14 @@ the previous episode's and that slot is invalid). Episodes whose length is a mul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from compressive_transformer.config import ModelConfig
-from compressive_transformer.memory import MemoryState
+from compressive_transformer.memory import ROW_TENSORS, MemoryState
 from compressive_transformer.models.kinds import build_model
 
 CoreState = Any  # MemoryState for a transformer core, (h, c) for the LSTM core
@@ -38,8 +41,9 @@ CoreState = Any  # MemoryState for a transformer core, (h, c) for the LSTM core
 @dataclass
 class CoreOutput:
     features: Tensor  # (B, d) from step, (T, B, d) from unroll
-    state: CoreState  # the memory after the last step
+    state: CoreState  # the memory after the last step (replay: None, it does not advance memory)
     aux_loss: Tensor  # compression loss (mean over steps); its gradient reaches only the compressor
+    read: CoreState = None  # step: the memory this step read (after the resets), what replay needs
 
 
 class TransformerCore(nn.Module):
@@ -63,10 +67,33 @@ class TransformerCore(nn.Module):
 
     def step(self, x: Tensor, state: MemoryState, first: Tensor) -> CoreOutput:
         """x: (B, input_dim); first: (B,) bool, True where an episode starts with this observation."""
-        if bool(first.any()):
-            state = state.reset(first)
+        state = self.read_state(state, first)
         out = self.model(x.unsqueeze(1), state)  # one segment of one step
-        return CoreOutput(out.hidden[:, 0], out.memory, out.aux_loss)
+        return CoreOutput(out.hidden[:, 0], out.memory, out.aux_loss, read=state)
+
+    @staticmethod
+    def read_state(state: MemoryState, first: Tensor) -> MemoryState:
+        """The memory a step reads: ``state`` with the rows of environments whose episode starts emptied."""
+        return state.reset(first) if bool(first.any()) else state
+
+    def replay(self, x: Tensor, reads: Sequence[MemoryState]) -> CoreOutput:
+        """The T steps of x (T, B, input_dim) as batches of rows, each step reading its recorded memory ``reads[t]``
+        (what ``step`` returned as ``read``). The compression loss is averaged over the valid queries of all rows
+        of a call (stepping averages per step first), weighted by the steps per call."""
+        T, B = x.shape[:2]
+        calls: dict[tuple[int, ...], list[int]] = {}
+        for t, read in enumerate(reads):
+            calls.setdefault(tuple(layer.fill for layer in read.layers), []).append(t)
+        rows: list[Tensor | None] = [None] * T
+        aux = x.new_zeros(())
+        for steps in calls.values():
+            memory = stack_rows([reads[t] for t in steps])
+            out = self.model(x[steps].reshape(len(steps) * B, 1, -1), memory)  # (len(steps) * B, 1, d_model)
+            hidden = out.hidden.view(len(steps), B, -1)
+            for i, t in enumerate(steps):
+                rows[t] = hidden[i]
+            aux = aux + out.aux_loss * (len(steps) / T)
+        return CoreOutput(torch.stack(rows), None, aux)
 
     def unroll(self, x: Tensor, state: MemoryState, first: Tensor) -> CoreOutput:
         """x: (T, B, input_dim); first: (T, B) bool."""
@@ -117,6 +144,23 @@ def _unroll(core: TransformerCore | LSTMCore, x: Tensor, state: CoreState, first
     return CoreOutput(torch.stack(features), state, torch.stack(aux).mean())
 
 
+def stack_rows(states: Sequence[MemoryState]) -> MemoryState:
+    """One memory whose rows are those of ``states`` in order (the same fill and lengths; no inference cache)."""
+    first = states[0]
+    layers = []
+    for i, layer in enumerate(first.layers):
+        parts = [s.layers[i] for s in states]
+        if any(p.fill != layer.fill or p.young != layer.young or p.kv is not None for p in parts):
+            raise ValueError("stack_rows: memories of different fill, or with an inference cache, cannot share a batch")
+        joined = {
+            name: torch.cat([getattr(p, name) for p in parts])
+            for name in ROW_TENSORS
+            if getattr(layer, name) is not None
+        }
+        layers.append(replace(layer, **joined))
+    return MemoryState(tuple(layers))
+
+
 def detach_state(state: CoreState) -> CoreState:
     """The state with no graph behind it (the start of the next unroll)."""
     if isinstance(state, MemoryState):
@@ -124,4 +168,4 @@ def detach_state(state: CoreState) -> CoreState:
     return tuple(t.detach() for t in state)
 
 
-__all__ = ["CoreOutput", "CoreState", "LSTMCore", "TransformerCore", "detach_state"]
+__all__ = ["CoreOutput", "CoreState", "LSTMCore", "TransformerCore", "detach_state", "stack_rows"]

@@ -1,5 +1,7 @@
 """Training an agent: actors step a gymnasium vector environment with the core's memory (no gradient), the learner
-recomputes the unroll from the memory it started with and takes an IMPALA step (V-trace targets).
+recomputes the unroll and takes an IMPALA step (V-trace targets). A transformer core's learner processes the unroll
+as one batch from the memories the actors read (memory is detached between steps, so nothing is lost); the LSTM's
+unrolls step by step from the state the actors started with (back-propagation through the unroll).
 
 Actors and learner share one process and one set of weights, so the behaviour policy differs from the learner's
 not at all (the same code on the same inputs; V-trace's importance weights are 1), and V-trace reduces to n-step
@@ -66,10 +68,11 @@ def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> t
     the episodes that ended."""
     start = actors.memory
     obs, first = [actors.obs], [actors.first]
-    actions, logps, rewards, dones, finished = [], [], [], [], []
+    actions, logps, rewards, dones, reads, finished = [], [], [], [], [], []
     for _ in range(unroll):
-        out = agent(actors.obs.unsqueeze(0), actors.first.unsqueeze(0), actors.memory)
-        dist = torch.distributions.Categorical(logits=out.logits[0])
+        out, read = agent.step(actors.obs, actors.first, actors.memory)
+        reads.append(read)
+        dist = torch.distributions.Categorical(logits=out.logits)
         action = dist.sample()
         next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
         done = terminated | truncated
@@ -88,6 +91,8 @@ def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> t
         logps.append(dist.log_prob(action))
         rewards.append(torch.as_tensor(reward, dtype=torch.float32))
         dones.append(torch.as_tensor(done))
+    if agent.can_replay:  # the memory the bootstrap step reads
+        reads.append(agent.core.read_state(actors.memory, actors.first))
     roll = Rollout(
         obs=torch.stack(obs),
         first=torch.stack(first),
@@ -95,6 +100,7 @@ def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> t
         behaviour_logp=torch.stack(logps),
         rewards=torch.stack(rewards),
         done=torch.stack(dones),
+        reads=reads if agent.can_replay else None,
     )
     return roll, start, finished
 
@@ -184,7 +190,7 @@ def train_agent(
     try:
         while update < total:
             roll, start, finished = collect(agent, envs, actors, tc.unroll)
-            out = agent(roll.obs, roll.first, start)
+            out = agent.replay(roll.obs, roll.reads) if agent.can_replay else agent(roll.obs, roll.first, start)
             losses = vtrace_losses(
                 out,
                 roll,
