@@ -14,7 +14,13 @@ pytest.importorskip("torchrl")
 
 from compressive_transformer.agents.actor_critic import Rollout, vtrace_targets  # noqa: E402
 from compressive_transformer.agents.config import load_rl_config  # noqa: E402
-from compressive_transformer.agents.envs import NonmatchingEnv, make_env  # noqa: E402
+from compressive_transformer.agents.envs import (  # noqa: E402
+    NonmatchingEnv,
+    env_state,
+    make_env,
+    make_vector_env,
+    restore_env_state,
+)
 from compressive_transformer.agents.train import train_agent  # noqa: E402
 from compressive_transformer.checkpoint import list_checkpoints  # noqa: E402
 from compressive_transformer.cli import main  # noqa: E402
@@ -83,6 +89,12 @@ def test_minigrid_memory_gives_flat_float_observations() -> None:
     env = make_env(cfg.env)
     obs, _ = env.reset(seed=0)
     assert obs.dtype.name == "float32" and obs.ndim == 1 and obs.max() <= 1.0
+    assert env.observation_space.contains(obs)
+    envs = make_vector_env(cfg.env, 2)
+    obs, _ = envs.reset(seed=0)
+    obs, *_ = envs.step(envs.action_space.sample())
+    assert obs.dtype.name == "float32" and obs.shape == (2, env.observation_space.shape[0])
+    restore_env_state(envs, env_state(envs))  # the environments go into a checkpoint
 
 
 TINY = [

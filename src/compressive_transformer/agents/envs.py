@@ -78,14 +78,15 @@ def make_env(cfg: EnvConfig) -> gym.Env:
     import minigrid  # noqa: F401  (registers the MiniGrid environments)
     from minigrid.wrappers import ImgObsWrapper
 
-    env = gym.wrappers.FlattenObservation(ImgObsWrapper(gym.make(cfg.minigrid_id)))
-    return gym.wrappers.TransformObservation(env, _scale_grid, env.observation_space)
+    env = ImgObsWrapper(gym.make(cfg.minigrid_id))
+    space = gym.spaces.Box(0.0, 1.0, (int(np.prod(env.observation_space.shape)),), np.float32)
+    return gym.wrappers.TransformObservation(env, _flat_grid, space)
 
 
-def _scale_grid(obs: np.ndarray) -> np.ndarray:
-    """MiniGrid's (object, colour, state) codes are small integers: bring them near [0, 1] (a named function, so the
-    environment pickles into a checkpoint)."""
-    return obs.astype(np.float32) / 10.0
+def _flat_grid(obs: np.ndarray) -> np.ndarray:
+    """The agent's view, flat; MiniGrid's (object, colour, state) codes are integers up to 10, brought into [0, 1]
+    (a named function, so the environment pickles into a checkpoint)."""
+    return obs.reshape(-1).astype(np.float32) / 10.0
 
 
 def make_vector_env(cfg: EnvConfig, n_envs: int) -> gym.vector.SyncVectorEnv:
