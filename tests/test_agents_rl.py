@@ -143,3 +143,6 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "holds no checkpoint" in capsys.readouterr().err
     assert main(["rl", "train", "--set", "core.embed_dim=8", "--run-dir", str(tmp_path / "r")]) == 2
     assert "model.input_dim" in capsys.readouterr().err
+    assert main(["rl", "train", "--set", "model.dropout=0.1", "--run-dir", str(tmp_path / "r")]) == 2
+    assert "dropout" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

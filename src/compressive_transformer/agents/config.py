@@ -119,6 +119,11 @@ class RLConfig:
                 f"the core reads embeddings of core.embed_dim = {self.core.embed_dim}; set the same input_dim",
             )
             _require(self.model.vocab_size == 0, "model.vocab_size", "an agent core has no token head; set 0")
+            _require(
+                self.model.dropout == 0.0 and self.model.attn_dropout == 0.0,
+                "model.dropout",
+                "actors and learner must compute the same function; set dropout = attn_dropout = 0",
+            )
 
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any]) -> "RLConfig":
