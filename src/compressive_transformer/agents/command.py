@@ -12,7 +12,7 @@ RL_PACKAGES = ("gymnasium", "torchrl")  # minigrid only for env.name = "minigrid
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="rl_command", required=True, metavar="ACTION")
+    sub = parser.add_subparsers(dest="rl_command", required=True, metavar="ACTION", help="what to do: train")
     p = sub.add_parser("train", help="train an agent with a memory core", description="Train an IMPALA-style agent.")
     p.add_argument("config", type=Path, nargs="?", help="TOML with [env], [core], [model], [train] (see configs/)")
     p.add_argument(

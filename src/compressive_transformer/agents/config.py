@@ -25,7 +25,7 @@ CORES = ("transformer", "lstm")
 class EnvConfig:
     name: str = "nonmatching"
     n_objects: int = 2
-    delay: int = 44  # distractor steps between the object shown and the choice
+    delay: int = 36  # distractor steps between the object shown and the choice
     show_steps: int = 3
     n_distractors: int = 4
     minigrid_id: str = "MiniGrid-MemoryS7-v0"
@@ -96,7 +96,7 @@ def _default_model() -> ModelConfig:
         d_ff=64,
         seg_len=1,
         mem_len=8,
-        cmem_len=8,
+        cmem_len=10,
         compression_rate=4,
         norm="pre",
         gating=True,

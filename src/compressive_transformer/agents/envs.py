@@ -28,7 +28,7 @@ class NonmatchingEnv(gym.Env):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, *, n_objects: int = 2, delay: int = 44, show_steps: int = 3, n_distractors: int = 4) -> None:
+    def __init__(self, *, n_objects: int = 2, delay: int = 36, show_steps: int = 3, n_distractors: int = 4) -> None:
         if n_objects < 2:
             raise ValueError("n_objects must be >= 2 (a shown object and a new one)")
         self.n_objects, self.delay, self.show_steps, self.n_distractors = n_objects, delay, show_steps, n_distractors
