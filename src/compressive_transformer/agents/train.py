@@ -158,7 +158,7 @@ def train_agent(
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(run_dir / CONFIG_FILE, config_text(cfg))
 
-    metrics = MetricsLogger(run_dir, tensorboard=False)
+    metrics = MetricsLogger(run_dir)  # TensorBoard too where it is installed
     metrics.truncate_after(update)
     per_update = tc.n_envs * tc.unroll
     total = math.ceil(tc.env_steps / per_update)
