@@ -55,7 +55,7 @@ def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
     result = {
         "spec": str(spec_path),
         "command": f"python -m benchmarks.agents.run {spec_path}",
-        "machine": machine_info(),
+        "machine": machine_info() | {"torch_threads": load_rl_config(spec["config"]).train.threads},  # per run
         "env_steps": spec["env_steps"],
         "models": summary,
     }
