@@ -81,9 +81,9 @@ class TransformerCore(nn.Module):
         (what ``step`` returned as ``read``). The compression loss is averaged over the valid queries of all rows
         of a call (stepping averages per step first), weighted by the steps per call."""
         T, B = x.shape[:2]
-        calls: dict[tuple[int, ...], list[int]] = {}
-        for t, read in enumerate(reads):
-            calls.setdefault(tuple(layer.fill for layer in read.layers), []).append(t)
+        calls: dict[tuple, list[int]] = {}
+        for t, read in enumerate(reads):  # rows of one call share fill (and, under BPTT, the young slots' ages)
+            calls.setdefault(tuple((layer.fill, layer.young) for layer in read.layers), []).append(t)
         rows: list[Tensor | None] = [None] * T
         aux = x.new_zeros(())
         for steps in calls.values():
