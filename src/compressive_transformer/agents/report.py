@@ -59,7 +59,8 @@ def summarize(
 
 
 def plot_success(summary: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
-    """Mean success rate per model (a line) with its 95% interval over seeds (a band), against environment steps."""
+    """Mean success rate per model (a line) with its 95% interval over seeds (a band, cut to [0, 1]) and each seed
+    (a thin line), against environment steps."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, (model, s) in enumerate(summary.items()):
         pts = [(b, m) for b, m in enumerate(s["mean_curve"]) if m["mean"] is not None]
@@ -67,10 +68,13 @@ def plot_success(summary: Mapping[str, Any], path: str | Path, *, title: str = "
             continue
         x = [(b + 1) * s["bin_steps"] for b, _ in pts]
         mean = [m["mean"] for _, m in pts]
-        low = [m["low"] if m["low"] is not None else m["mean"] for _, m in pts]
-        high = [m["high"] if m["high"] is not None else m["mean"] for _, m in pts]
-        ax.plot(x, mean, color=f"C{i}", label=f"{model} ({len(s['seeds'])} seeds)")
-        ax.fill_between(x, low, high, color=f"C{i}", alpha=0.2)
+        low = [max(m["low"], 0.0) if m["low"] is not None else m["mean"] for _, m in pts]
+        high = [min(m["high"], 1.0) if m["high"] is not None else m["mean"] for _, m in pts]
+        ax.plot(x, mean, color=f"C{i}", linewidth=2, label=f"{model} ({len(s['seeds'])} seeds)")
+        ax.fill_between(x, low, high, color=f"C{i}", alpha=0.12)
+        for curve in s["curves"].values():
+            seed_pts = [(b, v) for b, v in enumerate(curve) if not math.isnan(v)]
+            ax.plot([(b + 1) * s["bin_steps"] for b, _ in seed_pts], [v for _, v in seed_pts], color=f"C{i}", lw=0.6)
     ax.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="chance")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("success rate")
