@@ -24,6 +24,7 @@ from compressive_transformer.agents.envs import (  # noqa: E402
 from compressive_transformer.agents.train import train_agent  # noqa: E402
 from compressive_transformer.checkpoint import list_checkpoints  # noqa: E402
 from compressive_transformer.cli import main  # noqa: E402
+from compressive_transformer.config import ConfigError  # noqa: E402
 from compressive_transformer.metrics import read_metrics  # noqa: E402
 
 
@@ -131,6 +132,24 @@ def test_training_resumes_exactly(tmp_path: Path, kind: str) -> None:
     assert read_metrics(cut) == records
     a, b = (list_checkpoints(d)[-1] / "model.safetensors" for d in (full, cut))
     assert a.read_bytes() == b.read_bytes()
+
+    early = tmp_path / "early"  # killed before its first checkpoint: nothing to resume, so it starts again
+    shutil.copytree(full, early)
+    shutil.rmtree(early / "checkpoints")
+    with pytest.raises(ConfigError, match="holds no checkpoint"):
+        train_agent(None, early, resume=True, progress=False)
+    train_agent(cfg, early, progress=False)
+    assert read_metrics(early) == records
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train_agent(cfg, early, progress=False)
+
+    longer = tmp_path / "longer"  # a finished run continued to more steps equals the longer run from the start
+    shutil.copytree(full, longer)
+    train_agent(load_rl_config(longer / "config.toml", ["train.env_steps=144"]), longer, resume=True, progress=False)
+    train_agent(load_rl_config(full / "config.toml", ["train.env_steps=144"]), tmp_path / "long", progress=False)
+    assert read_metrics(longer) == read_metrics(tmp_path / "long")
+    with pytest.raises(ConfigError, match="more than train.env_steps"):
+        train_agent(load_rl_config(longer / "config.toml", ["train.lr=0.1"]), longer, resume=True, progress=False)
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

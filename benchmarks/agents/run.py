@@ -4,7 +4,7 @@ Transformer at c = 4 and c = 1 on "select nonmatching object", several seeds, in
     python -m benchmarks.agents.run benchmarks/agents/pilot.toml [--out DIR] [--parallel N] [--report-only]
 
 Runs go seed by seed (every model of seed 0 first), one thread each, and resume: a finished run is skipped, a run
-with a checkpoint continues from it. Whatever has finished is summarized into results.json, results.md and
+with a checkpoint continues from it (to the spec's steps, should they have grown). Whatever has finished is summarized into results.json, results.md and
 success.png after every run.
 """
 
@@ -43,7 +43,7 @@ def run_one(spec: dict[str, Any], model: str, seed: int, run_dir: Path) -> float
     if not _done(run_dir, spec["env_steps"]):
         cfg = load_rl_config(spec["config"], _overrides(spec, model, seed))
         resume = latest_checkpoint(run_dir) is not None
-        train_agent(None if resume else cfg, run_dir, resume=resume, progress=False)
+        train_agent(cfg, run_dir, resume=resume, progress=False)  # a resumed run may be extended to more steps
     return time.perf_counter() - start
 
 

@@ -36,8 +36,9 @@ def main(args: argparse.Namespace) -> None:
     if args.resume:
         if args.run_dir is None:
             raise ConfigError("--resume: needs --run-dir, the run to continue")
-        cfg = load_rl_config(args.config, args.overrides) if args.config is not None or args.overrides else None
         run_dir = args.run_dir
+        base = args.config if args.config is not None else run_dir / "config.toml"
+        cfg = load_rl_config(base, args.overrides) if args.config is not None or args.overrides else None
     else:
         cfg = load_rl_config(args.config, args.overrides)
         run_dir = args.run_dir or fresh_run_dir(f"rl-{args.config.stem if args.config else 'default'}")

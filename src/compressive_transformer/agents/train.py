@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,17 +112,23 @@ def _success_rate(returns: deque | list) -> float:
 def train_agent(
     cfg: RLConfig | None, run_dir: str | Path, *, resume: bool = False, progress: bool = True
 ) -> AgentSummary:
-    """Train (or, with ``resume``, continue from the newest checkpoint) the agent of ``cfg`` in ``run_dir``."""
+    """Train (or, with ``resume``, continue from the newest checkpoint) the agent of ``cfg`` in ``run_dir``. A resumed
+    run keeps its config (``cfg`` None), but for ``train.env_steps``, which may grow to continue a finished run."""
     run_dir = Path(run_dir)
     ckpt_path = latest_checkpoint(run_dir)
     if resume:
         if ckpt_path is None:
             raise ConfigError(f"--resume: {run_dir} holds no checkpoint; start the run without --resume")
         saved = load_rl_config(run_dir / CONFIG_FILE)
-        if cfg is not None and cfg != saved:
-            raise ConfigError(f"--resume: the config differs from {run_dir / CONFIG_FILE}; resume without --config")
-        cfg = saved
-    elif ckpt_path is not None or (run_dir / CONFIG_FILE).exists():
+        if cfg is not None and replace(cfg, train=replace(cfg.train, env_steps=saved.train.env_steps)) != saved:
+            raise ConfigError(
+                f"--resume: the config differs from {run_dir / CONFIG_FILE} in more than train.env_steps; "
+                "resume with the run's own config (a longer run: --set train.env_steps=N)"
+            )
+        if cfg is not None and cfg != saved:  # a longer (or shorter) run: the config on disk says so from now on
+            write_text_atomic(run_dir / CONFIG_FILE, config_text(cfg))
+        cfg = cfg or saved
+    elif ckpt_path is not None:  # a run stopped before its first checkpoint holds nothing to continue: start again
         raise ConfigError(f"{run_dir} already holds a run; continue it with --resume or choose another --run-dir")
     assert cfg is not None
     tc = cfg.train
