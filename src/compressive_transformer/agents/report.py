@@ -11,11 +11,14 @@ from compressive_transformer.analysis.stats import mean_interval
 from compressive_transformer.metrics import read_metrics
 
 
-def success_curve(records: Sequence[Mapping[str, Any]], bin_steps: int) -> list[float]:
-    """Success rate of the episodes that ended in each bin of ``bin_steps`` environment steps (NaN: none ended)."""
+def success_curve(records: Sequence[Mapping[str, Any]], bin_steps: int, total_steps: int | None = None) -> list[float]:
+    """Success rate of the episodes that ended in each bin of ``bin_steps`` environment steps (NaN: none ended). The
+    few steps a run makes past ``total_steps`` (its last update is whole) count into the last bin."""
     episodes: dict[int, list[int]] = {}
+    last_bin = max(total_steps // bin_steps - 1, 0) if total_steps else None
     for r in records:
         b = (int(r["env_steps"]) - 1) // bin_steps
+        b = b if last_bin is None else min(b, last_bin)
         n, s = episodes.setdefault(b, [0, 0]), r["new_successes"]
         n[0] += int(r["new_episodes"])
         n[1] += int(s)
@@ -43,7 +46,7 @@ def summarize(
             records = read_metrics(run_dir)
             if not records or records[-1]["env_steps"] < total_steps:
                 continue
-            curves[seed] = success_curve(records, bin_steps)
+            curves[seed] = success_curve(records, bin_steps, total_steps)
             finals[seed] = final_success(records, total_steps, final_fraction)
         n_bins = max((len(c) for c in curves.values()), default=0)
         by_bin = [mean_interval([c[b] for c in curves.values() if b < len(c)]) for b in range(n_bins)]
