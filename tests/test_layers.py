@@ -22,16 +22,19 @@ LAYERS = (
     "runs",
     "training",
     "audio",
-    "agents",
     "harness",
     "analysis",
+    "agents",
     "experiments",
     "commands",
     "cli",
 )
 # Modules that import an optional extra at their top: like the extra itself, they may be imported inside a function
 # (the command that needs them), so that a user without the extra can run every other command.
-OPTIONAL = {"compressive_transformer.harness.model": "lm_eval, the [lm-eval] extra"}
+OPTIONAL = {
+    "compressive_transformer.harness.model": "lm_eval, the [lm-eval] extra",
+    "compressive_transformer.agents.train": "gymnasium and torchrl, the [rl] extra",
+}
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src" / PACKAGE
 

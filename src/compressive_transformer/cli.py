@@ -22,6 +22,7 @@ from compressive_transformer.commands import (
     import_checkpoint,
     lm_eval,
     report,
+    rl,
     study,
     task,
     train,
@@ -51,6 +52,7 @@ COMMANDS = {
         demo,
         import_checkpoint,
         lm_eval,
+        rl,
     )
 }
 

@@ -1,0 +1,145 @@
+"""Configuration of an agent run: [env], [core], [model] (a transformer core's ModelConfig), [train]."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.config_base import (
+    ConfigError,
+    apply_overrides,
+    check_types,
+    from_dict,
+    load_toml,
+    require,
+)
+
+ENVS = ("nonmatching", "minigrid")
+CORES = ("transformer", "lstm")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    name: str = "nonmatching"
+    n_objects: int = 2
+    delay: int = 36  # distractor steps between the object shown and the choice
+    show_steps: int = 3
+    n_distractors: int = 4
+    minigrid_id: str = "MiniGrid-MemoryS7-v0"
+
+    def __post_init__(self) -> None:
+        check_types(self, "env")
+        require(self.name in ENVS, "env.name", f"unknown {self.name!r}; use one of {', '.join(ENVS)}")
+        require(self.n_objects >= 2, "env.n_objects", "must be >= 2")
+        require(self.delay >= 0, "env.delay", "must be >= 0")
+        require(self.show_steps >= 1, "env.show_steps", "must be >= 1")
+        require(self.n_distractors >= 1, "env.n_distractors", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    kind: str = "transformer"  # or "lstm", the baseline
+    embed_dim: int = 32  # observation embedding (a linear layer + ReLU) the core reads
+    lstm_hidden: int = 64
+
+    def __post_init__(self) -> None:
+        check_types(self, "core")
+        require(self.kind in CORES, "core.kind", f"unknown {self.kind!r}; use one of {', '.join(CORES)}")
+        require(self.embed_dim > 0, "core.embed_dim", "must be > 0")
+        require(self.lstm_hidden > 0, "core.lstm_hidden", "must be > 0")
+
+
+@dataclass(frozen=True)
+class RLTrainConfig:
+    """IMPALA's learner on unrolls of ``unroll`` steps from ``n_envs`` environments, V-trace targets."""
+
+    seed: int = 0
+    env_steps: int = 200_000  # total environment steps (all environments together)
+    n_envs: int = 16
+    unroll: int = 16
+    lr: float = 5e-4
+    gamma: float = 0.99
+    entropy_cost: float = 0.01
+    value_cost: float = 0.5
+    grad_clip: float = 1.0
+    rho_clip: float = 1.0
+    c_clip: float = 1.0
+    log_every: int = 10  # updates between metric records
+    checkpoint_every: int = 200  # updates between checkpoints
+    window: int = 200  # episodes the reported return and success rate average over
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        check_types(self, "train")
+        for name in ("env_steps", "n_envs", "unroll", "log_every", "checkpoint_every", "window", "threads"):
+            require(getattr(self, name) > 0, f"train.{name}", "must be > 0")
+        require(
+            self.checkpoint_every % self.log_every == 0,
+            "train.checkpoint_every",
+            f"must be a multiple of train.log_every = {self.log_every} (a checkpoint follows a metrics record)",
+        )
+        require(self.lr > 0, "train.lr", "must be > 0")
+        require(0.0 < self.gamma <= 1.0, "train.gamma", "must be in (0, 1]")
+        require(self.grad_clip > 0, "train.grad_clip", "must be > 0")
+
+
+def _default_model() -> ModelConfig:
+    return ModelConfig(
+        vocab_size=0,
+        input_dim=32,
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        d_ff=64,
+        seg_len=1,
+        mem_len=8,
+        cmem_len=10,
+        compression_rate=4,
+        norm="pre",
+        gating=True,
+        dropout=0.0,
+    )
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    core: CoreConfig = field(default_factory=CoreConfig)
+    model: ModelConfig = field(default_factory=_default_model)
+    train: RLTrainConfig = field(default_factory=RLTrainConfig)
+
+    def __post_init__(self) -> None:
+        if self.core.kind == "transformer":
+            require(
+                self.model.input_dim == self.core.embed_dim,
+                "model.input_dim",
+                f"the core reads embeddings of core.embed_dim = {self.core.embed_dim}; set the same input_dim",
+            )
+            require(self.model.vocab_size == 0, "model.vocab_size", "an agent core has no token head; set 0")
+            require(
+                self.model.dropout == 0.0 and self.model.attn_dropout == 0.0,
+                "model.dropout",
+                "actors and learner must compute the same function; set dropout = attn_dropout = 0",
+            )
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any]) -> "RLConfig":
+        sections = {"env": EnvConfig, "core": CoreConfig, "model": ModelConfig, "train": RLTrainConfig}
+        unknown = sorted(set(raw) - set(sections))
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: unknown section; known sections are {', '.join(sections)}")
+        model_raw = dataclasses.asdict(_default_model()) | dict(raw.get("model", {}))
+        parts = {name: from_dict(c, raw.get(name, {}), name) for name, c in sections.items() if name != "model"}
+        return cls(model=from_dict(ModelConfig, model_raw, "model"), **parts)
+
+
+def load_rl_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RLConfig:
+    """Read an agent run's TOML (or the defaults when ``path`` is None) and apply ``section.key=value`` overrides."""
+    raw = load_toml(path) if path is not None else {}
+    return RLConfig.from_raw(apply_overrides(raw, overrides))
+
+
+__all__ = ["CoreConfig", "EnvConfig", "RLConfig", "RLTrainConfig", "load_rl_config"]
