@@ -8,7 +8,7 @@ import math
 import numbers
 import secrets
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -119,6 +119,13 @@ class Generation:
     next_logits: torch.Tensor | None = None  # with return_memory: (V,) the logits the next token would be drawn from
 
 
+def _decoder(model: torch.nn.Module, memory: MemoryState, compile: bool) -> Any:
+    """The model kind's token-by-token decoder over ``memory``, or None (then each step runs ``model.forward``)."""
+    kind = find_model_kind(model.cfg)
+    make = kind.decoder if kind is not None and unsupported(model) is None else None
+    return make(model, memory, compile=compile) if make is not None else None
+
+
 @torch.no_grad()
 def generate(
     model: torch.nn.Module,
@@ -175,9 +182,7 @@ def generate(
                 out = model(ids[:, start : start + seg_len], memory=memory)
                 memory = out.memory
                 last = out.logits[:, -1]  # (1, V)
-            kind = find_model_kind(cfg)
-            make = kind.decoder if kind is not None and unsupported(model) is None else None
-            decoder = make(model, memory, compile=compile) if make is not None else None
+            decoder = _decoder(model, memory, compile)
             result = Generation(prompt=list(prompt), tokens=[])
             for i in range(max_new_tokens):
                 token = sampling.sample(last, generator)
