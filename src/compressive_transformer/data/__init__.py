@@ -2,6 +2,7 @@
 
 from compressive_transformer.data.cache import Corpus, cache_dir_for, load_corpus, prepare_corpora
 from compressive_transformer.data.download import SOURCES, DownloadError, Source, download
+from compressive_transformer.data.python_source import NAME as PYTHON_SOURCE  # registers the format
 from compressive_transformer.data.readers import (
     SPLITS,
     Pg19Book,
@@ -25,6 +26,7 @@ from compressive_transformer.data.tokenizers import (
 __all__ = [
     "SPLITS",
     "IGNORE_INDEX",
+    "PYTHON_SOURCE",
     "Batch",
     "ByteTokenizer",
     "Corpus",
