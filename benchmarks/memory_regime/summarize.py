@@ -1,6 +1,7 @@
 """Tables and plots of the memory-regime study from the study runner's result files.
 
     python -m benchmarks.memory_regime.summarize stage1   # benchmarks/memory_regime/stage1/summary.md + screen.png
+                                                          # (from screen/*.json and stage1.toml)
     python -m benchmarks.memory_regime.summarize stage2   # benchmarks/memory_regime/stage2/summary.md + recovered.png
 
 Stage 1 (one seed per cell): the cost of cutting a Transformer-XL's memory at evaluation, in bits per character
@@ -50,78 +51,99 @@ def machine_line(result: dict[str, Any]) -> str:
 # stage 1
 
 
-def _buckets(ev: dict[str, Any]) -> dict[str, float | None]:
-    return {k: b["bits_per_token"] for k, b in ev["lookback"]["buckets"].items()}
+CUTS = ("half", "quarter", "eighth")
 
 
 def stage1(out: Path, split: str = "validation") -> str:
-    runs = load(out)
-    cells = {v: seeds[min(seeds)] for v, seeds in runs.items()}
+    """From the screen's files (``screen/CELL.json``) and the cells' configs in ``stage1.toml``."""
+    from compressive_transformer.experiments.study import load_study
+
+    study = load_study(HERE / "stage1.toml")
+    cells = {}
+    for name in study.configs:
+        path = HERE / "screen" / f"{name}.json"
+        if path.is_file():
+            cells[name] = json.loads(path.read_text(encoding="utf-8"))
     lines = [
         "# Stage 1: the cost of cutting Transformer-XL's memory at evaluation",
         "",
-        f"One seed per cell, {split} split, bytes. Each cell's model is trained with the memory in the `train` column and",
-        "evaluated with it and with 1/2, 1/4 and 1/8 of it; the cost of a cut is bits/char(cut) - bits/char(train memory)",
-        "(positive: the model uses the memory that was cut).",
+        "One seed per cell, bytes. Each cell's model is trained with the memory in the `memory` column and evaluated on",
+        f"the same slice of the {split} split (the first 100 segments of 16 streams, `screen.py`; the PG-19 sample's two",
+        "validation books fill only 2 streams, so its slice is 12,800 bytes) with it and with 1/2, 1/4 and",
+        "1/8 of it; the cost of a cut is bits/byte(cut) - bits/byte(training memory): positive means the model uses the",
+        "memory that was cut. Training bytes are updates x batch x segment.",
         "",
-        "| cell | train bytes | memory | bits/char | cost at 1/2 | cost at 1/4 | cost at 1/8 | s/run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| cell | width | segment | updates x batch | train bytes | memory | bytes scored | bits/byte | cost at 1/2 | cost at 1/4 | cost at 1/8 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for name, r in cells.items():
-        evs = r["evaluations"]
-        full = evs["train"][split]
-        costs = [evs[e][split]["bits_per_char"] - full["bits_per_char"] for e in ("half", "quarter", "eighth")]
-        mems = "/".join(str(evs[e][split]["mem_len"]) for e in ("train", "half", "quarter", "eighth"))
-        secs = sum(v for v in r.get("seconds", {}).values())
+        cfg = study.configs[name]
+        mems = [study.lengths(name, ev)[1] for ev in ("train",) + CUTS]
+        bpb = [r["memories"][str(m)]["bits_per_byte"] for m in mems]
+        costs = [b - bpb[0] for b in bpb[1:]]
+        rows.append((name, costs))
+        tokens = cfg.train.steps * cfg.train.batch_size * cfg.model.seg_len
         lines.append(
-            f"| {name} | {r['train_tokens'] / 1e6:.2f}M | {mems} | {full['bits_per_char']:.4f} | "
-            + " | ".join(f"{c:+.4f}" for c in costs)
-            + f" | {secs:.0f} |"
+            f"| {name} | {cfg.model.d_model} | {cfg.model.seg_len} | {cfg.train.steps} x {cfg.train.batch_size} | "
+            f"{tokens / 1e6:.2f}M | {'/'.join(map(str, mems))} | {r['memories'][str(mems[0])]['predicted_bytes']:,} | "
+            f"{bpb[0]:.4f} | " + " | ".join(f"{c:+.4f}" for c in costs) + " |"
         )
     lines += [
         "",
-        "Cost of the 1/8 cut by lookback bucket (bits per token of the tokens whose word last occurred that many tokens",
-        "before the start of its segment; `in segment`: visible without memory; tokens in the bucket in brackets):",
+        "Cost of the 1/8 cut by lookback bucket: bits per token of the tokens whose word last occurred that many tokens",
+        "before the start of its segment (`in segment`: visible without memory), cut minus full memory; the number of",
+        "tokens in the bucket in brackets. Where a document was cut into several streams the lookback is still counted",
+        "from the document's start, so the buckets are approximate for the PG-19 and enwik8 slices.",
         "",
     ]
-    first = next(iter(cells.values()))
-    names = list(first["evaluations"]["train"][split]["lookback"]["buckets"])
-    lines += ["| cell | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for name, r in cells.items():
-        evs = r["evaluations"]
-        full, cut = _buckets(evs["train"][split]), _buckets(evs["eighth"][split])
-        counts = {k: b["tokens"] for k, b in evs["train"][split]["lookback"]["buckets"].items()}
-        cells_txt = [
-            f"{cut[k] - full[k]:+.3f} ({counts[k]})" if cut.get(k) is not None and full.get(k) is not None else "-"
-            for k in names
+    if cells:
+        first = next(iter(cells.values()))
+        names = list(first["memories"][str(first["train_mem_len"])]["lookback"]["buckets"])
+        lines += ["| cell | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for name, r in cells.items():
+            full_mem = str(study.lengths(name, "train")[1])
+            cut_mem = str(study.lengths(name, "eighth")[1])
+            full = r["memories"][full_mem]["lookback"]["buckets"]
+            cut = r["memories"][cut_mem]["lookback"]["buckets"]
+            txt = []
+            for k in names:
+                a, b = full[k]["bits_per_token"], cut[k]["bits_per_token"]
+                txt.append(f"{b - a:+.3f} ({full[k]['tokens']})" if a is not None and b is not None else "-")
+            lines.append(f"| {name} | " + " | ".join(txt) + " |")
+        m = first.get("machine") or {}
+        lines += [
+            "",
+            f"Machine: {m.get('cpu', '?')} ({' '.join(m.get('cpu_flags') or [])}), torch {m.get('torch', '?')}.",
         ]
-        lines.append(f"| {name} | " + " | ".join(cells_txt) + " |")
-    lines += ["", f"Machine: {machine_line(first)}.", ""]
-    text = "\n".join(lines)
+    missing = [n for n in study.configs if n not in cells]
+    if missing:
+        lines += ["", f"Not run: {', '.join(missing)}."]
+    text = "\n".join(lines) + "\n"
     write_text_atomic(out / "summary.md", text)
-    _plot_stage1(cells, split, out / "screen.png")
+    if cells:
+        _plot_stage1(study, cells, out / "screen.png")
     return text
 
 
-def _plot_stage1(cells: dict[str, dict[str, Any]], split: str, path: Path) -> None:
+def _plot_stage1(study, cells: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for name, r in cells.items():
-        evs = r["evaluations"]
-        full = evs["train"][split]["bits_per_char"]
-        order = ("eighth", "quarter", "half", "train")
-        mems = [evs[e][split]["mem_len"] for e in order]
-        costs = [evs[e][split]["bits_per_char"] - full for e in order]
-        ax.plot(mems, costs, marker="o", label=name)
+        order = ("train",) + CUTS
+        mems = [study.lengths(name, ev)[1] for ev in order]
+        full = r["memories"][str(mems[0])]["bits_per_byte"]
+        costs = [r["memories"][str(m)]["bits_per_byte"] - full for m in mems]
+        ax.plot(mems, costs, marker="o", label=name, ls="-" if "w128" in name else "--")
     ax.set_xscale("log", base=2)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xlabel("memory at evaluation (slots)")
-    ax.set_ylabel("bits/char lost against the training memory")
-    ax.set_title(f"Stage 1: what cutting Transformer-XL's memory costs ({split})")
+    ax.set_ylabel("bits/byte lost against the training memory")
+    ax.set_title("Stage 1: what cutting Transformer-XL's memory costs (validation slice)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
