@@ -46,8 +46,8 @@ PRECISIONS = {"fp32": "none", "bf16": "bf16"}  # --precisions label -> child.py 
 
 def machine_info() -> dict:
     """The CPU, its speed-relevant flags and whether it has bf16 instructions (without them bf16 is emulated)."""
-    from compressive_transformer.machine import cpu_model_and_flags
-    from compressive_transformer.precision import bf16_flags
+    from compressive_transformer.runs.machine import cpu_model_and_flags
+    from compressive_transformer.runs.precision import bf16_flags
 
     cpu, flags = cpu_model_and_flags()
     bf16 = bf16_flags(flags)

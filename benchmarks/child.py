@@ -17,18 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-
-
-def repo_path(path: str | Path) -> str:
-    """A path as results record it: relative to the repository root where it lies inside it (symlinks not followed),
-    else as given, so committed results do not carry the directory layout of the machine that made them."""
-    p = Path(path).absolute()
-    try:
-        return str(p.relative_to(ROOT))
-    except ValueError:
-        return str(path)
+from benchmarks.common import repo_path, under_autocast
 
 
 def rss_mb(field: str) -> float:
@@ -85,21 +74,6 @@ def batches(w, n: int, seed: int, batch: int, seg_len: int, device: str = "cpu")
         (stream[:, i * seg_len : (i + 1) * seg_len], stream[:, i * seg_len + 1 : (i + 1) * seg_len + 1])
         for i in range(n)
     ]
-
-
-def under_autocast(fn, device: str, amp: str):
-    """``fn`` run under ``torch.autocast`` to ``amp`` (bf16 | fp16) on ``device``, or ``fn`` itself for "none"."""
-    import torch
-
-    if amp == "none":
-        return fn
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
-
-    def run(*args):
-        with torch.autocast(torch.device(device).type, dtype=dtype):
-            return fn(*args)
-
-    return run
 
 
 class _AutocastGenerate:

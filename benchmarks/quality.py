@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.child import repo_path
+from benchmarks.common import repo_path, under_autocast
 from compressive_transformer.analysis.stats import mean_interval
 from compressive_transformer.data.readers import data_root_path
 
@@ -68,8 +68,6 @@ def run_quality(
     """Train ``impl`` on the train books for ``budget_s`` seconds (the clock includes every step, warm-up and
     allocation included, since a user waits for them too), then its mean validation loss in bits per byte."""
     import torch
-
-    from benchmarks.child import under_autocast
 
     train, val = byte_stream(data, "train"), byte_stream(data, "validation")
     gen = torch.Generator().manual_seed(seed)

@@ -6,6 +6,22 @@ import pytest
 
 from compressive_transformer import cli
 
+# a 6-step run of the built-in tiny config with checkpoints at 2, 4 and 6, quiet, validated and evaluated briefly
+FAST = [
+    "--set",
+    "train.progress=false",
+    "--set",
+    "train.val_batches=2",
+    "--set",
+    "train.steps=6",
+    "--set",
+    "train.checkpoint_every=2",
+    "--set",
+    "train.keep_checkpoints=3",
+    "--set",
+    "eval.max_batches=2",
+]
+
 
 def cli_run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
     """Exit code, stdout and stderr of ``compressive-transformer ARGV``."""

@@ -50,7 +50,7 @@ def eager_and_compiled_steps(model: CompressiveTransformerLM, device: torch.devi
     """Training steps of ``model`` and of ``compile_model(model)`` (what ``train.compile = true`` runs) side by side,
     each carrying its own memory from empty through full and compressed: per step, (eager, compiled) tuples of
     (logits, aux loss, the gradients of every parameter that has one)."""
-    from compressive_transformer.train import compile_model
+    from compressive_transformer.training.trainer import compile_model
 
     compiled = compile_model(model)
     memories = [model.init_memory(2), model.init_memory(2)]
@@ -72,7 +72,7 @@ def fp32_unless_asked():
     """``amp = "auto"`` resolves to fp32 on every test CPU (tests compare against fp32 references); a test that wants
     bf16 asks for it, or patches ``cpu_bf16_flags`` itself. Session-wide, so module fixtures (reference runs) see it
     too; subprocesses do not, so tests that train in one pin ``train.amp = "none"``. Yields the real function."""
-    import compressive_transformer.precision as precision
+    import compressive_transformer.runs.precision as precision
 
     real = precision.cpu_bf16_flags
     with pytest.MonkeyPatch.context() as patch:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from compressive_transformer.attention import additive_mask, attention_mask, make_positions
-from compressive_transformer.models import CompressiveTransformerLM
+from compressive_transformer.core.attention import additive_mask, attention_mask, make_positions
+from compressive_transformer.core.models import CompressiveTransformerLM
 
 
 @torch.no_grad()

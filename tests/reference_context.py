@@ -1,6 +1,6 @@
 """Brute-force dependency simulation: which input tokens can each output state depend on?
 
-Independent of :mod:`compressive_transformer.context`: every hidden state is a set of token positions (a Python int
+Independent of :mod:`compressive_transformer.core.context`: every hidden state is a set of token positions (a Python int
 used as a bitset), and the models' forward passes (Transformer-QL: the paper's Figure 2; Transformer-XL: Figure 3;
 Compressive Transformer: Algorithm 1 of Rae et al.) are replayed on those sets over a long stream, starting from
 zero memories (empty sets). Attention makes a state depend on the union of everything it can attend to (memory

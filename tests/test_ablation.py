@@ -7,7 +7,7 @@ import json
 import pytest
 
 from compressive_transformer.cli import main
-from compressive_transformer.config import ConfigError
+from compressive_transformer.core.config import ConfigError
 from compressive_transformer.experiments import ablation
 from compressive_transformer.experiments.ablation import Cell, plan_cells, run_seeded
 from compressive_transformer.experiments.ablation_report import PAPER_ABLATION, ordering_table, spearman

@@ -13,7 +13,7 @@ from compressive_transformer import cli
 PROBE = textwrap.dedent(
     """
     import resource, sys, torch
-    from compressive_transformer import allocator
+    from compressive_transformer.runs import allocator
     if sys.argv[1] == "tuned":
         applied = allocator.keep_freed_memory()
     else:  # the control: glibc's static thresholds at their smallest, so every big block is returned when freed
@@ -50,13 +50,13 @@ def test_kept_memory_stops_the_page_faults_of_repeated_temporaries():
 
 def test_the_setting_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("CT_KEEP_FREED_MEMORY", "0")
-    from compressive_transformer.allocator import keep_freed_memory
+    from compressive_transformer.runs.allocator import keep_freed_memory
 
     assert keep_freed_memory() is False
 
 
 def test_the_command_line_applies_it(monkeypatch):
     calls = []
-    monkeypatch.setattr("compressive_transformer.allocator.keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr("compressive_transformer.runs.allocator.keep_freed_memory", lambda: calls.append(1) or True)
     assert cli.main(["range"]) == 0
     assert calls == [1]

@@ -26,7 +26,7 @@ from compressive_transformer.analysis import (
 )
 from compressive_transformer.analysis.frequency import token_nll, word_nll
 from compressive_transformer.analysis.regions import bucket_edges
-from compressive_transformer.context import temporal_range
+from compressive_transformer.core.context import temporal_range
 from compressive_transformer.data import ByteTokenizer, WordTokenizer
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from compressive_transformer.attention import (
+from compressive_transformer.core.attention import (
     RelativeAttention,
     _shifted_view,
     additive_mask,
@@ -201,7 +201,7 @@ def test_scores_are_the_formula_with_an_exact_gradient(B, T, C, M, pad, content)
 def test_shifted_gradient_writes_every_entry_the_view_does_not(monkeypatch, H, B, T, n, W):
     """The backward zeroes only what the shifted view leaves (not the whole buffer first): every entry of an
     uninitialised buffer is either the view's gradient or zero, as if it had started from zeros."""
-    import compressive_transformer.attention as attention
+    import compressive_transformer.core.attention as attention
 
     grad = torch.randn(B, H, T, n, dtype=torch.float64)
     expected = torch.zeros(H, B, T, W, dtype=torch.float64)

@@ -117,7 +117,7 @@ def test_unknown_precision_or_missing_data_stop_with_one_line(tmp_path: Path):
 
 
 def test_results_record_paths_inside_the_repository_relative_to_it(tmp_path):
-    from benchmarks.child import ROOT, repo_path
+    from benchmarks.common import ROOT, repo_path
 
     assert repo_path(ROOT / "benchmarks" / "impls" / "ours.py") == "benchmarks/impls/ours.py"
     assert repo_path(tmp_path / "x.txt") == str(tmp_path / "x.txt")

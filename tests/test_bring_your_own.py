@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from compressive_transformer import load_run
-from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.data.readers import data_root_path, read_split
-from compressive_transformer.presets import TINY_TOML
-from compressive_transformer.run import RESUME_FREE_KEYS, build_config, config_from_text, train_run
-from compressive_transformer.train import ThroughputWatch
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import RESUME_FREE_KEYS, build_config, config_from_text
+from compressive_transformer.training.trainer import ThroughputWatch
+from compressive_transformer.training.workflows import train_run
 
 torch.set_num_threads(1)
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -90,7 +91,7 @@ def test_ready_configs_read_their_data_from_the_data_root_with_one_thread() -> N
 
 
 def test_thread_counts_that_collapse_throughput_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    from compressive_transformer import machine
+    from compressive_transformer.runs import machine
 
     monkeypatch.setattr(machine, "available_cores", lambda: 2)
     assert "3 CPU threads on 2" in machine.thread_warning(3)

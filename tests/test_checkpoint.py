@@ -10,8 +10,12 @@ import pytest
 import safetensors.torch
 import torch
 
-from compressive_transformer.checkpoint import (
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.core.models import CompressiveTransformerLM
+from compressive_transformer.runs.checkpoint import (
     CheckpointError,
+    CheckpointWriteError,
     decode,
     encode,
     latest_checkpoint,
@@ -19,9 +23,6 @@ from compressive_transformer.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.memory import MemoryState
-from compressive_transformer.models import CompressiveTransformerLM
 
 torch.set_num_threads(1)
 CFG = ModelConfig(
@@ -111,7 +112,7 @@ def test_interrupted_write_leaves_the_previous_checkpoint_loadable(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(safetensors.torch, "save_file", failing_save)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(CheckpointWriteError, match=f"No space left on device.*{good}, which is intact"):
         _save(tmp_path, 4, model, opt, memory)
     monkeypatch.undo()
     assert list_checkpoints(tmp_path) == [good]

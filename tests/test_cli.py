@@ -12,10 +12,10 @@ import torch
 from cli_helpers import assert_one_line_error, cli_run
 
 from compressive_transformer import cli
-from compressive_transformer.checkpoint import list_checkpoints, load_checkpoint
-from compressive_transformer.models import CompressiveTransformerLM
-from compressive_transformer.presets import TINY_TOML
-from compressive_transformer.run import fresh_run_dir, read_run_config
+from compressive_transformer.core.models import CompressiveTransformerLM
+from compressive_transformer.runs.checkpoint import list_checkpoints, load_checkpoint
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import fresh_run_dir, read_run_config
 
 torch.set_num_threads(1)
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -135,7 +135,7 @@ def test_data_download_calls_the_data_package(
 def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    import compressive_transformer.run as run_module
+    import compressive_transformer.training.workflows as run_module
 
     demo_toml = TINY_TOML.replace("[train]", "[train]\nprogress = false").replace("[eval]", "[eval]\nseg_len = 256")
     monkeypatch.setattr(run_module, "DEMO_TOML", demo_toml)

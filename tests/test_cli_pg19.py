@@ -13,8 +13,8 @@ import torch
 from conftest import TEST_DATA, missing_data_reason
 
 from compressive_transformer import cli
-from compressive_transformer.checkpoint import list_checkpoints
-from compressive_transformer.metrics import read_metrics
+from compressive_transformer.runs.checkpoint import list_checkpoints
+from compressive_transformer.runs.metrics import read_metrics
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_config
 
-from compressive_transformer.compression import (
+from compressive_transformer.core.compression import (
     ConvCompressor,
     ConvDecoder,
     DilatedConvCompressor,

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor, nn
 
 from compressive_transformer import CompressiveTransformerLM, ConfigError
-from compressive_transformer.compression import Compressor
-from compressive_transformer.registry import COMPRESSORS, compressor_spec, register_compressor
+from compressive_transformer.core.compression import Compressor
+from compressive_transformer.core.registry import COMPRESSORS, compressor_spec, register_compressor
 from tests.conftest import tiny_config
 
 torch.set_num_threads(1)

@@ -6,7 +6,7 @@ import pytest
 from conftest import tiny_config
 
 from compressive_transformer import ConfigError, ModelConfig, temporal_range
-from compressive_transformer.config import apply_overrides, from_dict, load_toml, parse_override
+from compressive_transformer.core.config import apply_overrides, from_dict, load_toml, parse_override
 
 BAD = [
     (dict(compression_rate=0), "model.compression_rate"),

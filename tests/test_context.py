@@ -10,8 +10,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from reference_context import simulate_compressive, simulate_transformer_ql, simulate_transformer_xl
 
-from compressive_transformer.config import ConfigError, ModelConfig
-from compressive_transformer.context import ContextLength, context_length, context_length_from_config
+from compressive_transformer.core.config import ConfigError, ModelConfig
+from compressive_transformer.core.context import ContextLength, context_length, context_length_from_config
 
 FAST = settings(max_examples=60, deadline=None)
 

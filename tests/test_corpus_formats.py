@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.core.registry import FORMATS, CorpusFormat
 from compressive_transformer.data import (
     SOURCES,
     RawSplit,
@@ -18,7 +19,6 @@ from compressive_transformer.data import (
     read_documents,
 )
 from compressive_transformer.data.formats import path_formats, register_format
-from compressive_transformer.registry import FORMATS, CorpusFormat
 
 
 def _files(cfg: DataConfig, split: str) -> list[Path]:

@@ -12,11 +12,12 @@ import torch
 from conftest import eager_and_compiled_steps, tiny_config, tiny_model
 
 from compressive_transformer import CompressiveTransformerLM
-from compressive_transformer.checkpoint import list_checkpoints
-from compressive_transformer.metrics import read_metrics
-from compressive_transformer.models.decode import Decoder
-from compressive_transformer.presets import TINY_TOML
-from compressive_transformer.run import config_from_text, train_run
+from compressive_transformer.core.models.decode import Decoder
+from compressive_transformer.runs.checkpoint import list_checkpoints
+from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import config_from_text
+from compressive_transformer.training.workflows import train_run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.data import (
     ByteTokenizer,
     StreamBatcher,

@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.data import SOURCES, DownloadError, download, read_documents, read_pg19_metadata
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compressive_transformer.config import ConfigError, DataConfig, from_dict
+from compressive_transformer.core.config import ConfigError, DataConfig, from_dict
 from compressive_transformer.data import SPLITS, count_words, read_documents, read_pg19_metadata, read_split
 from compressive_transformer.data.readers import count_wikitext_articles, source_files, wikitext_stream
 
@@ -270,7 +270,7 @@ def test_pg19_missing_split_directory_is_named(tmp_path: Path) -> None:
 
 
 def test_wikitext_training_file_is_never_also_served_as_an_evaluation_split(tmp_path):
-    from compressive_transformer.config import ConfigError, DataConfig
+    from compressive_transformer.core.config import ConfigError, DataConfig
     from compressive_transformer.data import read_documents
 
     for name in ("wiki.valid.tokens", "wiki.test.tokens"):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import TEST_DATA, missing_data_reason
 
-from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.data import (
     SPLITS,
     ByteTokenizer,

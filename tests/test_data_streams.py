@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressive_transformer.config import ConfigError
+from compressive_transformer.core.config import ConfigError
 from compressive_transformer.data import IGNORE_INDEX, Batch, StreamBatcher
 
 

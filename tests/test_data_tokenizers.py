@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.data import (
     ByteTokenizer,
     SubwordTokenizer,

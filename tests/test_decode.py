@@ -10,8 +10,8 @@ from conftest import tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressive_transformer.generate import generate
-from compressive_transformer.models.decode import Decoder, unsupported
+from compressive_transformer.core.models.decode import Decoder, unsupported
+from compressive_transformer.training.generate import generate
 
 SUPPORTED = [
     dict(),
@@ -143,7 +143,7 @@ def test_generate_gives_the_same_tokens_with_and_without_the_decoder(monkeypatch
     fast = generate(
         model, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], max_new_tokens=40, temperature=0.8, top_k=10, seed=7, keep_logits=True
     )
-    monkeypatch.setattr(sys.modules["compressive_transformer.generate"], "unsupported", lambda m: "forced")
+    monkeypatch.setattr(sys.modules["compressive_transformer.training.generate"], "unsupported", lambda m: "forced")
     slow = generate(
         model, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], max_new_tokens=40, temperature=0.8, top_k=10, seed=7, keep_logits=True
     )

@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from compressive_transformer.run import build_config, train_run
+from compressive_transformer.runs.rundir import build_config
+from compressive_transformer.training.workflows import train_run
 
 OVERRIDES = [
     "train.steps=8",
@@ -42,7 +43,7 @@ def _worker(rank: int, world: int, port: int, run_dir: str, overrides: list[str]
         WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
     )
     torch.set_num_threads(1)
-    from compressive_transformer.distributed import DistInfo, shutdown
+    from compressive_transformer.training.distributed import DistInfo, shutdown
 
     train_run(build_config(None, overrides), run_dir, max_steps=6, log=lambda s: None)  # stopped after 6 of 8
     shutdown(DistInfo(rank=rank, world_size=world))
@@ -69,7 +70,7 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
 
 def test_batch_rows_must_split_evenly():
     from compressive_transformer import ConfigError
-    from compressive_transformer.distributed import DistInfo
+    from compressive_transformer.training.distributed import DistInfo
 
     assert DistInfo(rank=1, world_size=2).rows(8) == slice(4, 8)
     with pytest.raises(ConfigError, match="^train.batch_size"):

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from compressive_transformer.config import ConfigError, DataConfig, ModelConfig
+from compressive_transformer.core.config import ConfigError, DataConfig, ModelConfig
+from compressive_transformer.core.models import CompressiveTransformerLM
 from compressive_transformer.data import build_tokenizer, load_corpus, read_documents
-from compressive_transformer.evaluate import evaluate
-from compressive_transformer.models import CompressiveTransformerLM
-from compressive_transformer.presets import TINY_TOML
-from compressive_transformer.run import config_from_text, evaluate_run, train_run
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import config_from_text
+from compressive_transformer.training.evaluate import evaluate
+from compressive_transformer.training.workflows import evaluate_run, train_run
 
 torch.set_num_threads(1)
 TEXTS = {

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from compressive_transformer import cli, from_pretrained, load_run
-from compressive_transformer.config import ConfigError
-from compressive_transformer.export import export_run
-from compressive_transformer.presets import TINY_TOML
-from compressive_transformer.run import config_from_text, train_run
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.runs.export import export_run
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import config_from_text
+from compressive_transformer.training.workflows import train_run
 
 torch.set_num_threads(1)
 

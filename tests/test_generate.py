@@ -8,10 +8,10 @@ import sys
 import pytest
 import torch
 
-from compressive_transformer.config import ConfigError, ModelConfig
-from compressive_transformer.generate import filter_logits, generate, sample_next
-from compressive_transformer.models import CompressiveTransformerLM
-from compressive_transformer.models.decode import Decoder
+from compressive_transformer.core.config import ConfigError, ModelConfig
+from compressive_transformer.core.models import CompressiveTransformerLM
+from compressive_transformer.core.models.decode import Decoder
+from compressive_transformer.training.generate import filter_logits, generate, sample_next
 
 torch.set_num_threads(1)
 
@@ -131,6 +131,6 @@ def test_each_generated_token_is_one_forward_of_length_one(monkeypatch: pytest.M
     assert steps == [torch.Size([1])] * 5  # then one decoder step of one token per new token after the first
 
     lengths.clear()  # a model without a ring-buffer decoder: one forward of length 1 per token instead
-    monkeypatch.setattr(sys.modules["compressive_transformer.generate"], "unsupported", lambda model: "forced")
+    monkeypatch.setattr(sys.modules["compressive_transformer.training.generate"], "unsupported", lambda model: "forced")
     generate(m, list(range(10)), max_new_tokens=6, temperature=0)
     assert lengths == [4, 4, 2] + [1] * 5

@@ -11,9 +11,9 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from compressive_transformer.config import ConfigError
+from compressive_transformer.core.config import ConfigError
 from compressive_transformer.experiments.long_range import PRESETS, run_long_range
-from compressive_transformer.tasks import (
+from compressive_transformer.experiments.tasks import (
     IGNORE_INDEX,
     AssociativeRecallConfig,
     PasskeyConfig,

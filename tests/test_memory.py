@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressive_transformer.compression import DilatedConvCompressor, MostUsedCompressor, PoolCompressor
-from compressive_transformer.kv_cache import SlotCache
-from compressive_transformer.memory import KEY_ALIGN, LayerMemory, MemoryState, empty_layer, update_layer
+from compressive_transformer.core.compression import DilatedConvCompressor, MostUsedCompressor, PoolCompressor
+from compressive_transformer.core.kv_cache import SlotCache
+from compressive_transformer.core.memory import KEY_ALIGN, LayerMemory, MemoryState, empty_layer, update_layer
 
 
 def positions(start: int, T: int, B: int = 1, d: int = 3) -> torch.Tensor:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from reference import reference_logits
 
 from compressive_transformer import CompressiveTransformerLM
-from compressive_transformer.memory import compressed_for_attention
+from compressive_transformer.core.memory import compressed_for_attention
 
 
 def stream(model, tokens, seg_sizes, memory=None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from compressive_transformer.models import (
+from compressive_transformer.core.models import (
     MODEL_KINDS,
     CompressiveTransformerLM,
     MemoryModel,
@@ -14,7 +14,7 @@ from compressive_transformer.models import (
     model_kind,
     register_model,
 )
-from compressive_transformer.streaming import segments, stream
+from compressive_transformer.core.streaming import segments, stream
 from tests.conftest import tiny_config
 
 torch.set_num_threads(1)

@@ -10,15 +10,16 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from compressive_transformer import CompressiveTransformerLM, build_model, precision
-from compressive_transformer.config import ConfigError, load_run_config
+from compressive_transformer import CompressiveTransformerLM, build_model
+from compressive_transformer.core.config import ConfigError, load_run_config
+from compressive_transformer.core.models.decode import Decoder
 from compressive_transformer.data import build_tokenizer, load_corpus, read_documents
-from compressive_transformer.generate import generate
-from compressive_transformer.models.decode import Decoder
-from compressive_transformer.precision import describe, inference_amp, resolve_amp
-from compressive_transformer.presets import TINY_TOML
-from compressive_transformer.run import config_from_text
-from compressive_transformer.train import Trainer
+from compressive_transformer.runs import precision
+from compressive_transformer.runs.precision import describe, inference_amp, resolve_amp
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import config_from_text
+from compressive_transformer.training.generate import generate
+from compressive_transformer.training.trainer import Trainer
 
 
 def run(model, tokens, autocast: bool):
@@ -148,7 +149,7 @@ def test_eval_amp_follows_train_amp_unless_set():
 def test_generation_on_a_cpu_is_fp32_under_auto_and_bf16_only_when_asked(monkeypatch):
     """Batch-1 decoding on a CPU is faster in fp32 even with bf16 instructions, so "auto" generates in fp32 there
     while evaluation (large matmuls) takes bf16; an explicit bf16 is honoured."""
-    from compressive_transformer.precision import generation_amp
+    from compressive_transformer.runs.precision import generation_amp
 
     monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ["avx512_bf16"])
     auto = load_run_config(None, [])
@@ -202,8 +203,9 @@ def test_bf16_training_tracks_fp32_loss_over_hundreds_of_steps():
 def test_a_run_resumed_in_another_precision_says_so_and_can_keep_its_own(tmp_path, monkeypatch):
     """amp = "auto" resolves per machine: a run begun in bf16 and resumed where "auto" means fp32 warns in one line
     naming the override that keeps bf16, and that override is accepted on resume."""
-    from compressive_transformer.checkpoint import list_checkpoints, load_checkpoint
-    from compressive_transformer.run import build_config, train_run
+    from compressive_transformer.runs.checkpoint import list_checkpoints, load_checkpoint
+    from compressive_transformer.runs.rundir import build_config
+    from compressive_transformer.training.workflows import train_run
 
     cfg = build_config(None, ["train.steps=4", "train.checkpoint_every=2", "train.val_every=0", "train.progress=false"])
     begun = tmp_path / "begun"

@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_config
 
 from compressive_transformer import ConfigError, TransformerQL, build_model, context_length_from_config
-from compressive_transformer.models.ql import Scale, ql_scales
+from compressive_transformer.core.models.ql import Scale, ql_scales
 
 
 def ql_config(**overrides):

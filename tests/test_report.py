@@ -7,9 +7,10 @@ import json
 import pytest
 import torch
 
-from compressive_transformer.config import ConfigError
-from compressive_transformer.report import analyze_run, markdown_to_html, write_report
-from compressive_transformer.run import build_config, evaluate_run, train_run
+from compressive_transformer.analysis.report import analyze_run, markdown_to_html, write_report
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.runs.rundir import build_config
+from compressive_transformer.training.workflows import evaluate_run, train_run
 
 FAST = [
     "train.steps=3",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from compressive_transformer.streaming import Segment, segments, stream
+from compressive_transformer.core.streaming import Segment, segments, stream
 from tests.conftest import tiny_model
 
 torch.set_num_threads(1)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from compressive_transformer.config import ConfigError
-from compressive_transformer.experiments.study import load_study, run_study, study_jobs
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.experiments.study import load_study, study_jobs
 from compressive_transformer.experiments.study_report import aggregate, load_results
-from compressive_transformer.run import train_run
+from compressive_transformer.experiments.study_run import run_study
+from compressive_transformer.training.workflows import train_run
 
 SPEC = """
 [study]

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressive_transformer.config import ConfigError
-from compressive_transformer.tasks import (
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.experiments.tasks import (
     IGNORE_INDEX,
     MARK,
     PAD,

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from compressive_transformer import cli, load_run
-from compressive_transformer.generate import generate
-from compressive_transformer.presets import TINY_TOML
-from compressive_transformer.run import config_from_text, train_run
-from compressive_transformer.textgen import StreamPrinter, generate_text, load_memory, save_memory
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import config_from_text
+from compressive_transformer.training.generate import generate
+from compressive_transformer.training.textgen import StreamPrinter, generate_text, load_memory, save_memory
+from compressive_transformer.training.workflows import train_run
 
 torch.set_num_threads(1)
 PROMPT = "def main(argv):\n    parser = argparse.ArgumentParser()\n"  # 56 bytes: the memory fills and compresses

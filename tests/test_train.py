@@ -10,13 +10,14 @@ import pytest
 import safetensors.torch
 import torch
 
-from compressive_transformer.checkpoint import list_checkpoints, load_checkpoint
-from compressive_transformer.config import RunConfig
+from compressive_transformer.core.config import RunConfig
 from compressive_transformer.data import build_tokenizer, load_corpus, read_documents
-from compressive_transformer.metrics import read_metrics
-from compressive_transformer.presets import TINY_TOML
-from compressive_transformer.run import config_from_text, train_run
-from compressive_transformer.train import Trainer, TrainingError
+from compressive_transformer.runs.checkpoint import list_checkpoints, load_checkpoint
+from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import config_from_text
+from compressive_transformer.training.trainer import Trainer, TrainingError
+from compressive_transformer.training.workflows import train_run
 
 torch.set_num_threads(1)
 QUIET = ["train.progress=false", "train.val_batches=2"]

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from compressive_transformer.config import ConfigError, RunConfig, TrainConfig, from_dict, load_run_config
-from compressive_transformer.presets import DEMO_TOML, TINY_TOML
-from compressive_transformer.run import build_config, config_difference, config_from_text, config_text
-from compressive_transformer.schedule import learning_rate
+from compressive_transformer.core.config import ConfigError, RunConfig, TrainConfig, from_dict, load_run_config
+from compressive_transformer.runs.presets import DEMO_TOML, TINY_TOML
+from compressive_transformer.runs.rundir import build_config, config_difference, config_from_text
+from compressive_transformer.runs.toml_writer import config_text
+from compressive_transformer.training.schedule import learning_rate
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from compressive_transformer.units import TextSize, has_words, summary_line, text_size, texts_size, units
+from compressive_transformer.data.units import TextSize, has_words, summary_line, text_size, texts_size, units
 
 
 def test_text_size_counts_characters_bytes_and_words() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from compressive_transformer import CompressiveTransformerLM, ModelConfig
-from compressive_transformer.models.decode import Decoder
-from compressive_transformer.train import compile_model
+from compressive_transformer.core.models.decode import Decoder
+from compressive_transformer.training.trainer import compile_model
 
 from . import stamp
 

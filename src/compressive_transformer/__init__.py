@@ -1,6 +1,6 @@
 """Compressive Transformer, Transformer-XL and Transformer-QL for long-range sequence modelling."""
 
-from compressive_transformer.config import (
+from compressive_transformer.core.config import (
     ConfigError,
     DataConfig,
     EvalConfig,
@@ -9,23 +9,24 @@ from compressive_transformer.config import (
     TrainConfig,
     load_run_config,
 )
-from compressive_transformer.context import (
+from compressive_transformer.core.context import (
     ContextLength,
     TemporalRange,
     context_length,
     context_length_from_config,
     temporal_range,
 )
-from compressive_transformer.evaluate import EvalResult, evaluate
-from compressive_transformer.export import export_run, from_pretrained
-from compressive_transformer.generate import filter_logits, generate
-from compressive_transformer.loading import Run, load_run
-from compressive_transformer.memory import LayerMemory, MemoryState
-from compressive_transformer.models import CompressiveTransformerLM, LMOutput, TransformerQL, build_model
-from compressive_transformer.models.decode import Decoder
-from compressive_transformer.text_eval import evaluate_text
-from compressive_transformer.train import Trainer, TrainingError
-from compressive_transformer.units import TextSize, Units, units
+from compressive_transformer.core.memory import LayerMemory, MemoryState
+from compressive_transformer.core.models import CompressiveTransformerLM, LMOutput, TransformerQL, build_model
+from compressive_transformer.core.models.decode import Decoder
+from compressive_transformer.core.version import __version__ as __version__
+from compressive_transformer.data.units import TextSize, Units, units
+from compressive_transformer.runs.export import export_run
+from compressive_transformer.runs.loading import Run, from_pretrained, load_run
+from compressive_transformer.training.evaluate import EvalResult, evaluate
+from compressive_transformer.training.generate import SamplingConfig, filter_logits, generate
+from compressive_transformer.training.text_eval import evaluate_text
+from compressive_transformer.training.trainer import Trainer, TrainingError
 
 __all__ = [
     "ConfigError",
@@ -52,6 +53,7 @@ __all__ = [
     "EvalResult",
     "generate",
     "filter_logits",
+    "SamplingConfig",
     "Decoder",
     "Run",
     "load_run",
@@ -62,4 +64,3 @@ __all__ = [
     "Units",
     "units",
 ]
-__version__ = "0.1.0"

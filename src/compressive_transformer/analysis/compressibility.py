@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from compressive_transformer.analysis.streaming import stream_batches
-from compressive_transformer.streaming import stream as stream_segments
+from compressive_transformer.core.registry import compression_loss_spec
+from compressive_transformer.core.streaming import stream as stream_segments
 
 
 def compressibility_over_training(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -45,7 +46,7 @@ def held_out_compressibility(
     cfg = model.cfg
     if not cfg.uses_compression:
         return {"per_layer": [], "segments": [], "loss": cfg.compression_loss, "applicable": False}
-    applicable = cfg.compression_loss in ("attention", "autoencoder")
+    applicable = compression_loss_spec(cfg.compression_loss).local
     seg_len = seg_len or cfg.seg_len
     sums = [0.0] * cfg.n_layers
     counts = [0] * cfg.n_layers

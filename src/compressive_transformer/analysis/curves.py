@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from compressive_transformer.metrics import read_metrics
+from compressive_transformer.runs.metrics import read_metrics
 
 
 def curves_from_records(

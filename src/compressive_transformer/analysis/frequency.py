@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from compressive_transformer.analysis.streaming import stream_batches
-from compressive_transformer.streaming import stream
+from compressive_transformer.core.streaming import stream
 
 # (name, lowest count, highest count) inclusive-exclusive: [lo, hi)
 WIKITEXT_BUCKETS: tuple[tuple[str, float, float], ...] = (

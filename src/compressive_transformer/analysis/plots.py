@@ -210,14 +210,17 @@ def _smooth(ys: Sequence[float], k: int) -> list[float]:
 
 
 def plot_study_curves(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]], path: str | Path) -> Path:
-    """Per variant (a colour) and seed (a thin line): training loss (smoothed, left) and validation loss (right)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    """Per variant (a colour) and seed (a thin line): training loss (smoothed, left) and, where the runs recorded
+    it, validation loss (right)."""
+    has_val = any(c.get("val_loss") for seeds in curves.values() for c in seeds.values())
+    fig, axes = plt.subplots(1, 2 if has_val else 1, figsize=(11, 4) if has_val else (6.5, 4), squeeze=False)
+    axes = axes[0]
     for i, (variant, seeds) in enumerate(curves.items()):
         for j, (_seed, c) in enumerate(seeds.items()):
             label = variant if j == 0 else None
             if c.get("loss"):
                 axes[0].plot(c["step"], _smooth(c["loss"], 8), color=f"C{i}", linewidth=0.9, alpha=0.8, label=label)
-            if c.get("val_loss"):
+            if has_val and c.get("val_loss"):
                 axes[1].plot(
                     c["val_step"], c["val_loss"], color=f"C{i}", marker=".", linewidth=0.9, alpha=0.8, label=label
                 )

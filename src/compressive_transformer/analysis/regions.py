@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from compressive_transformer.analysis.streaming import stream_batches
-from compressive_transformer.streaming import stream as stream_segments
+from compressive_transformer.core.streaming import stream as stream_segments
 
 REGIONS = ("compressed", "memory", "segment")
 

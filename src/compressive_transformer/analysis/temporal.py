@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from compressive_transformer.context import temporal_range
-from compressive_transformer.streaming import segments, stream
+from compressive_transformer.core.context import temporal_range
+from compressive_transformer.core.streaming import segments, stream
 
 
 def default_distances(length: int, reach: int, seg_len: int, *, points: int = 24) -> list[int]:

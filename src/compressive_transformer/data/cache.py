@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, read_split, source_files
 from compressive_transformer.data.tokenizers import Tokenizer, prepare_tokenizer
-from compressive_transformer.units import TextSize, texts_size
+from compressive_transformer.data.units import TextSize, texts_size
 
 logger = logging.getLogger(__name__)
 CACHE_VERSION = 2  # 2: the split's characters and bytes are recorded (bits per character / byte)
@@ -195,10 +196,7 @@ def _build(cfg: DataConfig, split: str, tokenizer: Tokenizer, stem: Path, key: d
         "num_articles": raw.num_articles,
         "names": names,
     }
-    fd3, tmp_meta = tempfile.mkstemp(dir=stem.parent, prefix=meta_path.name, suffix=".tmp")
-    with os.fdopen(fd3, "w", encoding="utf-8") as f:
-        json.dump(meta, f)
-    os.replace(tmp_meta, meta_path)
+    write_text_atomic(meta_path, json.dumps(meta))
     logger.info(
         "cached %s %s: %d documents, %d tokens, %d words",
         cfg.format,

@@ -33,7 +33,8 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from compressive_transformer.config import ConfigError
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import write_text_atomic
 
 logger = logging.getLogger(__name__)
 CHUNK = 1 << 20
@@ -326,8 +327,5 @@ def _download_pg19(
             f"{base}/{source.bucket}/{urllib.parse.quote(name)}", root / name, size=size, digest=digest, progress=False
         )
         fetched[name] = {"size": dest.stat().st_size, "sha256": _hash_file(dest, ("sha256", ""))}
-    record = root / PG19_MANIFEST
-    tmp = record.with_name(record.name + ".part")
-    tmp.write_text(json.dumps({"files": fetched}, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, record)
+    write_text_atomic(root / PG19_MANIFEST, json.dumps({"files": fetched}, indent=1, sort_keys=True))
     return root

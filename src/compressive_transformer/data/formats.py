@@ -1,12 +1,12 @@
-"""Registering a corpus format: one :class:`~compressive_transformer.registry.CorpusFormat` per corpus, read by
+"""Registering a corpus format: one :class:`~compressive_transformer.core.registry.CorpusFormat` per corpus, read by
 config validation (``data.format``), the readers and the token cache (``files``, ``read``), ``data download`` and
 the CLI's choices (``sources``). Adding a corpus is one module that builds its format and calls
 :func:`register_format`."""
 
 from __future__ import annotations
 
+from compressive_transformer.core.registry import FORMATS, CorpusFormat, corpus_format
 from compressive_transformer.data.download import SOURCES
-from compressive_transformer.registry import FORMATS, CorpusFormat, corpus_format
 
 
 def register_format(fmt: CorpusFormat) -> CorpusFormat:

@@ -17,10 +17,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from compressive_transformer.config import ConfigError, DataConfig
+from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.core.registry import CorpusFormat, corpus_format
 from compressive_transformer.data.download import Source
 from compressive_transformer.data.formats import register_format
-from compressive_transformer.registry import CorpusFormat, corpus_format
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +92,13 @@ def source_files(cfg: DataConfig, split: str) -> list[Path]:
 
 
 def _pydoc_files(cfg: DataConfig, split: str) -> list[Path]:
-    import pydoc_data.topics
+    import pydoc_data.topics  # a large standard-library module: loaded only for this corpus
 
     return [Path(pydoc_data.topics.__file__)]
 
 
 def _read_pydoc(cfg: DataConfig, split: str) -> RawSplit:
-    import pydoc_data.topics
+    import pydoc_data.topics  # loaded only for this corpus (see _pydoc_files)
 
     topics = pydoc_data.topics.topics
     keys = _by_fraction(sorted(topics), split)

@@ -18,8 +18,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from compressive_transformer.config import ConfigError
-from compressive_transformer.constants import IGNORE_INDEX
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.constants import IGNORE_INDEX
 
 
 @dataclass

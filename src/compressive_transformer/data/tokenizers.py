@@ -16,9 +16,9 @@ from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from compressive_transformer.config import ConfigError, DataConfig
-from compressive_transformer.data.readers import EOS, UNK, Document
-from compressive_transformer.fileio import write_text_atomic
+from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.data.readers import EOS, UNK, Document, read_documents
 
 TOKENIZER_FILE = "tokenizer.json"
 CHUNK_CHARS = 1 << 20  # long documents are encoded in line-aligned chunks of about this many characters
@@ -162,6 +162,7 @@ class SubwordTokenizer:
 
     @classmethod
     def train(cls, documents: Iterable[Document], *, kind: str, vocab_size: int) -> SubwordTokenizer:
+        # Hugging Face tokenizers: loaded only where a subword tokenizer is trained or read (a byte run never needs it)
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -259,7 +260,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         return WordTokenizer(obj["vocab"], obj.get("counts"))
     model = obj.get("model", {}).get("type", "") if isinstance(obj, dict) else ""
     if model:
-        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import Tokenizer as HFTokenizer  # loaded only for a subword tokenizer
 
         try:
             return SubwordTokenizer(HFTokenizer.from_str(text), model.lower())
@@ -295,8 +296,6 @@ def prepare_tokenizer(
             )
         return tok
     if train_documents is None:
-        from compressive_transformer.data.readers import read_documents
-
         train_documents = read_documents(cfg, "train") if cfg.tokenizer != "bytes" else []
     tok = build_tokenizer(cfg, train_documents)
     tok.save(directory)

@@ -1,7 +1,7 @@
 """Ready experiments: training small models on generated long-range tasks and measuring how far back they reach."""
 
 from compressive_transformer.experiments.long_range import PRESETS, Preset, run_long_range, run_task
-from compressive_transformer.tasks import (
+from compressive_transformer.experiments.tasks import (
     TaskRunConfig,
     TaskTrainConfig,
     evaluate_task,

@@ -11,10 +11,8 @@ Student-t interval and the paired per-seed differences against the paper's best 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import multiprocessing
-import os
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,7 +20,10 @@ from typing import Any, Sequence
 import torch
 
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
-from compressive_transformer.config import ConfigError, to_dict
+from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.core.config_base import Log
+from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.experiments.ablation_report import render
 from compressive_transformer.experiments.long_range import (
     ABLATION_MODELS,
     PRESETS,
@@ -32,7 +33,8 @@ from compressive_transformer.experiments.long_range import (
     train_config,
 )
 from compressive_transformer.experiments.long_range_report import split_accuracy
-from compressive_transformer.tasks import Log, TaskRunConfig
+from compressive_transformer.experiments.runner import run_cells, write_json
+from compressive_transformer.experiments.tasks.training import TaskRunConfig
 
 SUMMARY_FILE = "seeds.json"
 BASELINE = "ct-conv-attention"  # the paper's best cell: paired differences are taken against it
@@ -89,17 +91,18 @@ def run_cell(cell: Cell, run: TaskRunConfig, out: Path, threads: int = 1) -> dic
     """Train and evaluate one cell and write its record (temp file + rename: a kill never leaves half a cell)."""
     torch.set_num_threads(threads)
     record = run_one(run) | {"name": cell.model, "seed": cell.seed}
-    path = cell.path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json(cell.path(out), record)
     return record
 
 
+def _run_planned(planned: tuple[Cell, TaskRunConfig], out: Path, threads: int) -> tuple[Cell, dict[str, Any]]:
+    cell, run = planned
+    return cell, run_cell(cell, run, out, threads)
+
+
 def run_seeded(
-    preset: str | Preset = "full",
-    out_dir: str | Path = "benchmarks/long_range/seeds",
+    preset: str | Preset,
+    out_dir: str | Path,
     *,
     tasks: Sequence[str] = ("passkey",),
     models: Sequence[str] = ("ablation",),
@@ -121,23 +124,16 @@ def run_seeded(
     cells = plan_cells(p, tasks=tasks, models=models, seeds=seeds, budget=budget)
     todo = [(c, r) for c, r in cells if _finished(c, r, out) is None]
     log(f"{len(cells) - len(todo)} of {len(cells)} cells already done; running {len(todo)}, {parallel} at a time")
-    if parallel == 1:
-        for cell, run in todo:
-            record = run_cell(cell, run, out, threads)
-            log(f"{cell.task} / {cell.model} / seed {cell.seed}: accuracy {record['overall_accuracy']:.3f}")
-    elif todo:
-        with futures.ProcessPoolExecutor(max_workers=parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
-            running = {pool.submit(run_cell, c, r, out, threads): c for c, r in todo}
-            for done in futures.as_completed(running):
-                cell, record = running[done], done.result()
-                log(f"{cell.task} / {cell.model} / seed {cell.seed}: accuracy {record['overall_accuracy']:.3f}")
+
+    def done(_: Any, result: tuple[Cell, dict[str, Any]]) -> None:
+        cell, record = result
+        log(f"{cell.task} / {cell.model} / seed {cell.seed}: accuracy {record['overall_accuracy']:.3f}")
+
+    run_cells(todo, functools.partial(_run_planned, out=out, threads=threads), parallel=parallel, on_done=done)
     records = [_finished(c, r, out) for c, r in cells]
     summary = summarise(records, p, seeds=seeds, command=command)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    from compressive_transformer.experiments.ablation_report import render
-
-    (out / "seeds.md").write_text(render(summary), encoding="utf-8")
+    write_json(out / SUMMARY_FILE, summary)
+    write_text_atomic(out / "seeds.md", render(summary))
     return summary
 
 

@@ -9,25 +9,23 @@ tokens/s and parameters.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from compressive_transformer.config import ModelConfig
-from compressive_transformer.context import context_length_from_config
+from compressive_transformer.core.config import Log, ModelConfig, RunConfig
+from compressive_transformer.core.context import context_length_from_config
+from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.models import build_model, model_kind
+from compressive_transformer.experiments.runner import run_cells, write_json
 from compressive_transformer.experiments.spec import load_spec
-from compressive_transformer.metrics import read_metrics
-from compressive_transformer.models import build_model
-from compressive_transformer.run import evaluate_run, read_run_config, train_run
-
-Log = Callable[[str], None]
+from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.rundir import read_run_config
+from compressive_transformer.training.workflows import evaluate_run, train_run
 
 
 def model_name(cfg: ModelConfig) -> str:
-    if cfg.is_ql:
-        return "Transformer-QL"
-    return "Compressive Transformer" if cfg.cmem_len > 0 else "Transformer-XL"
+    return model_kind(cfg).label(cfg)
 
 
 def window_length(cfg: ModelConfig) -> int:
@@ -51,43 +49,55 @@ def compare(
     """Train and evaluate every variant of ``spec``; write ``results.json`` and ``results.md`` into ``out_dir``."""
     out_dir = Path(out_dir)
     configs = load_spec(spec, overrides)
-    rows = []
-    for name, cfg in configs.items():
-        run_dir = out_dir / name
-        log(f"== {name}: {model_name(cfg.model)}")
-        finished = (run_dir / "config.toml").is_file()
-        train_run(None if finished else cfg, run_dir, resume=finished, log=log)
-        result = evaluate_run(run_dir, split=split, progress=False)
-        m = cfg.model
-        ctx = context_length_from_config(m)
-        n_params = sum(p.numel() for p in build_model(read_run_config(run_dir).model).parameters())
-        rows.append(
-            {
-                "variant": name,
-                "model": model_name(m),
-                "n_s/n_m/n_cm": f"{m.seg_len:02d}/{m.mem_len:02d}/" + (f"{m.cmem_len:02d}" if m.cmem_len else "-"),
-                "window": window_length(m),
-                "context_min": ctx.min,
-                "context_max": ctx.max,
-                "context_avg": ctx.average,
-                "split": result.split,
-                "bits_per_token": result.bits_per_token,
-                "bits_per_char": result.bits_per_char,
-                "ppl": result.ppl,
-                "word_ppl": result.word_ppl,
-                "eval_tokens": result.tokens,
-                "eval_complete": result.complete,
-                "train_steps": cfg.train.steps,
-                "tokens_per_s": _tokens_per_s(run_dir),
-                "parameters": n_params,
-                "run_dir": str(run_dir),
-            }
-        )
-        log(f"   {result.summary()}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    (out_dir / "results.md").write_text(results_table(rows), encoding="utf-8")
+    rows: list[dict[str, Any]] = []
+    run_cells(
+        list(configs.items()),
+        lambda variant: _variant_row(*variant, out_dir, split=split, log=log),
+        on_done=lambda _, row: rows.append(row),
+    )
+    write_results(out_dir, rows)
     return rows
+
+
+def write_results(out_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """``results.json`` and ``results.md``, each atomically: a kill leaves the previous file or the new one."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "results.json", rows, indent=2)
+    write_text_atomic(out_dir / "results.md", results_table(rows))
+
+
+def _variant_row(name: str, cfg: RunConfig, out_dir: Path, *, split: str | None, log: Log) -> dict[str, Any]:
+    """Train (or reuse) and evaluate one variant; its row of the table."""
+    run_dir = out_dir / name
+    log(f"== {name}: {model_name(cfg.model)}")
+    finished = (run_dir / "config.toml").is_file()
+    train_run(None if finished else cfg, run_dir, resume=finished, log=log)
+    result = evaluate_run(run_dir, split=split, progress=False)
+    m = cfg.model
+    ctx = context_length_from_config(m)
+    n_params = sum(p.numel() for p in build_model(read_run_config(run_dir).model).parameters())
+    row = {
+        "variant": name,
+        "model": model_name(m),
+        "n_s/n_m/n_cm": f"{m.seg_len:02d}/{m.mem_len:02d}/" + (f"{m.cmem_len:02d}" if m.cmem_len else "-"),
+        "window": window_length(m),
+        "context_min": ctx.min,
+        "context_max": ctx.max,
+        "context_avg": ctx.average,
+        "split": result.split,
+        "bits_per_token": result.bits_per_token,
+        "bits_per_char": result.bits_per_char,
+        "ppl": result.ppl,
+        "word_ppl": result.word_ppl,
+        "eval_tokens": result.tokens,
+        "eval_complete": result.complete,
+        "train_steps": cfg.train.steps,
+        "tokens_per_s": _tokens_per_s(run_dir),
+        "parameters": n_params,
+        "run_dir": str(run_dir),
+    }
+    log(f"   {result.summary()}")
+    return row
 
 
 def results_table(rows: list[dict[str, Any]]) -> str:

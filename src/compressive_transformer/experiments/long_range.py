@@ -3,13 +3,12 @@
 :func:`run_long_range` trains Transformer-XL and the Compressive Transformer at equal attention cost
 (``n_s (n_s + n_m + n_cm)``), plus, optionally, every compression function x compression loss of the paper's
 ablation, and writes ``results.json`` (accuracy by distance, attention cost, theoretical range, the command) with
-plots and tables beside it. Training one model on one task is :mod:`compressive_transformer.tasks.training`.
+plots and tables beside it. Training one model on one task is :mod:`compressive_transformer.experiments.tasks.training`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,22 +17,29 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from compressive_transformer.config import ConfigError, ModelConfig, to_dict
-from compressive_transformer.context import temporal_range
+from compressive_transformer.analysis.plots import plot_accuracy_by_distance
+from compressive_transformer.core.config import ConfigError, ModelConfig, to_dict
+from compressive_transformer.core.context import temporal_range
+from compressive_transformer.core.models import build_model
 from compressive_transformer.experiments.long_range_report import binned, write_long_range_outputs
 from compressive_transformer.experiments.long_range_results import RESULTS_FILE, locked_results
-from compressive_transformer.models import build_model
-from compressive_transformer.tasks import (
+from compressive_transformer.experiments.runner import run_cells, write_json
+from compressive_transformer.experiments.tasks.generators import (
     AssociativeRecallConfig,
     PasskeyConfig,
     SelectiveCopyConfig,
     TaskConfig,
+)
+from compressive_transformer.experiments.tasks.training import (
+    Log,
+    TaskRunConfig,
+    TaskTrainConfig,
+    _quiet,
     bin_counts,
     evaluate_task,
     load_task_run_config,
     train_task,
 )
-from compressive_transformer.tasks.training import Log, TaskRunConfig, TaskTrainConfig, _quiet
 
 
 def describe_model(cfg: ModelConfig) -> dict[str, Any]:
@@ -114,8 +120,7 @@ def run_task(
     record["command"] = (
         f"compressive-transformer task train {config}" + "".join(f" --set {o}" for o in overrides) + f" --out {out_dir}"
     )
-    (out / "result.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    from compressive_transformer.analysis.plots import plot_accuracy_by_distance
+    write_json(out / "result.json", record)
 
     plot_accuracy_by_distance([record], out / "accuracy_by_distance.png", title=f"{run.task.name}")
     return record
@@ -289,8 +294,8 @@ def experiment_command(
 
 
 def run_long_range(
-    preset: str | Preset = "full",
-    out_dir: str | Path = "benchmarks/long_range",
+    preset: str | Preset,
+    out_dir: str | Path,
     *,
     tasks: Sequence[str] = ("passkey",),
     models: Sequence[str] = ("txl", "ct"),
@@ -322,22 +327,26 @@ def run_long_range(
             raise ConfigError(
                 f"{out / RESULTS_FILE}: holds results of preset {results['preset']!r}; use another --out for preset {p.name!r}"
             )
-    for task_name in tasks:
-        for model_name in models:
-            train = train_config(p, seed=seed, steps=budget, ablation=model_name.startswith("ct-"))
-            log(
-                f"{task_name} / {model_name}: {train.steps} steps, {describe_model(runs[model_name])['attention_cost']} query-key pairs per segment"
-            )
-            record = run_one(TaskRunConfig(runs[model_name], all_tasks[task_name], train), log=log)
-            record.update({"name": model_name, "command": command})
-            with locked_results(out) as results:  # other processes may be adding their runs to the same file
-                results.update({"preset": p.name, "preset_config": dataclasses.asdict(p), "seed": seed})
-                entries = [
-                    e for e in results.get("runs", []) if not (e["task"] == task_name and e["name"] == model_name)
-                ]
-                results["runs"] = entries + [record]
-            key = "accuracy_binned" if binned(task_name) else "accuracy"
-            log("  accuracy by distance: " + ", ".join(f"{d}: {a:.2f}" for d, a in record[key].items()))
+
+    def one(cell: tuple[str, str]) -> dict[str, Any]:
+        task_name, model_name = cell
+        train = train_config(p, seed=seed, steps=budget, ablation=model_name.startswith("ct-"))
+        log(
+            f"{task_name} / {model_name}: {train.steps} steps, {describe_model(runs[model_name])['attention_cost']} query-key pairs per segment"
+        )
+        return run_one(TaskRunConfig(runs[model_name], all_tasks[task_name], train), log=log)
+
+    def done(cell: tuple[str, str], record: dict[str, Any]) -> None:
+        task_name, model_name = cell
+        record.update({"name": model_name, "command": command})
+        with locked_results(out) as results:  # other processes may be adding their runs to the same file
+            results.update({"preset": p.name, "preset_config": dataclasses.asdict(p), "seed": seed})
+            entries = [e for e in results.get("runs", []) if not (e["task"] == task_name and e["name"] == model_name)]
+            results["runs"] = entries + [record]
+        key = "accuracy_binned" if binned(task_name) else "accuracy"
+        log("  accuracy by distance: " + ", ".join(f"{d}: {a:.2f}" for d, a in record[key].items()))
+
+    run_cells([(t, m) for t in tasks for m in models], one, on_done=done)
     with locked_results(out) as results:
         write_long_range_outputs(out, results, ("txl", "ct", *ABLATION_MODELS))
     return results

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from compressive_transformer.analysis.plots import plot_accuracy_by_distance
+from compressive_transformer.core.fileio import write_text_atomic
+
 
 def write_long_range_outputs(out: Path, results: dict[str, Any], order: Sequence[str] = ()) -> None:
     """The plots (one per task: accuracy against distance with each model's range) and the markdown tables; models
     in ``order`` first, in that order."""
-    from compressive_transformer.analysis.plots import plot_accuracy_by_distance
-
     for task, entries in _by_task(results, order).items():
         main = [e for e in entries if not e["name"].startswith("ct-")]
         if main:
@@ -25,7 +26,7 @@ def write_long_range_outputs(out: Path, results: dict[str, Any], order: Sequence
                 title=f"{task}: compression fn x loss",
                 binned=binned(task),
             )
-    (out / "results.md").write_text(results_markdown(results, order), encoding="utf-8")
+    write_text_atomic(out / "results.md", results_markdown(results, order))
 
 
 def binned(task: str) -> bool:

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from compressive_transformer.experiments.runner import write_json
+
 RESULTS_FILE = "results.json"
 
 
@@ -24,9 +26,7 @@ def locked_results(out: Path) -> Iterator[dict[str, Any]]:
         before = json.dumps(results, sort_keys=True)
         yield results
         if json.dumps(results, sort_keys=True) != before:
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
+            write_json(path, results)
     finally:
         os.close(fd)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from compressive_transformer.config import ConfigError, RunConfig, apply_overrides, load_toml
+from compressive_transformer.core.config import ConfigError, RunConfig, apply_overrides, load_toml
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -21,24 +21,33 @@ finished run, so a study cut short still reports the runs it finished.
 
 from __future__ import annotations
 
-import concurrent.futures as futures
 import dataclasses
 import json
-import multiprocessing
-import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+import torch
 
-from compressive_transformer.config import ConfigError, RunConfig, from_dict, load_toml
+from compressive_transformer.analysis.frequency import bucket_perplexity, token_nll, token_words, word_counts, word_nll
+from compressive_transformer.analysis.recurrence import Reach, default_edges, loss_by_lookback
+from compressive_transformer.analysis.regions import attention_by_region
+from compressive_transformer.core.config import ConfigError, Log, RunConfig, eval_lengths, from_dict, load_toml, require
+from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.models import model_kind
+from compressive_transformer.data import read_documents
+from compressive_transformer.data.units import summary_line, texts_size, units
 from compressive_transformer.experiments.spec import load_variants
-
-Log = Callable[[str], None]
+from compressive_transformer.runs.checkpoint import latest_checkpoint
+from compressive_transformer.runs.machine import machine_info, resolve_device
+from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.precision import bf16_flags, inference_amp, resolve_amp
+from compressive_transformer.runs.rundir import RESUME_FREE_KEYS, flat, load_model, open_run
+from compressive_transformer.training.workflows import train_run
 
 RESULT_VERSION = 1
 SCRATCH = ("runs/", "cache/", "logs/")
@@ -61,31 +70,31 @@ class StudySettings:
 
     def __post_init__(self) -> None:
         p = "study."
-        _require(
+        require(
             len(self.seeds) > 0 and len(set(self.seeds)) == len(self.seeds),
             p + "seeds",
             "must be a non-empty list of distinct integers",
         )
-        _require(all(s >= 0 for s in self.seeds), p + "seeds", "must be >= 0")
-        _require(
+        require(all(s >= 0 for s in self.seeds), p + "seeds", "must be >= 0")
+        require(
             len(self.splits) > 0 and all(s in ("train", "validation", "test") for s in self.splits),
             p + "splits",
             "use train, validation and/or test",
         )
-        _require(0.0 < self.level < 1.0, p + "level", "must be in (0, 1), e.g. 0.95")
-        _require(
+        require(0.0 < self.level < 1.0, p + "level", "must be in (0, 1), e.g. 0.95")
+        require(
             all(e >= 1 for e in self.lookback_edges) and list(self.lookback_edges) == sorted(set(self.lookback_edges)),
             p + "lookback_edges",
             "must be increasing integers >= 1",
         )
-        _require(
+        require(
             self.attention_split in ("train", "validation", "test"),
             p + "attention_split",
             "use train, validation or test",
         )
-        _require(self.attention_segments >= 0, p + "attention_segments", "must be >= 0 (0 skips the attention profile)")
-        _require(self.parallel >= 1, p + "parallel", "must be >= 1")
-        _require(self.threads >= 0, p + "threads", "must be >= 0 (0 means every core)")
+        require(self.attention_segments >= 0, p + "attention_segments", "must be >= 0 (0 skips the attention profile)")
+        require(self.parallel >= 1, p + "parallel", "must be >= 1")
+        require(self.threads >= 0, p + "threads", "must be >= 0 (0 means every core)")
 
 
 @dataclass(frozen=True)
@@ -99,13 +108,8 @@ class EvalLengths:
     def __post_init__(self) -> None:
         for key in ("mem_len", "cmem_len"):
             v = getattr(self, key)
-            _require(v is None or v >= 0, key, "must be >= 0")
-        _require(self.seg_len is None or self.seg_len > 0, "seg_len", "must be > 0")
-
-
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {message}")
+            require(v is None or v >= 0, key, "must be >= 0")
+        require(self.seg_len is None or self.seg_len > 0, "seg_len", "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -126,17 +130,13 @@ class Study:
 
     def lengths(self, variant: str, evaluation: str) -> tuple[int, int, int]:
         """(seg_len, mem_len, cmem_len) of ``variant`` under ``evaluation``."""
-        m, e = self.configs[variant].model, self.evaluations[variant][evaluation]
-        return (
-            e.seg_len or m.seg_len,
-            m.mem_len if e.mem_len is None else e.mem_len,
-            m.cmem_len if e.cmem_len is None else e.cmem_len,
+        e = self.evaluations[variant][evaluation]
+        return tuple(
+            eval_lengths(self.configs[variant].model, seg_len=e.seg_len, mem_len=e.mem_len, cmem_len=e.cmem_len)
         )
 
     def lookback_edges(self) -> list[int]:
         """The study's lookback edges: given, or every variant's raw memory and total reach at training lengths."""
-        from compressive_transformer.analysis.recurrence import Reach, default_edges
-
         if self.settings.lookback_edges:
             return list(self.settings.lookback_edges)
         reaches = [Reach(c.model.mem_len, c.model.cmem_len, c.model.compression_rate) for c in self.configs.values()]
@@ -181,10 +181,9 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
                 raise ConfigError(
                     f"variants.{name}.evaluations.{ev}.cmem_len: {name} has no compressed memory (model.cmem_len = 0)"
                 )
-            if cfg.model.is_ql and (mem is not None or cmem is not None):
-                raise ConfigError(
-                    f"variants.{name}.evaluations.{ev}: Transformer-QL's memories are fixed by its scales; remove the lengths"
-                )
+            fixed = model_kind(cfg.model).fixed_memory
+            if fixed and (mem is not None or cmem is not None):
+                raise ConfigError(f"variants.{name}.evaluations.{ev}: {fixed}; remove the lengths")
     return Study(path, settings, configs, evaluations, tuple(overrides))
 
 
@@ -267,9 +266,6 @@ def identity_config(cfg: RunConfig) -> dict[str, Any]:
     """The config part of a result's identity: every key but those that never change the trajectory, with the
     precisions resolved on this machine, since the same config trains in bf16 on a CPU with bf16 instructions and in
     fp32 on one without, and the two are different runs."""
-    from compressive_transformer.precision import inference_amp, resolve_amp
-    from compressive_transformer.train import resolve_device
-
     config = _trajectory_keys(cfg)
     device = resolve_device(cfg.train.device)
     config["train.amp"] = resolve_amp(cfg.train.amp, device)
@@ -279,8 +275,6 @@ def identity_config(cfg: RunConfig) -> dict[str, Any]:
 
 def _trajectory_keys(cfg: RunConfig) -> dict[str, Any]:
     """Every dotted config key but those that never change the trajectory, as JSON stores them."""
-    from compressive_transformer.run import RESUME_FREE_KEYS, flat
-
     return json.loads(json.dumps({k: v for k, v in flat(cfg).items() if not k.startswith(RESUME_FREE_KEYS)}))
 
 
@@ -288,8 +282,6 @@ def stored_identity(result: dict[str, Any]) -> dict[str, Any]:
     """A result's identity as this version would write it for the same run: config keys added since it was written
     take their defaults (a new key's default keeps the old behaviour), and precisions stored as configured ("auto",
     "") are resolved on the machine the run ran on (its ``machine`` record)."""
-    from compressive_transformer.precision import bf16_flags
-
     identity = result.get("identity") or {}
     config = identity.get("config")
     if not isinstance(config, dict):
@@ -324,20 +316,8 @@ def result_state(job: Job) -> str:
     return "remeasure" if have.get("config") == want["config"] and have.get("version") == want["version"] else "retrain"
 
 
-def _write_json(path: Path, data: Any) -> None:
-    """Atomically: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def run_job(job: Job) -> dict[str, Any]:
     """Train (or resume) the run and measure it; writes and returns its result. Runs in a worker process."""
-    import torch
-
-    from compressive_transformer.checkpoint import latest_checkpoint
-    from compressive_transformer.run import train_run
 
     torch.set_num_threads(job.threads)
     job.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -360,7 +340,7 @@ def run_job(job: Job) -> dict[str, Any]:
         result = measure_run(job, log=log)
         result["seconds"] = {"train_this_call": train_s, "measure": time.perf_counter() - t0}
         result["final_train_loss"] = summary.last_loss
-        _write_json(job.result_path, result)
+        write_text_atomic(job.result_path, json.dumps(result, indent=1) + "\n")
         log(f"wrote {job.result_path}")
     return result
 
@@ -368,22 +348,6 @@ def run_job(job: Job) -> dict[str, Any]:
 def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
     """Per evaluation and split: bits per character / byte / token, word perplexity, loss by lookback and by word
     frequency, over whole documents with memory carried from each one's start; attention by memory region."""
-    from compressive_transformer.analysis.frequency import (
-        bucket_perplexity,
-        token_nll,
-        token_words,
-        word_counts,
-        word_nll,
-    )
-    from compressive_transformer.analysis.recurrence import loss_by_lookback
-    from compressive_transformer.analysis.regions import attention_by_region
-    from compressive_transformer.checkpoint import latest_checkpoint
-    from compressive_transformer.data import read_documents
-    from compressive_transformer.machine import machine_info
-    from compressive_transformer.metrics import read_metrics
-    from compressive_transformer.run import load_model, open_run
-    from compressive_transformer.units import summary_line, texts_size, units
-
     cfg, tokenizer = open_run(job.run_dir)
     model = load_model(job.run_dir, cfg)
     counts = word_counts(read_documents(cfg.data, "train"))
@@ -461,112 +425,6 @@ def _curve(records: list[dict[str, Any]]) -> dict[str, list[float]]:
     }
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# the whole study
-
-
-def _progress_of(job: Job) -> int:
-    """Steps the run has logged so far (read from its metrics file, so it works across processes)."""
-    from compressive_transformer.metrics import read_metrics
-
-    try:
-        steps = [int(r["step"]) for r in read_metrics(job.run_dir) if "step" in r]
-    except (OSError, ValueError):
-        return 0
-    return max(steps, default=0)
-
-
-def run_study(
-    spec: str | Path,
-    out: str | Path,
-    *,
-    overrides: list[str] | tuple[str, ...] = (),
-    parallel: int | None = None,
-    threads: int | None = None,
-    command: str = "",
-    log: Log = print,
-) -> dict[str, Any]:
-    """Train and measure every (variant, seed) of ``spec`` not yet done in ``out``; aggregate; return the summary."""
-    from tqdm.auto import tqdm
-
-    from compressive_transformer.data import read_documents
-    from compressive_transformer.experiments.study_report import write_report
-
-    study = load_study(spec, overrides)
-    out = Path(out)
-    s = study.settings
-    parallel = parallel or s.parallel
-    total_threads = threads or s.threads or os.cpu_count() or 1
-    lanes = max(1, min(parallel, total_threads))
-    per_job = max(1, total_threads // lanes)
-    jobs = study_jobs(study, out, threads=per_job, progress=lanes == 1)
-    states = {j: result_state(j) for j in jobs}
-    for j in jobs:  # a result is never replaced by one of a different run; re-measuring the same run is fine
-        if states[j] == "retrain" or (states[j] == "remeasure" and not (j.run_dir / "config.toml").is_file()):
-            why = (
-                "another run config"
-                if states[j] == "retrain"
-                else "other measurement settings, and its run directory is gone"
-            )
-            raise ConfigError(
-                f"{j.result_path}: was made with {why}; restore the spec it was made with, or study into another --out"
-            )
-    for cfg in {id(c.data): c for c in study.configs.values()}.values():
-        read_documents(cfg.data, "train")  # a missing corpus stops here, once, before any run starts
-    out.mkdir(parents=True, exist_ok=True)
-    ignore = out / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text(
-            "# scratch of the study: checkpoints, token cache and logs (results/ and the reports are kept)\n"
-            + "\n".join(SCRATCH)
-            + "\n"
-        )
-    todo = [j for j in jobs if states[j] != "done"]
-    log(
-        f"study {study.path}: {len(study.configs)} variants x {len(s.seeds)} seeds; {len(jobs) - len(todo)} done, "
-        f"{len(todo)} to run, {lanes} at a time with {per_job} thread(s) each"
-    )
-
-    def report() -> dict[str, Any]:
-        return write_report(study, out, command=command)
-
-    errors: list[tuple[Job, BaseException]] = []
-    if lanes == 1:
-        for i, job in enumerate(todo):
-            log(f"[{i + 1}/{len(todo)}] {job.name} -> {job.run_dir} (log {job.log_path})")
-            run_job(job)
-            report()
-    else:
-        steps_total = sum(j.config.train.steps for j in todo)
-        bar = tqdm(total=steps_total, desc="study", unit="step", dynamic_ncols=True)
-        ctx = multiprocessing.get_context("spawn")
-        with futures.ProcessPoolExecutor(max_workers=lanes, mp_context=ctx) as pool:
-            pending = {pool.submit(run_job, j): j for j in todo}
-            done_steps = 0
-            while pending:
-                finished, _ = futures.wait(pending, timeout=10, return_when=futures.FIRST_COMPLETED)
-                for fut in finished:
-                    job = pending.pop(fut)
-                    done_steps += job.config.train.steps
-                    try:
-                        fut.result()
-                        bar.write(f"finished {job.name}")
-                        report()
-                    except Exception as e:  # noqa: BLE001  (reported with the others at the end)
-                        errors.append((job, e))
-                        bar.write(f"failed {job.name}: {e} (log {job.log_path})")
-                bar.n = min(steps_total, done_steps + sum(_progress_of(j) for j in pending.values()))
-                bar.refresh()
-        bar.close()
-    summary = report()
-    if errors:
-        job, e = errors[0]
-        raise ConfigError(
-            f"{len(errors)} of {len(todo)} runs failed; first: {job.name}: {e} (see {job.log_path}); rerun the study to retry them"
-        )
-    return summary
-
-
 __all__ = [
     "EvalLengths",
     "Job",
@@ -575,6 +433,5 @@ __all__ = [
     "load_study",
     "measure_run",
     "run_job",
-    "run_study",
     "study_jobs",
 ]

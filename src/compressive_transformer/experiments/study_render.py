@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
-from compressive_transformer.experiments.study_report import fmt_interval
+from compressive_transformer.analysis.plots import (
+    plot_attention_regions,
+    plot_study_bars,
+    plot_study_curves,
+    plot_study_lookback,
+)
+
+
+def fmt_interval(d: dict[str, Any] | None, digits: int = 3, *, percent: bool = False) -> str:
+    if not d or not d.get("n"):
+        return "-"
+    scale = 100.0 if percent else 1.0
+    mean = d["mean"] * scale
+    hw = d.get("half_width")
+    unit = "%" if percent else ""
+    sign = "+" if percent and mean > 0 else ""
+    if hw is None or (isinstance(hw, float) and math.isnan(hw)):
+        return f"{sign}{mean:.{digits}f}{unit}"
+    return f"{sign}{mean:.{digits}f} ± {hw * scale:.{digits}f}{unit}"
 
 
 def _machine_line(summary: dict[str, Any]) -> str:
@@ -65,6 +84,18 @@ def summary_table(summary: dict[str, Any], split: str | None = None) -> list[str
 
 
 def markdown(summary: dict[str, Any]) -> str:
+    out = _header(summary)
+    out += ["", *summary_table(summary)]
+    out += _metric_tables(summary) + _lookback_tables(summary) + _frequency_tables(summary)
+    out += _attention_tables(summary)
+    if summary.get("plots"):
+        out += ["", "## Plots", ""] + [f"Curves: {note}." for note in summary.get("curve_notes", [])]
+        out += [f"![{Path(p).stem}]({Path(p).name})" for p in summary["plots"]]
+    return "\n".join(out) + "\n"
+
+
+def _header(summary: dict[str, Any]) -> list[str]:
+    """Title, budget, reproduction command, machine and the table of variants."""
     b, pct = summary["budget"], round(100 * summary["level"])
     base = summary["baseline"]
     variants = list(summary["variants"])
@@ -95,7 +126,13 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{info['compression_rate'] or '-'} | {info['compression']} | {params} | {info['attention_keys']} | "
             f"{info['reach']} | {len(info['seeds_done'])} |"
         )
-    out += ["", *summary_table(summary)]
+    return out
+
+
+def _metric_tables(summary: dict[str, Any]) -> list[str]:
+    """Bits per character and word perplexity per evaluation, with paired deltas."""
+    variants = list(summary["variants"])
+    out: list[str] = []
     for key, per_variant in summary["metrics"].items():
         ev, split = key.split("/")
         out += ["", f"## {split}, memory of evaluation `{ev}`", ""]
@@ -110,6 +147,13 @@ def markdown(summary: dict[str, Any]) -> str:
                 f"{_lower_in(e['bits_per_char'])} | {fmt_interval(e['word_ppl']['interval'], 2)} | {_delta(e['word_ppl'], 2)} | "
                 f"{fmt_interval(e['bits_per_token']['interval'], 4)} |"
             )
+    return out
+
+
+def _lookback_tables(summary: dict[str, Any]) -> list[str]:
+    """Loss by how far back the same word last occurred, per evaluation."""
+    base, variants = summary["baseline"], list(summary["variants"])
+    out: list[str] = []
     others = [v for v in variants if v != base]
     for key, per_variant in summary["lookback"].items():
         ev, split = key.split("/")
@@ -132,6 +176,14 @@ def markdown(summary: dict[str, Any]) -> str:
                 + " | ".join(cells)
                 + " |"
             )
+    return out
+
+
+def _frequency_tables(summary: dict[str, Any]) -> list[str]:
+    """Word perplexity by train-split frequency, per evaluation."""
+    base, variants = summary["baseline"], list(summary["variants"])
+    others = [v for v in variants if v != base]
+    out: list[str] = []
     for key, per_variant in summary["frequency"].items():
         ev, split = key.split("/")
         if not per_variant.get(base):
@@ -150,6 +202,12 @@ def markdown(summary: dict[str, Any]) -> str:
                     fmt_interval(ev_v.get("relative_gain"), 1, percent=True),
                 ]
             out.append(f"| {bk} | {e['words']:,} | {fmt_interval(e['interval'], 2)} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _attention_tables(summary: dict[str, Any]) -> list[str]:
+    """Attention by memory region, per layer and on average."""
+    out: list[str] = []
     for v, att in summary["attention"].items():
         regions = [r for r in att["regions"] if r["buckets"] > 0]
         cols = [f"{r['name'][0]}{i + 1}" for r in regions for i in range(r["buckets"])]
@@ -159,20 +217,11 @@ def markdown(summary: dict[str, Any]) -> str:
         for name, d in rows:
             vals = [d[r["name"]][i] for r in regions for i in range(r["buckets"])]
             out.append(f"| {name} | " + " | ".join("-" if x is None else f"{x:.4f}" for x in vals) + " |")
-    if summary.get("plots"):
-        out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in summary["plots"]]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def plots(summary: dict[str, Any], out: Path) -> list[str]:
     """Training curves, bits per character with intervals, loss-by-lookback deltas, attention profiles."""
-    from compressive_transformer.analysis.plots import (
-        plot_attention_regions,
-        plot_study_bars,
-        plot_study_curves,
-        plot_study_lookback,
-    )
-
     paths = [plot_study_curves(summary["curves"], out / "curves.png")]
     paths.append(plot_study_bars(summary, out / "bits_per_char.png"))
     key = next(iter(summary["lookback"]), None)
@@ -188,4 +237,4 @@ def plots(summary: dict[str, Any], out: Path) -> list[str]:
     return [str(Path(p).name) for p in paths]
 
 
-__all__ = ["markdown", "plots", "summary_table"]
+__all__ = ["fmt_interval", "markdown", "plots", "summary_table"]

@@ -7,23 +7,21 @@ cut short reports the runs it finished, and the report can be rebuilt without an
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from compressive_transformer.analysis.recurrence import bucket_names
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.experiments.compare import model_name
-
-if TYPE_CHECKING:
-    from compressive_transformer.experiments.study import Study
+from compressive_transformer.experiments.study import Study, read_result, stored_identity, study_jobs
+from compressive_transformer.experiments.study_render import markdown, plots
 
 METRICS = ("bits_per_char", "bits_per_byte", "bits_per_token", "word_ppl")
 
 
 def load_results(study: Study, out: Path) -> dict[str, dict[int, dict[str, Any]]]:
     """variant -> seed -> result, for the runs whose result matches the study's current settings."""
-    from compressive_transformer.experiments.study import read_result, stored_identity, study_jobs
-
     results: dict[str, dict[int, dict[str, Any]]] = {v: {} for v in study.configs}
     for job in study_jobs(study, out, threads=1, progress=False):
         r = read_result(job.result_path)
@@ -71,11 +69,9 @@ def _compare(values: dict[int, float], base: dict[int, float] | None, level: flo
     return entry
 
 
-def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, command: str = "") -> dict[str, Any]:
-    """The study's JSON summary (see the module docstring of :mod:`.study`)."""
-    from compressive_transformer.analysis.recurrence import bucket_names
-
-    s, level, base = study.settings, study.settings.level, study.baseline
+def _summary_header(study: Study, results: dict[str, dict[int, dict[str, Any]]], command: str) -> dict[str, Any]:
+    """What the study was (spec, budget, data, variants) and how far it got (runs done, machines)."""
+    s, base = study.settings, study.baseline
     cfg0 = study.configs[base]
     t = cfg0.train
     edges = study.lookback_edges()
@@ -86,7 +82,7 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
         "command": command,
         "baseline": base,
         "seeds": list(s.seeds),
-        "level": level,
+        "level": s.level,
         "budget": {
             "steps": t.steps,
             "batch_size": t.batch_size,
@@ -105,6 +101,13 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
         ),
     }
     summary["machines"] = [json.loads(m) for m in summary["machines"]]
+    return summary
+
+
+def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, command: str = "") -> dict[str, Any]:
+    """The study's JSON summary (see the module docstring of :mod:`.study`)."""
+    s, level, base = study.settings, study.settings.level, study.baseline
+    summary = _summary_header(study, results, command)
     metrics: dict[str, Any] = {}
     lookback: dict[str, Any] = {}
     frequency: dict[str, Any] = {}
@@ -155,6 +158,10 @@ def aggregate(study: Study, results: dict[str, dict[int, dict[str, Any]]], *, co
         v: _mean_attention(runs) for v, runs in results.items() if any(r.get("attention") for r in runs.values())
     }
     summary["curves"] = {v: {str(seed): r["curve"] for seed, r in sorted(runs.items())} for v, runs in results.items()}
+    # why a curve lacks a part (e.g. a validation curve dropped as invalid), said once under the plots
+    summary["curve_notes"] = sorted(
+        {r["curve_note"] for runs in results.values() for r in runs.values() if "curve_note" in r}
+    )
     return summary
 
 
@@ -183,27 +190,11 @@ def _mean_attention(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 def write_report(study: Study, out: Path, *, command: str = "") -> dict[str, Any]:
     """Aggregate the finished runs into ``results.json``, ``results.md`` and PNG plots in ``out``."""
-    from compressive_transformer.experiments.study import _write_json
-    from compressive_transformer.experiments.study_render import markdown, plots
-
     summary = aggregate(study, load_results(study, out), command=command)
     summary["plots"] = plots(summary, out) if summary["runs_done"] else []
-    _write_json(out / "results.json", summary)
-    (out / "results.md").write_text(markdown(summary), encoding="utf-8")
+    write_text_atomic(out / "results.json", json.dumps(summary, indent=1) + "\n")
+    write_text_atomic(out / "results.md", markdown(summary))
     return summary
 
 
-def fmt_interval(d: dict[str, Any] | None, digits: int = 3, *, percent: bool = False) -> str:
-    if not d or not d.get("n"):
-        return "-"
-    scale = 100.0 if percent else 1.0
-    mean = d["mean"] * scale
-    hw = d.get("half_width")
-    unit = "%" if percent else ""
-    sign = "+" if percent and mean > 0 else ""
-    if hw is None or (isinstance(hw, float) and math.isnan(hw)):
-        return f"{sign}{mean:.{digits}f}{unit}"
-    return f"{sign}{mean:.{digits}f} ± {hw * scale:.{digits}f}{unit}"
-
-
-__all__ = ["aggregate", "fmt_interval", "load_results", "write_report"]
+__all__ = ["aggregate", "load_results", "write_report"]

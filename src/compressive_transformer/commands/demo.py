@@ -1,0 +1,30 @@
+"""``compressive-transformer demo``: train, evaluate and sample a small model on Python's help topics."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from compressive_transformer.training.workflows import demo
+
+NAME = "demo"
+HELP = "train, evaluate and sample a small model on the pydoc topics in a few minutes"
+DESCRIPTION = (
+    "Train a small Compressive Transformer on Python's own help topics (bytes), evaluate it and sample from it."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=int, help="training steps (default: the demo config's 400)")
+    p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/demo-<time>")
+
+
+def main(args: argparse.Namespace) -> None:
+    result = demo(steps=args.steps, run_dir=args.run_dir)
+    print()
+    print(result.validation.summary())
+    print("sample:")
+    print(result.sample)
+    print()
+    print(f"finished in {result.seconds:.0f} s; run directory: {result.run_dir}")
+    print(f"next: compressive-transformer generate {result.run_dir} --prompt 'def ' --temperature 0.8")

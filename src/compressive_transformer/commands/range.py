@@ -1,0 +1,23 @@
+"""``compressive-transformer range``: the temporal range and attention cost of a config."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from compressive_transformer.commands.options import add_overrides
+from compressive_transformer.core.context import range_report
+from compressive_transformer.runs.rundir import build_config
+
+NAME = "range"
+HELP = "print the temporal range and attention cost of a config"
+DESCRIPTION = "Temporal range l x (n_m + c n_cm) and attention cost of a model config."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="TOML config; default: the built-in tiny config")
+    add_overrides(p, "override one config key, e.g. --set model.cmem_len=512 (repeatable)")
+
+
+def main(args: argparse.Namespace) -> None:
+    print(range_report(build_config(args.config, args.overrides).model))

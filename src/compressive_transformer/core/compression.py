@@ -1,0 +1,225 @@
+"""Compression functions f_c behind one interface, looked up by name, and the auxiliary compression losses.
+
+Every compressor maps windows of evicted states to one slot each: ``(B, G, h + c + e, d) -> (B, G, d)``, where a
+window is one group of c evicted states plus e newer neighbours (``compression_extra_width``, overlapping windows),
+preceded by the h = :attr:`Compressor.context` states evicted before the group (0 for all but the dilated
+convolution, whose causal stack runs over the stream of evicted states and so reads back that far). Each compressed
+slot is a function of its window only, so the result never depends on how a stream was cut into segments; the memory
+carries the last h evicted states across segments (``LayerMemory.history``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from compressive_transformer.core.attention import additive_mask
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.dtypes import full_precision
+from compressive_transformer.core.registry import compressor_spec, register_compression_loss, register_compressor
+
+
+class Compressor(nn.Module):
+    """f_c: windows (B, G, h + c + e, d) [+ usage (B, G*c) for most_used] -> compressed slots (B, G, d)."""
+
+    context = 0  # h: evicted states before each group that a window carries (the stream's receptive field - 1)
+
+    def __init__(self, rate: int, extra_width: int) -> None:
+        super().__init__()
+        self.rate = rate
+        self.extra_width = extra_width
+
+    @property
+    def window(self) -> int:
+        return self.context + self.rate + self.extra_width
+
+
+class PoolCompressor(Compressor):
+    """Max or mean pooling with kernel c (+ extra width) and stride c; no parameters."""
+
+    def __init__(self, rate: int, extra_width: int, kind: str) -> None:
+        super().__init__(rate, extra_width)
+        self.kind = kind
+
+    def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
+        return _max(windows) if self.kind == "max" else _mean(windows)
+
+
+class ConvCompressor(Compressor):
+    """1D convolution with kernel c (+ extra width) and stride c, no bias (as the authors' code)."""
+
+    def __init__(self, d_model: int, rate: int, extra_width: int) -> None:
+        super().__init__(rate, extra_width)
+        self.conv = nn.Conv1d(d_model, d_model, kernel_size=rate + extra_width, stride=rate, bias=False)
+
+    def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
+        # A strided convolution over windows is one matmul per window: out[o] = sum_{i,k} w[o,i,k] x[k,i]. Transposing
+        # the (small) windows to (i, k) order lets the weight be read in place as (o, i*k); contracting in the
+        # weight's order instead copies all of it on every call (~0.1 ms per layer for one decoded token).
+        B, G, k, d = windows.shape
+        weight = self.conv.weight
+        return F.linear(windows.transpose(2, 3).reshape(B, G, d * k), weight.view(weight.shape[0], d * k))
+
+
+class DilatedConvCompressor(Compressor):
+    """The paper's dilated convolution: a causal stack of kernel-2 dilated convolutions with ReLU over the stream of
+    evicted states, then the strided convolution (kernel c + e, stride c) that compresses it.
+
+    Output t of a rate-r layer reads its input at t and t - r, so a compressed slot depends on its c + e states and
+    the h = sum(dilations) evicted before them: each window carries those h states (zeros before a document's first
+    eviction, as a causal convolution's left padding), and the stack runs without padding, leaving c + e outputs.
+    """
+
+    def __init__(self, d_model: int, rate: int, extra_width: int, dilations: tuple[int, ...]) -> None:
+        super().__init__(rate, extra_width)
+        self.dilations = dilations
+        self.context = sum(dilations)
+        self.layers = nn.ModuleList(nn.Conv1d(d_model, d_model, kernel_size=2, dilation=r) for r in dilations)
+        self.out = ConvCompressor(d_model, rate, extra_width)
+
+    def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
+        B, G, L, d = windows.shape
+        x = windows.reshape(B * G, L, d).transpose(1, 2)  # (B*G, d, h + c + e)
+        for conv in self.layers:
+            x = F.relu(conv(x))  # each rate-r layer shortens the window by r: the stream before it was carried along
+        k = L - self.context
+        return self.out(x.transpose(1, 2).reshape(B, G, k, d))
+
+
+class MostUsedCompressor(Compressor):
+    """Keep the floor(n/c) evicted slots that received the most attention while in memory, in time order."""
+
+    def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
+        if usage is None:
+            raise ValueError("most_used compression needs the attention usage of the evicted slots")
+        B, G, c, d = windows.shape
+        slots = windows.reshape(B, G * c, d)
+        keep = usage.topk(G, dim=1).indices.sort(dim=1).values  # (B, G) most-used slots, oldest first
+        return slots.gather(1, keep.unsqueeze(-1).expand(B, G, d))
+
+
+class ConvDecoder(nn.Module):
+    """g for the auto-encoding loss: a transposed convolution, kernel c and stride c, back to c states per slot."""
+
+    def __init__(self, d_model: int, rate: int) -> None:
+        super().__init__()
+        self.rate = rate
+        self.deconv = nn.ConvTranspose1d(d_model, d_model, kernel_size=rate, stride=rate, bias=False)
+
+    def forward(self, compressed: Tensor) -> Tensor:
+        B, G, d = compressed.shape
+        weight = self.deconv.weight  # (d_in, d_out, c), read in place as (d_in, d_out * c)
+        out = (compressed @ weight.view(d, -1)).view(B, G, -1, self.rate)  # (B, G, d_out, c)
+        return out.transpose(2, 3).reshape(B, G * self.rate, -1)
+
+
+def _max(groups: Tensor) -> Tensor:
+    return groups.amax(dim=2)
+
+
+def _mean(groups: Tensor) -> Tensor:
+    return groups.mean(dim=2)
+
+
+register_compressor(
+    "max_pool",
+    lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "max"),
+    trainable=False,
+    scale_pool=_max,
+)
+register_compressor(
+    "mean_pool",
+    lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "mean"),
+    trainable=False,
+    scale_pool=_mean,
+)
+register_compressor(
+    "conv", lambda cfg: ConvCompressor(cfg.d_model, cfg.compression_rate, cfg.compression_extra_width), trainable=True
+)
+register_compressor(
+    "dilated_conv",
+    lambda cfg: DilatedConvCompressor(cfg.d_model, cfg.compression_rate, cfg.compression_extra_width, cfg.dilations),
+    trainable=True,
+)
+register_compressor(
+    "most_used",
+    lambda cfg: MostUsedCompressor(cfg.compression_rate, 0),
+    trainable=False,
+    needs_usage=True,
+    extra_width=False,
+)
+
+
+register_compression_loss("attention", local=True)  # attention_reconstruction_loss below
+register_compression_loss("autoencoder", local=True, decoder=True)  # autoencoder_loss below, through ConvDecoder
+register_compression_loss("bptt", bptt=True)  # the task loss, backpropagated through the compressed memories
+register_compression_loss("none")  # parameter-free compressors
+
+
+def build_compressor(cfg: ModelConfig) -> Compressor:
+    """The compressor ``cfg.compression`` names in :data:`~compressive_transformer.core.registry.COMPRESSORS`."""
+    return compressor_spec(cfg.compression).build(cfg)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Auxiliary losses. Both see only detached network states: their gradient reaches the compressor (and decoder) alone.
+
+
+def content_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor) -> Tensor:
+    """softmax(q k^T / sqrt(d_h)) v per head, with no positional terms (Algorithm 2, line 6).
+
+    q: (B, H, T, d_h) projected queries; k, v: (B, H, S, d_h) projected keys and values; key_mask: (B, S).
+    Returns (B, T, H*d_h). A row with no valid key reads all its keys instead (a finite result the caller's row mask
+    excludes), so the fused kernel never sees an empty softmax.
+    """
+    B, H, T, dh = q.shape
+    key_mask = key_mask | ~key_mask.any(dim=1, keepdim=True)
+    if q.device.type == "cpu" and torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+        # The reconstruction's read of the few compressed slots: on CPU the fused kernel's backward took 2.6x the
+        # time of these three ops (forward + backward, 32 keys); without gradients the fused kernel is the faster.
+        bias = additive_mask(key_mask, q.dtype)[:, None, None, :]
+        scores = torch.matmul(q * dh**-0.5, k.transpose(-1, -2)) + bias  # (B, H, T, S)
+        y = torch.matmul(torch.softmax(scores, dim=-1), v)
+    else:
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :])
+    return y.transpose(1, 2).reshape(B, T, H * dh)
+
+
+def attention_reconstruction_loss(
+    q: Tensor,
+    query_mask: Tensor,
+    old_k: Tensor,
+    old_v: Tensor,
+    old_mask: Tensor,
+    compressed: Tensor,
+    compressed_mask: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+) -> Tensor:
+    """||attn(h, old_mem) - attn(h, f_c(old_mem))||^2 (Algorithm 2), mean over valid queries and features.
+
+    q: (B, H, T, d_h) the layer's queries of this segment; old_k, old_v: (B, H, S, d_h) keys/values of the evicted
+    states under the layer's own projections (the attention already computed them this step); compressed: (B, G, d);
+    w_k, w_v: (H d_h, d) the layer's key/value weights. The stop-gradients of Algorithm 2 are applied here: on the
+    queries, the evicted memories and the attention weights (the weights are used detached, never modified, so the
+    layer keeps training from the task loss). Only ``compressed`` carries gradient.
+    """
+    B, H, _, dh = q.shape
+    dtype = w_k.dtype  # the weights' precision (fp32 under autocast): the loss is a small difference of two reads
+    q, old_k, old_v = q.detach().to(dtype), old_k.detach().to(dtype), old_v.detach().to(dtype)
+    with full_precision(q.device):
+        target = content_attention(q, old_k, old_v, old_mask)
+        compressed = compressed.to(dtype)
+        heads = lambda w: (compressed @ w.detach().t()).view(B, -1, H, dh).transpose(1, 2)  # noqa: E731  (B, H, G, d_h)
+        recon = content_attention(q, heads(w_k), heads(w_v), compressed_mask)
+    rows = query_mask & compressed_mask.any(dim=1, keepdim=True) & old_mask.any(dim=1, keepdim=True)  # (B, T)
+    err = ((target - recon) ** 2).mean(dim=-1)  # (B, T)
+    return torch.where(rows, err, 0.0).sum() / rows.sum().clamp(min=1)
+
+
+def autoencoder_loss(old: Tensor, old_mask: Tensor, decoded: Tensor) -> Tensor:
+    """||old_mem - g(f_c(old_mem))||^2, mean over valid evicted states and features."""
+    dtype = torch.promote_types(old.dtype, torch.float32)  # at least fp32, under autocast too
+    err = ((old.detach().to(dtype) - decoded.to(dtype)) ** 2).mean(dim=-1)  # (B, G*c)
+    return (err * old_mask).sum() / old_mask.sum().clamp(min=1)

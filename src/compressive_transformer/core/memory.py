@@ -1,0 +1,385 @@
+"""Explicit recurrent state: per-layer FIFO memory and compressed memory, and the one function that updates it.
+
+Layout (per layer, fixed shapes so rows can be reset independently and ``torch.compile`` sees static sizes):
+
+- ``mem``  (B, capacity, d): the layer's attention inputs, oldest slot first, right-aligned. Capacity is n_m plus, when
+  compressing, c - 1 slots for evicted states that wait for a whole group of c before they are compressed (nothing is
+  ever dropped), rounded up to align the keys (:data:`KEY_ALIGN`).
+- ``cmem`` (B, n_cm, d): compressed slots, oldest first, right-aligned.
+- ``history`` (B, h, d): the last h = ``Compressor.context`` states evicted from memory (h = 0 but for the dilated
+  convolution, whose causal stack over the evicted stream reads them when it compresses the next group); zeros
+  where no state of the row's current document has been evicted yet.
+- ``*_mask`` (B, slots) bool: which slots hold a state of the row's current document.
+
+Every row pushes the same number of positions per segment, so how many slots are occupied (``fill``) is the same
+for all rows and is a plain int; validity per row lives in the masks. Eviction groups therefore depend only on how
+many states the stream has pushed, never on how the stream was cut into segments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from compressive_transformer.core.kv_cache import KVCache
+
+Compress = Callable[[Tensor, "Tensor | None"], Tensor]  # (windows (B,G,k,d), usage (B,G*c) | None) -> (B,G,d)
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """State of one layer. Only :func:`update_layer` creates a successor; nothing mutates it in place."""
+
+    mem: Tensor  # (B, mem_capacity, d)
+    mem_mask: Tensor  # (B, mem_capacity) bool
+    cmem: Tensor  # (B, cmem_len, d)
+    cmem_mask: Tensor  # (B, cmem_len) bool
+    mem_len: int  # n_m: slots kept after eviction (capacity adds c - 1 pending slots when compressing, rounded up)
+    fill: int  # occupied memory slots, the same for every row
+    usage: Tensor | None = None  # (B, mem_capacity) attention received while in memory (most_used)
+    cmem_src: Tensor | None = None  # (B, cmem_len, k, d) windows behind each compressed slot (bptt)
+    young: tuple[int, ...] = ()  # bptt: compressed slots pushed by each of the last segments, newest last
+    history: Tensor | None = None  # (B, h, d) the last h evicted states, oldest first (compressors with context)
+    history_mask: Tensor | None = None  # (B, h) bool: which of them belong to the row's current document
+    kv: KVCache | None = None  # inference only: keys/values of [cmem] and [mem], so only new slots are projected
+    rate: int = 0  # compression rate of the model that made it (0: not recorded); a model refuses another rate
+
+    @property
+    def batch_size(self) -> int:
+        return self.mem.shape[0]
+
+    def usable_kv(self, version: int) -> "KVCache | None":
+        """The key/value cache if it can stand in for projecting the memory again: made with key/value weights of
+        ``version`` and not voided by a newer state."""
+        kv = self.kv
+        return kv if kv is not None and kv.valid and kv.version == version else None
+
+    @property
+    def cmem_len(self) -> int:
+        return self.cmem.shape[1]
+
+    @property
+    def capacity(self) -> int:
+        return self.mem.shape[1]
+
+    @property
+    def n_young(self) -> int:
+        """Compressed slots that still carry the compressor's graph (recomputed from their windows)."""
+        return min(sum(self.young), self.cmem_len)
+
+
+ROW_TENSORS = (
+    "mem",
+    "mem_mask",
+    "cmem",
+    "cmem_mask",
+    "usage",
+    "cmem_src",
+    "history",
+    "history_mask",
+)  # per-row state (dim 0 = batch row)
+
+
+def is_row_tensor(name: str) -> bool:
+    """Whether an entry of :meth:`MemoryState.to_tensors` holds one slice per batch row (rather than a counter)."""
+    return name.rsplit(".", 1)[-1] in ROW_TENSORS
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    """The model's whole recurrent state: one :class:`LayerMemory` per layer, passed into and out of ``forward``."""
+
+    layers: tuple[LayerMemory, ...]
+
+    @property
+    def batch_size(self) -> int:
+        return self.layers[0].batch_size
+
+    def reset(self, rows: Tensor | Sequence[int]) -> "MemoryState":
+        """The same state with ``rows`` emptied (a document boundary); other rows are untouched."""
+        B = self.batch_size  # a mask of another length would fail inside torch, or (length 1) broadcast silently
+        if isinstance(rows, Tensor) and rows.dtype == torch.bool:
+            if tuple(rows.shape) != (B,):
+                raise ValueError(f"rows: a mask needs one entry per memory row, shape ({B},); got {tuple(rows.shape)}")
+        elif any(not -B <= int(r) < B for r in (rows.reshape(-1).tolist() if isinstance(rows, Tensor) else rows)):
+            raise ValueError(f"rows: indices must be in [-{B}, {B}) for a memory of {B} rows; got {rows!r}")
+        layer0 = self.layers[0]
+        keep = torch.ones(layer0.batch_size, dtype=torch.bool, device=layer0.mem.device)
+        if isinstance(rows, Tensor) and rows.dtype == torch.bool:
+            keep = ~rows.to(keep.device)
+        else:
+            keep[
+                torch.as_tensor(
+                    list(rows) if not isinstance(rows, Tensor) else rows, dtype=torch.long, device=keep.device
+                )
+            ] = False
+        return MemoryState(tuple(_reset_layer(layer, keep) for layer in self.layers))
+
+    def select_rows(self, rows: slice) -> "MemoryState":
+        """The state of some batch rows only (a process of a data-parallel run owns a block of rows)."""
+        return MemoryState(tuple(_map_tensors(layer, lambda t: t[rows]) for layer in self.layers))
+
+    def detach(self) -> "MemoryState":
+        return MemoryState(tuple(_map_tensors(layer, Tensor.detach) for layer in self.layers))
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "MemoryState":
+        """Move to ``device``; floating buffers also take ``dtype`` (masks stay bool)."""
+
+        def move(t: Tensor) -> Tensor:
+            return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
+
+        return MemoryState(tuple(_map_tensors(layer, move) for layer in self.layers))
+
+    def to_tensors(self) -> dict[str, Tensor]:
+        """Flat name -> tensor mapping (ints as 0-dim tensors) for safetensors checkpoints; the inference key/value
+        cache is left out (it is rebuilt from the memory)."""
+        out: dict[str, Tensor] = {}
+        for i, layer in enumerate(self.layers):
+            p = f"layers.{i}."
+            for name in ROW_TENSORS:
+                t = getattr(layer, name)
+                if t is not None:
+                    out[p + name] = t.detach().contiguous()
+            out[p + "mem_len"] = torch.tensor(layer.mem_len)
+            out[p + "fill"] = torch.tensor(layer.fill)
+            out[p + "young"] = torch.tensor(list(layer.young), dtype=torch.long)
+            out[p + "rate"] = torch.tensor(layer.rate)
+        return out
+
+    @staticmethod
+    def from_tensors(tensors: dict[str, Tensor]) -> "MemoryState":
+        layers = []
+        i = 0
+        while f"layers.{i}.mem" in tensors:
+            p = f"layers.{i}."
+            layers.append(
+                LayerMemory(
+                    mem=tensors[p + "mem"],
+                    mem_mask=tensors[p + "mem_mask"].bool(),
+                    cmem=tensors[p + "cmem"],
+                    cmem_mask=tensors[p + "cmem_mask"].bool(),
+                    mem_len=int(tensors[p + "mem_len"]),
+                    fill=int(tensors[p + "fill"]),
+                    usage=tensors.get(p + "usage"),
+                    cmem_src=tensors.get(p + "cmem_src"),
+                    history=tensors.get(p + "history"),
+                    history_mask=None if p + "history_mask" not in tensors else tensors[p + "history_mask"].bool(),
+                    young=tuple(int(x) for x in tensors[p + "young"].tolist()),
+                    rate=int(tensors[p + "rate"]) if p + "rate" in tensors else 0,
+                )
+            )
+            i += 1
+        if not layers:
+            raise ValueError("no memory tensors found (expected keys like 'layers.0.mem')")
+        return MemoryState(tuple(layers))
+
+
+# Score rows of odd length (cmem_len + n_m + c - 1 + n_s = 387 keys in the reference model) made the CPU matmul that
+# accumulates q k^T into them twice as slow as rows of 384 or 392; the extra pending slots are never valid.
+KEY_ALIGN = 8
+
+
+def empty_layer(
+    batch_size: int,
+    d_model: int,
+    *,
+    mem_len: int,
+    cmem_len: int,
+    compression_rate: int,
+    window: int,
+    track_usage: bool,
+    keep_windows: bool,
+    context: int = 0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> LayerMemory:
+    """A layer memory with no valid slot. Pending-eviction room (c - 1 slots) exists only when compressing; it is
+    rounded up so that the memory keys (cmem_len + capacity) are a multiple of :data:`KEY_ALIGN`. ``window`` is the
+    compressor's :attr:`~compressive_transformer.core.compression.Compressor.window` and ``context`` its context h (the
+    evicted states it reads before each group, kept in ``history``)."""
+    pending = compression_rate - 1 if cmem_len > 0 else 0
+    if pending:
+        pending += -(cmem_len + mem_len + pending) % KEY_ALIGN
+    capacity = mem_len + pending
+    kw = dict(device=device, dtype=dtype)
+    return LayerMemory(
+        mem=torch.zeros(batch_size, capacity, d_model, **kw),
+        mem_mask=torch.zeros(batch_size, capacity, dtype=torch.bool, device=device),
+        cmem=torch.zeros(batch_size, cmem_len, d_model, **kw),
+        cmem_mask=torch.zeros(batch_size, cmem_len, dtype=torch.bool, device=device),
+        mem_len=mem_len,
+        fill=0,
+        usage=torch.zeros(batch_size, capacity, **kw) if track_usage else None,
+        cmem_src=torch.zeros(batch_size, cmem_len, window, d_model, **kw) if keep_windows else None,
+        rate=compression_rate if cmem_len > 0 else 0,
+        history=torch.zeros(batch_size, context, d_model, **kw) if cmem_len > 0 and context > 0 else None,
+        history_mask=torch.zeros(batch_size, context, dtype=torch.bool, device=device)
+        if cmem_len > 0 and context > 0
+        else None,
+    )
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """What one update evicted and compressed, for the auxiliary compression losses."""
+
+    old: Tensor  # (B, G*c, d) evicted states, detached
+    start: int  # where they sat in [mem; x] (so their keys/values from this step's attention can be reused)
+    old_mask: Tensor  # (B, G*c) bool
+    compressed: Tensor  # (B, G, d) f_c(old), still attached to the compressor's parameters
+    compressed_mask: Tensor  # (B, G) bool: a slot is valid when its whole group was valid
+
+
+def update_layer(
+    state: LayerMemory,
+    x: Tensor,
+    x_mask: Tensor,
+    *,
+    compression_rate: int,
+    extra_width: int,
+    compress: Compress | None,
+    attn_usage: Tensor | None = None,
+    bptt_horizon: int = 0,
+    kv: KVCache | None = None,
+    project_kv: Callable[[Tensor], Tensor] | None = None,
+) -> tuple[LayerMemory, Eviction | None]:
+    """Algorithm 1, lines 8-11: push the layer inputs ``x``, evict the oldest states, compress them in groups of c.
+    Each group's window is preceded by the h states evicted before it (``history``, for a compressor with context h),
+    and ``history`` moves on to the newest h evicted states (invalid ones read as zeros).
+
+    x: (B, T, d) the layer's attention inputs for this segment; x_mask: (B, T) False for padding.
+    attn_usage: (B, capacity) attention the memory slots received in this segment (most_used only).
+    kv: this step's keys/values of [cmem] and of [mem; x] (inference): the next state keeps the newest ``capacity``
+    of the latter and the former extended by ``project_kv`` of the new compressed slots only (no copy of either).
+    """
+    B, T, _ = x.shape
+    c = compression_rate
+    cap = state.capacity
+    compressing = state.cmem_len > 0 and compress is not None
+    combined = torch.cat([state.mem, x.detach()], dim=1)  # (B, cap + T, d), the occupied region is the right end
+    combined_mask = torch.cat([state.mem_mask, x_mask], dim=1)
+    total = state.fill + T
+    n_evict = evicted_count(total, state.mem_len, c, compressing)
+    new_fill = total - n_evict  # <= mem_len + c - 1 <= capacity
+    start = cap + T - total  # index of the oldest occupied slot in `combined`
+
+    usage = None
+    if state.usage is not None:
+        mem_usage = state.usage + (attn_usage if attn_usage is not None else 0.0)
+        usage_all = torch.cat([mem_usage, mem_usage.new_zeros(B, T)], dim=1)  # new slots start unused
+        usage = usage_all[:, combined.shape[1] - cap :]
+
+    cmem, cmem_mask, cmem_src, young = state.cmem, state.cmem_mask, state.cmem_src, state.young
+    n_cm = state.cmem_len
+    kv_cmem = kv.cmem if kv is not None else None
+    history, history_mask = state.history, state.history_mask
+    eviction = None
+    if compressing and n_evict > 0:
+        groups = n_evict // c
+        old = combined[:, start : start + n_evict]  # (B, G*c, d)
+        old_mask = combined_mask[:, start : start + n_evict]
+        span = combined[:, start : start + n_evict + extra_width]
+        if history is not None:  # the stream before the group: the last h evicted states, then these, zero if invalid
+            h = history.shape[1]
+            span_mask = combined_mask[:, start : start + n_evict + extra_width]
+            span = torch.cat([history, span.masked_fill(~span_mask.unsqueeze(-1), 0.0)], dim=1)  # (B, h + G*c + e, d)
+            history = span[:, n_evict : n_evict + h]  # the newest h evicted (or, while few, earlier history) states
+            history_mask = torch.cat([history_mask, old_mask], dim=1)[:, n_evict : n_evict + h]
+        windows = span.unfold(1, span.shape[1] - n_evict + c, c).transpose(2, 3)  # (B, G, h + c + e, d)
+        old_usage = None
+        if usage is not None:
+            old_usage = usage_all[:, start : start + n_evict].masked_fill(~old_mask, float("-inf"))
+        compressed = compress(windows, old_usage)  # (B, G, d)
+        compressed_mask = old_mask.view(B, groups, c).all(dim=-1)
+        eviction = Eviction(
+            old=old, start=start, old_mask=old_mask, compressed=compressed, compressed_mask=compressed_mask
+        )
+        new_slots = compressed.detach().masked_fill(~compressed_mask.unsqueeze(-1), 0.0)
+        cmem = torch.cat([cmem, new_slots], dim=1)[:, -n_cm:]
+        cmem_mask = torch.cat([cmem_mask, compressed_mask], dim=1)[:, -n_cm:]
+        if cmem_src is not None:
+            cmem_src = torch.cat([cmem_src, windows], dim=1)[:, -n_cm:]
+        if kv_cmem is not None:
+            kv_cmem = kv_cmem.extend(project_kv(new_slots)).last(n_cm)
+    if cmem_src is not None:  # only BPTT tracks how recent each compressed slot is
+        young = (young + (groups if eviction is not None else 0,))[-max(bptt_horizon, 1) :]
+
+    keep_from = combined.shape[1] - cap  # the newest `cap` slots stay (an explicit index: cap may be 0)
+    occupied = torch.arange(cap, device=x.device) >= cap - new_fill  # (cap,)
+    mem_mask = combined_mask[:, keep_from:] & occupied
+    mem = combined[:, keep_from:].masked_fill(~mem_mask.unsqueeze(-1), 0.0)
+    if usage is not None:
+        usage = usage * mem_mask
+    new_kv = None if kv is None else KVCache(cmem=kv_cmem, mem=kv.mem.last(cap), version=kv.version)
+    new_state = LayerMemory(
+        mem=mem,
+        mem_mask=mem_mask,
+        cmem=cmem,
+        cmem_mask=cmem_mask,
+        mem_len=state.mem_len,
+        fill=new_fill,
+        usage=usage,
+        cmem_src=cmem_src,
+        young=young,
+        history=history,
+        history_mask=history_mask,
+        kv=new_kv,
+        rate=state.rate,
+    )
+    return new_state, eviction
+
+
+def evicted_count(occupied: int, mem_len: int, compression_rate: int, compressing: bool) -> int:
+    """How many of the ``occupied`` slots (after a push) leave memory: everything beyond n_m, in whole groups of c
+    when compressing (the rest waits in the c - 1 pending slots)."""
+    overflow = max(occupied - mem_len, 0)
+    return (overflow // compression_rate) * compression_rate if compressing else overflow
+
+
+def compressed_for_attention(state: LayerMemory, compress: Compress | None) -> Tensor:
+    """The compressed memory a layer attends to. Under BPTT the young slots are recomputed from their windows so the
+    task loss reaches the compressor; otherwise the stored (detached) slots."""
+    n = state.n_young
+    if state.cmem_src is None or compress is None or n == 0:
+        return state.cmem
+    fresh = compress(state.cmem_src[:, -n:], None).masked_fill(~state.cmem_mask[:, -n:].unsqueeze(-1), 0.0)  # (B, n, d)
+    return torch.cat([state.cmem[:, : state.cmem_len - n], fresh], dim=1)
+
+
+def _reset_layer(layer: LayerMemory, keep: Tensor) -> LayerMemory:
+    def zero_rows(t: Tensor | None) -> Tensor | None:
+        if t is None:
+            return None
+        shape = (keep.shape[0],) + (1,) * (t.dim() - 1)
+        return t * keep.view(shape).to(t.dtype)
+
+    return replace(
+        layer,
+        mem=zero_rows(layer.mem),
+        mem_mask=layer.mem_mask & keep.unsqueeze(1),
+        cmem=zero_rows(layer.cmem),
+        cmem_mask=layer.cmem_mask & keep.unsqueeze(1),
+        usage=zero_rows(layer.usage),
+        cmem_src=zero_rows(layer.cmem_src),
+        history=zero_rows(layer.history),
+        history_mask=None if layer.history_mask is None else layer.history_mask & keep.unsqueeze(1),
+        kv=None if layer.kv is None else layer.kv.map(zero_rows),
+    )
+
+
+def _map_tensors(layer: LayerMemory, fn: Callable[[Tensor], Tensor]) -> LayerMemory:
+    return replace(
+        layer,
+        mem=fn(layer.mem),
+        mem_mask=fn(layer.mem_mask),
+        cmem=fn(layer.cmem),
+        cmem_mask=fn(layer.cmem_mask),
+        usage=None if layer.usage is None else fn(layer.usage),
+        cmem_src=None if layer.cmem_src is None else fn(layer.cmem_src),
+        history=None if layer.history is None else fn(layer.history),
+        history_mask=None if layer.history_mask is None else fn(layer.history_mask),
+        kv=None if layer.kv is None else layer.kv.map(fn),
+    )

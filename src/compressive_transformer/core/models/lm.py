@@ -1,0 +1,280 @@
+"""CompressiveTransformerLM: embedding, a stack of shared blocks with per-layer memories, and the LM head.
+
+``cmem_len = 0`` is Transformer-XL and ``mem_len = cmem_len = 0`` a plain causal transformer. The model is free of
+side effects: memory comes in as a :class:`MemoryState` and the next one goes out with the output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor, nn
+
+from compressive_transformer.core.attention import (
+    additive_mask,
+    attention_mask,
+    explicit_attention,
+    make_positions,
+    share_positions,
+)
+from compressive_transformer.core.compression import (
+    ConvDecoder,
+    attention_reconstruction_loss,
+    autoencoder_loss,
+    build_compressor,
+)
+from compressive_transformer.core.config import ModelConfig, require
+from compressive_transformer.core.dtypes import compute_dtype
+from compressive_transformer.core.memory import (
+    Eviction,
+    LayerMemory,
+    MemoryState,
+    compressed_for_attention,
+    empty_layer,
+    update_layer,
+)
+from compressive_transformer.core.models.block import Block, BlockOutput
+from compressive_transformer.core.models.checks import check_batch_size, check_inputs, check_memory
+from compressive_transformer.core.models.io import InputLayer, OutputLayer, dropout, init_weights
+from compressive_transformer.core.registry import compression_loss_spec, compressor_spec
+from compressive_transformer.core.stamps import DeclaresWrites
+
+
+@dataclass
+class LMOutput:
+    logits: Tensor | None  # (B, T, vocab); None for a hidden-states-only continuous model
+    loss: Tensor | None  # mean cross-entropy over targets != -100
+    aux_loss: Tensor  # mean over layers of the compression loss; its gradient reaches only the compressor
+    aux_losses: Tensor  # (n_layers,) detached per-layer compression loss (0 where nothing was compressed)
+    memory: MemoryState
+    hidden: Tensor  # (B, T, d_model) final hidden states
+    attentions: list[Tensor] | None = None  # per layer (B, H, T, C + M + T) over [cmem; mem; segment]
+
+
+def check_config(cfg: ModelConfig) -> None:
+    """The Compressive Transformer's (and Transformer-XL's) rules beyond the common ones."""
+    require(cfg.droppath == 0.0, "model.droppath", "droppath is a Transformer-QL option; set scales or 0")
+
+
+def label(cfg: ModelConfig) -> str:
+    return "Compressive Transformer" if cfg.cmem_len > 0 else "Transformer-XL"
+
+
+class CompressiveTransformerLM(DeclaresWrites, nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.input = InputLayer(cfg)
+        self.drop = dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        share_positions([b.attn for b in self.blocks], cfg.share_positions)
+        self.output = OutputLayer(cfg, self.input)
+
+        trained = cfg.uses_compression and compressor_spec(cfg.compression).trainable
+        self.compressors = (
+            nn.ModuleList(build_compressor(cfg) for _ in range(cfg.n_layers)) if cfg.uses_compression else None
+        )
+        self.decoders = (
+            nn.ModuleList(ConvDecoder(d, cfg.compression_rate) for _ in range(cfg.n_layers))
+            if trained and compression_loss_spec(cfg.compression_loss).decoder
+            else None
+        )
+        self.apply(lambda m: init_weights(m, cfg.init_std))
+
+    # ---------------------------------------------------------------------------------------------------------
+
+    def parameters_of(self, group: str) -> list[nn.Parameter]:
+        """``"compressor"``: the compression networks and the auto-encoder's decoders; ``"model"``: everything else."""
+        compressor_ids = {id(p) for m in (self.compressors, self.decoders) if m is not None for p in m.parameters()}
+        if group == "compressor":
+            return [p for p in self.parameters() if id(p) in compressor_ids]
+        if group == "model":
+            return [p for p in self.parameters() if id(p) not in compressor_ids]
+        raise ValueError(f"unknown parameter group {group!r}; use 'model' or 'compressor'")
+
+    def init_memory(
+        self,
+        batch_size: int,
+        *,
+        mem_len: int | None = None,
+        cmem_len: int | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> MemoryState:
+        """Empty memories; ``mem_len``/``cmem_len`` may differ from training (no parameter depends on them)."""
+        check_batch_size(batch_size)
+        cfg = self.cfg
+        mem_len = cfg.mem_len if mem_len is None else mem_len
+        cmem_len = cfg.cmem_len if cmem_len is None else cmem_len
+        if mem_len < 0 or cmem_len < 0:
+            raise ValueError(f"memory lengths must be >= 0, got mem_len={mem_len}, cmem_len={cmem_len}")
+        if cmem_len > 0 and not cfg.uses_compression:
+            raise ValueError("this model was built without compression (cmem_len=0); it cannot use a compressed memory")
+        if cmem_len > 0 and mem_len < cfg.compression_extra_width:
+            raise ValueError(f"mem_len={mem_len} is shorter than compression_extra_width={cfg.compression_extra_width}")
+        param = next(self.parameters())
+        device = param.device if device is None else device
+        dtype = param.dtype if dtype is None else dtype
+        comp = self.compressors[0] if self.compressors is not None else None
+        layer = lambda: empty_layer(  # noqa: E731
+            batch_size,
+            cfg.d_model,
+            mem_len=mem_len,
+            cmem_len=cmem_len,
+            compression_rate=cfg.compression_rate,
+            window=comp.window if comp is not None else 1,
+            track_usage=cmem_len > 0 and compressor_spec(cfg.compression).needs_usage,
+            keep_windows=cmem_len > 0 and compression_loss_spec(cfg.compression_loss).bptt,
+            context=comp.context if comp is not None else 0,
+            device=device,
+            dtype=dtype,
+        )
+        layers = tuple(layer() for _ in range(cfg.n_layers))
+        if cfg.memory_init == "zeros":
+            layers = tuple(self._zero_input_memory(state, block) for state, block in zip(layers, self.blocks))
+        return MemoryState(layers)
+
+    @staticmethod
+    def _zero_input_memory(state: LayerMemory, block: Block) -> LayerMemory:
+        """``memory_init = "zeros"``: every slot valid and holding what the layer stores for a zero input (zeros, or
+        the pre-norm's bias), as the first segment sees it in `transformers`' Transformer-XL."""
+        with torch.no_grad():
+            slot = block.attn_input(state.mem.new_zeros(state.mem.shape[-1]))  # (d,)
+        return replace(
+            state,
+            mem=slot.expand_as(state.mem).clone(),
+            mem_mask=torch.ones_like(state.mem_mask),
+            fill=state.capacity,
+        )
+
+    # ---------------------------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        inputs: Tensor,
+        memory: MemoryState | None = None,
+        targets: Tensor | None = None,
+        *,
+        input_mask: Tensor | None = None,
+        need_weights: bool = False,
+        compression_loss: bool | None = None,
+    ) -> LMOutput:
+        """inputs: (B, T) token ids, or (B, T, input_dim) floats in continuous mode; targets: (B, T), -100 = ignore;
+        input_mask: (B, T) bool, False for padding (never attended to by real tokens, never valid in memory);
+        compression_loss: compute the auxiliary losses (default: only when gradients are enabled — evaluation and
+        generation skip the work; analyses of compressibility ask for them)."""
+        cfg = self.cfg
+        check_inputs(cfg, inputs, targets, input_mask)
+        B, T = inputs.shape[:2]
+        if memory is None:
+            memory = self.init_memory(B, device=inputs.device)
+        param = next(self.parameters())
+        check_memory(
+            cfg, memory, batch_size=B, n_layers=cfg.n_layers, dtype=param.dtype, device=param.device, compressive=True
+        )
+        if input_mask is None:
+            input_mask = torch.ones(B, T, dtype=torch.bool, device=inputs.device)
+        input_mask = input_mask.bool()
+
+        h = self.drop(self.input(inputs))
+
+        first = memory.layers[0]
+        positions = make_positions(
+            seg_len=T,
+            mem_capacity=first.capacity,
+            cmem_len=first.cmem_len,
+            cmem_offset=first.fill if cfg.cmem_positions == "shared" else 0,
+            d_model=cfg.d_model,
+            clamp_len=cfg.clamp_len,
+            device=h.device,
+            dtype=h.dtype,
+        )
+        # Every layer pushes the same positions and resets the same rows, so one mask serves all layers.
+        mask = additive_mask(
+            attention_mask(
+                input_mask,
+                first.mem_mask,
+                first.cmem_mask,
+                same_length_window=first.mem_len - cfg.same_length_self if cfg.same_length else 0,
+            ),
+            compute_dtype(h.device, h.dtype),
+        )
+        want_weights = explicit_attention(cfg, h.device, need_weights)
+        caching = not self.training and not torch.is_grad_enabled()  # inference: keep keys/values of memory slots
+        want_aux = torch.is_grad_enabled() if compression_loss is None else compression_loss
+        new_layers: list[LayerMemory] = []
+        aux: list[Tensor] = []
+        attentions: list[Tensor] = []
+        for i, block in enumerate(self.blocks):
+            state = memory.layers[i]
+            compress = self.compressors[i] if self.compressors is not None else None
+            cmem = compressed_for_attention(state, compress)
+            cache = state.usable_kv(block.attn.kv_version) if caching else None
+            out = block(h, state.mem, cmem, positions, mask, need_weights=want_weights, kv_cache=cache)
+            new_state, eviction = update_layer(
+                state,
+                out.attn_in,
+                input_mask,
+                compression_rate=cfg.compression_rate,
+                extra_width=cfg.compression_extra_width,
+                compress=compress,
+                attn_usage=self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None,
+                bptt_horizon=cfg.bptt_horizon if compression_loss_spec(cfg.compression_loss).bptt else 0,
+                kv=out.attn.cache if caching else None,
+                project_kv=block.attn.project_kv,
+            )
+            new_layers.append(new_state)
+            if want_aux:
+                aux.append(self._compression_loss(i, out, input_mask, eviction, state.cmem_len))
+            if need_weights:
+                attentions.append(out.attn.weights)
+            h = out.h
+            del out, eviction  # this layer's attention buffers are not kept while the next layer runs
+
+        h, logits, loss = self.output(h, targets)
+        aux_losses = torch.stack(aux) if aux else h.new_zeros(cfg.n_layers)
+        return LMOutput(
+            logits=logits,
+            loss=loss,
+            aux_loss=aux_losses.mean(),
+            aux_losses=aux_losses.detach(),
+            memory=MemoryState(tuple(new_layers)),
+            hidden=h,
+            attentions=attentions if need_weights else None,
+        )
+
+    @staticmethod
+    def _usage(weights: Tensor, input_mask: Tensor, state: LayerMemory) -> Tensor:
+        """Attention each memory slot received in this segment, averaged over heads and real queries: (B, M)."""
+        C, M = state.cmem_len, state.capacity
+        valid_q = input_mask[:, None, :, None].to(weights.dtype)  # (B, 1, T, 1)
+        return ((weights[..., C : C + M] * valid_q).sum(2) / valid_q.sum(2).clamp(min=1)).mean(1).detach()
+
+    def _compression_loss(
+        self, i: int, out: BlockOutput, input_mask: Tensor, eviction: Eviction | None, n_cm: int
+    ) -> Tensor:
+        cfg = self.cfg
+        loss = compression_loss_spec(cfg.compression_loss)
+        if eviction is None or not loss.local:
+            return out.h.new_zeros(())
+        group_mask = eviction.compressed_mask.repeat_interleave(cfg.compression_rate, dim=1)  # (B, G*c)
+        old_mask = eviction.old_mask & group_mask
+        if not loss.decoder:  # the attention reconstruction
+            first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values
+            old = slice(first, first + eviction.old.shape[1])
+            attn = self.blocks[i].attn
+            return attention_reconstruction_loss(
+                out.attn.q,
+                input_mask,
+                out.attn.k[:, :, old],
+                out.attn.v[:, :, old],
+                old_mask,
+                eviction.compressed,
+                eviction.compressed_mask,
+                attn.w_k,
+                attn.w_v,
+            )
+        decoded = self.decoders[i](eviction.compressed)  # autoencoder
+        return autoencoder_loss(eviction.old, old_mask, decoded)

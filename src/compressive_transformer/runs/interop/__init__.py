@@ -1,0 +1,1 @@
+"""Reading checkpoints of other libraries into this one's runs and exports."""

@@ -1,0 +1,211 @@
+"""Run directories: the config a run records and reads back, fresh and empty directories, the token cache's place,
+and a trained run's config, tokenizer and model.
+
+A run directory holds ``config.toml`` (the resolved config), ``tokenizer/``, ``checkpoints/``, ``metrics.jsonl``,
+``eval_<split>.json`` and ``.lock``. A new run never writes into a directory that already holds something; a resumed
+run must have been written by the same config (keys that only change logging may differ, and the optimisation keys
+of :data:`RESUME_REMEDY_KEYS`, the remedy for a diverged run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from compressive_transformer.core.config import (
+    ConfigError,
+    Log,
+    RunConfig,
+    apply_overrides,
+    load_toml,
+    to_dict,
+    tomllib,
+)
+from compressive_transformer.core.models import MemoryModel, build_model
+from compressive_transformer.data import load_tokenizer
+from compressive_transformer.data.readers import data_root_path
+from compressive_transformer.runs.checkpoint import load_newest_weights
+from compressive_transformer.runs.machine import resolve_device, set_threads
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.runlock import LOCK_FILE
+
+CONFIG_FILE = "config.toml"
+TOKENIZER_DIR = "tokenizer"
+# keys that change what is logged or kept, where the (verified) data lives, or how many CPU threads work on it,
+# never the trajectory: a resumed run may change them. A moved corpus is checked by the data iterator, which refuses
+# a different one. (Another thread count can change the order of float sums, so bit-for-bit resume holds for equal
+# thread counts.)
+RESUME_FREE_KEYS = (
+    "train.progress",
+    "train.log_every",
+    "train.val_every",
+    "train.val_batches",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.num_threads",
+    "train.divergence_factor",
+    "data.path",
+    "data.cache_dir",
+    "data.tokenizer_file",  # the tokenizer itself is saved in the run; where its source file lives does not matter
+)
+# keys that do change the trajectory but nothing a checkpoint holds (the schedule, clipping), so a resumed run may
+# change them: the remedy for a run that diverged. The run's config.toml records the new values.
+RESUME_REMEDY_KEYS = (
+    "train.lr",
+    "train.lr_start",
+    "train.lr_final",
+    "train.warmup_steps",
+    "train.decay_steps",
+    "train.grad_clip",
+    "train.amp",  # a run begun in bf16 may continue where bf16 is slow, or a diverging fp16 run in bf16
+)
+EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
+
+
+def log_stderr(message: str) -> None:
+    """Notes for the user of a command whose stdout is its result (scores, generated text)."""
+    print(message, file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# configs
+
+
+def config_from_text(text: str, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    return RunConfig.from_raw(apply_overrides(tomllib.loads(text), overrides))
+
+
+def build_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """A config file plus overrides; no file means the built-in tiny config."""
+    raw = load_toml(path) if path is not None else tomllib.loads(TINY_TOML)
+    return RunConfig.from_raw(apply_overrides(raw, overrides))
+
+
+def flat(cfg: RunConfig) -> dict[str, Any]:
+    return {f"{section}.{key}": value for section, table in to_dict(cfg).items() for key, value in table.items()}
+
+
+def config_difference(old: RunConfig, new: RunConfig, *, ignore: tuple[str, ...] = ()) -> str | None:
+    """The first dotted key whose value differs, with both values (None when they agree). ``ignore`` holds keys
+    or prefixes such as ``"eval."``."""
+    a, b = flat(old), flat(new)
+    for key in a:
+        if not key.startswith(ignore) and a[key] != b[key]:
+            return f"{key}: {a[key]!r} in the run, {b[key]!r} now"
+    return None
+
+
+def resolve(cfg: RunConfig, vocab_size: int) -> RunConfig:
+    """What a run records: the model's vocabulary is the tokenizer's, and data paths are absolute so the run
+    can be evaluated or resumed from any working directory."""
+    absolute = lambda p: str(Path(p).expanduser().resolve()) if p else p  # noqa: E731
+    data = dataclasses.replace(
+        cfg.data,
+        path=absolute(data_root_path(cfg.data.path)),
+        cache_dir=absolute(cfg.data.cache_dir),
+        tokenizer_file=absolute(cfg.data.tokenizer_file),
+    )
+    train = dataclasses.replace(cfg.train, init_from=absolute(cfg.train.init_from))
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab_size), data=data, train=train)
+
+
+def check_vocabulary(cfg: RunConfig, tokenizer: Any, log: Log) -> None:
+    """The model's vocabulary is its tokenizer's (:func:`resolve` records it). The byte tokenizer's is always 256,
+    so another ``model.vocab_size`` is a mistake; a learned tokenizer's size is known only once it is built, so a
+    configured size it does not reach is said, not refused."""
+    want, have = cfg.model.vocab_size, tokenizer.vocab_size
+    if want == have or cfg.model.input_dim > 0:
+        return
+    if tokenizer.kind == "bytes":
+        raise ConfigError(
+            f"model.vocab_size: {want}, but the byte tokenizer has exactly {have} tokens; set {have} or drop the "
+            "override (data.tokenizer = 'bpe' with data.vocab_size = N learns a vocabulary of another size)"
+        )
+    log(
+        f"note: model.vocab_size = {want} is replaced by {have}, the size of the {tokenizer.kind} tokenizer built "
+        "from the training data (a model's vocabulary is its tokenizer's)"
+    )
+
+
+def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(
+            f"{run_dir}: not a run directory (no {CONFIG_FILE}); train one with `compressive-transformer train`"
+        )
+    return RunConfig.from_raw(apply_overrides(load_toml(path), overrides))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# run directories
+
+
+def fresh_run_dir(prefix: str, root: str | Path = "runs") -> Path:
+    """``runs/<prefix>-YYYYmmdd-HHMMSS`` (with a counter if that exists already): never an existing run."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path(root) / f"{prefix}-{stamp}"
+    n = 2
+    while path.exists():
+        path = Path(root) / f"{prefix}-{stamp}-{n}"
+        n += 1
+    return path
+
+
+def require_empty(run_dir: Path) -> None:
+    """A new run needs a missing or empty directory (a lock file left by a run killed while it was being set up
+    does not count)."""
+    if run_dir.exists() and (not run_dir.is_dir() or any(p.name != LOCK_FILE for p in run_dir.iterdir())):
+        raise ConfigError(
+            f"{run_dir}: already holds a run or other files; pass --resume to continue it, or choose another --run-dir"
+        )
+
+
+def cache_dir(cfg: RunConfig, run_dir: Path) -> Path:
+    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / ".cache"
+
+
+def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, Any]:
+    """Config and tokenizer of a trained run."""
+    run_dir = Path(run_dir)
+    cfg = read_run_config(run_dir, overrides)
+    if not (run_dir / TOKENIZER_DIR).exists():
+        raise ConfigError(f"{run_dir}: has no {TOKENIZER_DIR}/; it is not a complete run directory")
+    return cfg, load_tokenizer(run_dir / TOKENIZER_DIR)
+
+
+def load_model(
+    run_dir: str | Path,
+    cfg: RunConfig,
+    checkpoint: str | Path | None = None,
+    *,
+    device: str | None = None,
+    threads: int | None = None,
+    log: Log | None = log_stderr,
+) -> MemoryModel:
+    """The run's model with the weights of ``checkpoint`` (default: its newest checkpoint that verifies; newer ones
+    that do not are reported through ``log``), on ``device`` (default ``auto``: CUDA where this machine has it, else
+    CPU; where the run was trained does not matter) with ``threads`` CPU threads (default: ``train.num_threads``)."""
+    return load_model_from(run_dir, cfg, checkpoint, device=device, threads=threads, log=log)[0]
+
+
+def load_model_from(
+    run_dir: str | Path,
+    cfg: RunConfig,
+    checkpoint: str | Path | None = None,
+    *,
+    device: str | None = None,
+    threads: int | None = None,
+    log: Log | None = log_stderr,
+) -> tuple[MemoryModel, Path]:
+    """:func:`load_model` and the checkpoint it loaded."""
+    if threads is not None and threads < 1:
+        raise ConfigError(f"--threads: must be >= 1, got {threads}")
+    target = resolve_device(device or "auto", key="--device")
+    set_threads(threads if threads is not None else cfg.train.num_threads, log if target.type == "cpu" else None)
+    model = build_model(cfg.model).to(target)
+    path = load_newest_weights(run_dir, model, checkpoint, log)
+    model.eval()
+    return model, path

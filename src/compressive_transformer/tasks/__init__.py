@@ -1,7 +1,0 @@
-"""Generated long-range tasks (:mod:`.generators`) and training a model on them (:mod:`.training`)."""
-
-from compressive_transformer.tasks import generators, training
-from compressive_transformer.tasks.generators import *  # noqa: F403  (the public names of both modules, as listed there)
-from compressive_transformer.tasks.training import *  # noqa: F403
-
-__all__ = [*generators.__all__, *training.__all__]

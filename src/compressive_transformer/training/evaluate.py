@@ -1,0 +1,153 @@
+"""Streaming evaluation: the whole split, in order, one pass, memory carried from segment to segment.
+
+The split is divided into ``batch_size`` parallel streams; each row keeps its own memory, which is emptied only at
+document boundaries (``batch.reset``). Memory and segment lengths may differ from training: no parameter depends on
+them, and longer evaluation memories are how the papers report their best numbers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from compressive_transformer.core.config import eval_lengths
+from compressive_transformer.core.constants import IGNORE_INDEX
+from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.streaming import stream
+from compressive_transformer.data import StreamBatcher
+from compressive_transformer.data.units import LN2, TextSize, Units, summary_line, units
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One streaming evaluation. Units come from :mod:`compressive_transformer.data.units`: per-text units (bits per
+    character / byte, word perplexity) are None when only part of the text was evaluated."""
+
+    split: str
+    loss: float  # mean negative log-likelihood per predicted token, in nats
+    bits_per_token: float
+    ppl: float  # token perplexity
+    bits_per_char: float | None  # total NLL / characters of the text, in bits
+    bits_per_byte: float | None  # total NLL / UTF-8 bytes of the text, in bits
+    word_ppl: float | None  # exp(total NLL / whitespace words); word and subword tokenizers only
+    tokens: int
+    chars: int
+    bytes: int
+    words: int
+    segments: int
+    complete: bool
+    seconds: float
+    seg_len: int
+    mem_len: int
+    cmem_len: int
+    tokenizer: str = ""
+
+    @property
+    def bpc(self) -> float:
+        """Deprecated: this name held bits per *token*; read ``bits_per_token`` or ``bits_per_char``."""
+        warnings.warn(
+            "EvalResult.bpc is bits per token; use bits_per_token or bits_per_char", DeprecationWarning, stacklevel=2
+        )
+        return self.bits_per_token
+
+    @property
+    def units(self) -> Units:
+        return Units(self.loss, self.bits_per_token, self.ppl, self.bits_per_char, self.bits_per_byte, self.word_ppl)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        part = "" if self.complete else " (partial)"
+        return f"{self.split}{part}: {summary_line(self.units)} over {self.tokens:,} tokens"
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module,
+    corpus: Any,
+    *,
+    split: str = "validation",
+    batch_size: int,
+    seg_len: int,
+    mem_len: int | None = None,
+    cmem_len: int | None = None,
+    max_batches: int = 0,
+    device: torch.device | str | None = None,
+    amp_dtype: torch.dtype | None = None,
+    progress: bool = False,
+    size: TextSize | None = None,
+    tokenizer_kind: str | None = None,
+) -> EvalResult:
+    """Total NLL over every target of ``corpus`` (or the first ``max_batches`` batches), with memory carried.
+    ``size`` and ``tokenizer_kind`` (default: the corpus's own) turn it into bits per character / byte and word
+    perplexity."""
+    cfg = model.cfg
+    _, mem_len, cmem_len = eval_lengths(cfg, mem_len=mem_len, cmem_len=cmem_len)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    batcher = StreamBatcher(corpus, batch_size=batch_size, seg_len=seg_len, shuffle=False, repeat=False)
+    total = len(batcher) if not max_batches else min(max_batches, len(batcher))
+    complete = total == len(batcher)
+    total_nll, tokens, segments = 0.0, 0, 0
+    start = time.perf_counter()
+    bar = tqdm(total=total, desc=f"eval {split}", unit="seg", disable=not progress, leave=False)
+    batches = itertools.islice(batcher, total)
+    steps = stream(
+        model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device, amp_dtype=amp_dtype
+    )
+    try:
+        for step in steps:
+            targets = step.batch.targets.to(device)
+            nll = F.cross_entropy(
+                step.out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+            )
+            total_nll += float(nll)
+            tokens += int((targets != IGNORE_INDEX).sum())
+            segments += 1
+            bar.update(1)
+            if tokens:
+                bar.set_postfix(bits_per_token=f"{total_nll / tokens / LN2:.3f}")
+    finally:
+        steps.close()
+        bar.close()
+    size = size if size is not None else getattr(corpus, "size", None)
+    if size is None:
+        size = TextSize(words=int(getattr(corpus, "num_words", 0) or 0))
+    kind = tokenizer_kind if tokenizer_kind is not None else str(getattr(corpus, "tokenizer_kind", ""))
+    u = units(total_nll, tokens, size, tokenizer_kind=kind, complete=complete)
+    return EvalResult(
+        split=split,
+        loss=u.loss,
+        bits_per_token=u.bits_per_token,
+        ppl=u.ppl,
+        bits_per_char=u.bits_per_char,
+        bits_per_byte=u.bits_per_byte,
+        word_ppl=u.word_ppl,
+        tokens=tokens,
+        chars=size.chars,
+        bytes=size.bytes,
+        words=size.words,
+        segments=segments,
+        complete=complete,
+        seconds=time.perf_counter() - start,
+        seg_len=seg_len,
+        mem_len=mem_len,
+        cmem_len=cmem_len,
+        tokenizer=kind,
+    )
+
+
+def write_eval_record(path: Path, record: dict[str, Any]) -> Path:
+    """Write an evaluation record as JSON (infinities as strings: JSON has none)."""
+    safe = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in record.items()}
+    return write_text_atomic(path, json.dumps(safe, indent=2) + "\n")

@@ -1,0 +1,203 @@
+"""Sampling with memory: the prompt is read in segments of ``seg_len``, then each new token is one step of length 1
+against the memory, so every generated token costs the same (no window is ever recomputed). The steps run on the
+ring-buffer :class:`~compressive_transformer.core.models.decode.Decoder` where the model has one, else on ``model.forward``."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import secrets
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.dtypes import autocast
+from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.core.models.decode import unsupported
+from compressive_transformer.core.registry import find_model_kind
+
+
+def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
+    """Refuse sampling settings that cannot work or contradict each other, in one line naming the option: a
+    temperature that is not a finite number >= 0, top_k < 0, top_p outside (0, 1], max_tokens < 0, and top_k /
+    top_p together with temperature 0 (greedy decoding ignores them, which would hide the mistake)."""
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ConfigError(f"{name}: must be a finite number, got {value!r}")
+    for name, value in (("top_k", top_k), ("max_tokens", max_tokens)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ConfigError(f"{name}: must be an integer, got {value!r}")
+    if temperature < 0:
+        raise ConfigError(f"temperature: must be >= 0 (0 is greedy), got {temperature}")
+    if top_k < 0:
+        raise ConfigError(f"top_k: must be >= 0 (0 keeps all tokens), got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ConfigError(f"top_p: must be in (0, 1] (1 keeps all tokens), got {top_p}")
+    if max_tokens < 0:
+        raise ConfigError(f"max_tokens: must be >= 0, got {max_tokens}")
+    if temperature == 0 and (top_k > 0 or top_p < 1.0):
+        raise ConfigError(
+            "temperature: 0 is greedy decoding, which ignores top_k and top_p; drop them or set temperature > 0"
+        )
+
+
+def clean_prompt(prompt: str | bytes) -> str:
+    """A prompt as valid text: bytes that are not UTF-8 (a command line passes them as surrogate escapes) become
+    U+FFFD, so tokenizers and printing never fail on them."""
+    if isinstance(prompt, bytes):
+        return prompt.decode("utf-8", errors="replace")
+    return prompt.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
+
+
+def filter_logits(logits: torch.Tensor, *, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Set to -inf every logit outside the ``top_k`` largest and outside the smallest set whose probability
+    reaches ``top_p`` (nucleus). ``logits``: (..., V). ``top_k=0`` and ``top_p=1`` keep everything."""
+    if top_k < 0:
+        raise ConfigError(f"top_k: must be >= 0, got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ConfigError(f"top_p: must be in (0, 1], got {top_p}")
+    out = logits.clone()
+    if 0 < top_k < out.size(-1):
+        kth = torch.topk(out, top_k, dim=-1).values[..., -1:]  # (..., 1)
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(out, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        mass_before = probs.cumsum(-1) - probs  # probability of the tokens ranked strictly above each one
+        drop_sorted = mass_before >= top_p  # the token that crosses top_p is kept, so at least one survives
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        out = out.masked_fill(drop, float("-inf"))
+    return out
+
+
+def sample_next(
+    logits: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Next token ids (B,) from last-position logits (B, V); ``temperature=0`` is greedy (argmax)."""
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ConfigError(f"temperature: must be a finite number >= 0, got {temperature}")
+    logits = logits.float()
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = filter_logits(logits / temperature, top_k=top_k, top_p=top_p).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How each next token is drawn, checked when made: ``temperature`` (0 is greedy), ``top_k`` (0 keeps every
+    token), ``top_p`` (nucleus mass; 1 keeps every token). The library's ``generate``/``generate_text``/``generate_run``
+    and the ``generate`` command all pass one of these down."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    def sample(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Next token ids (B,) from last-position logits (B, V)."""
+        return sample_next(
+            logits, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, generator=generator
+        )
+
+
+@dataclass
+class Generation:
+    prompt: list[int]
+    tokens: list[int]  # the continuation only
+    logits: list[torch.Tensor] = field(default_factory=list)  # (V,) the logits each generated token was drawn from
+    memory: MemoryState | None = None  # with return_memory: the state after every token, the last one included
+    next_logits: torch.Tensor | None = None  # with return_memory: (V,) the logits the next token would be drawn from
+
+
+@torch.no_grad()
+def generate(
+    model: torch.nn.Module,
+    prompt: list[int],
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    seg_len: int | None = None,
+    mem_len: int | None = None,
+    cmem_len: int | None = None,
+    keep_logits: bool = False,
+    compile: bool = False,
+    memory: MemoryState | None = None,
+    next_logits: torch.Tensor | None = None,
+    on_token: Callable[[int], bool] | None = None,
+    return_memory: bool = False,
+    amp: str | torch.dtype | None = None,
+    sampling: SamplingConfig | None = None,
+) -> Generation:
+    """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens, carrying memory throughout. ``compile``: run the
+    ring-buffer decoder's step under ``torch.compile`` (worth it for long generations: the first token waits for the
+    compilation, ~15 s on a small CPU, then each token costs about half as much; ignored for models without one).
+
+    To continue an earlier generation, pass its ``memory`` and ``next_logits`` (from ``return_memory=True``): the
+    prompt, which may then be empty, is read after that state. ``on_token`` sees each token as it is drawn and
+    stops the generation by returning False.
+
+    ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32). ``sampling``, when
+    given, replaces ``temperature``, ``top_k`` and ``top_p``."""
+    if not prompt and (memory is None or next_logits is None):
+        raise ConfigError("prompt: is empty; give at least one character to start from")
+    check_sampling(max_tokens=max_new_tokens)
+    sampling = sampling or SamplingConfig(temperature, top_k, top_p)
+    cfg = model.cfg
+    seg_len = seg_len or cfg.seg_len
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed if seed is not None else secrets.randbits(63))  # leaves the global RNG alone
+    was_training = model.training
+    model.eval()
+    try:
+        with autocast(device, amp):  # the prompt, the decoder's steps and their buffers in the run's precision
+            if memory is None:
+                memory = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len, device=device)
+                last = None
+            else:
+                memory = memory.to(device)
+                last = next_logits.to(device).reshape(1, -1) if next_logits is not None else None
+            ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
+            for start in range(0, ids.size(1), seg_len):
+                out = model(ids[:, start : start + seg_len], memory=memory)
+                memory = out.memory
+                last = out.logits[:, -1]  # (1, V)
+            kind = find_model_kind(cfg)
+            make = kind.decoder if kind is not None and unsupported(model) is None else None
+            decoder = make(model, memory, compile=compile) if make is not None else None
+            result = Generation(prompt=list(prompt), tokens=[])
+            for i in range(max_new_tokens):
+                token = sampling.sample(last, generator)
+                if keep_logits:
+                    result.logits.append(last[0].float().cpu())
+                result.tokens.append(int(token))
+                stopped = on_token is not None and on_token(int(token)) is False
+                done = stopped or i + 1 == max_new_tokens
+                if done and not return_memory:
+                    break
+                if decoder is not None:  # T = 1: constant cost per token
+                    last = decoder.step(token.view(1))
+                else:
+                    out = model(token.view(1, 1), memory=memory)
+                    memory, last = out.memory, out.logits[:, -1]
+                if done:
+                    break
+            if return_memory:
+                result.memory = decoder.memory() if decoder is not None else memory
+                result.next_logits = last[0].float()
+            return result
+    finally:
+        model.train(was_training)

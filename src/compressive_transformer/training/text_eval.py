@@ -1,0 +1,220 @@
+"""Scoring text a user brings: whole files (or a corpus directory of any format) with a trained run's tokenizer,
+memory carried through each file from its start, results beside the run's split results but never over them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+import numpy as np
+
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.dtypes import amp_dtype
+from compressive_transformer.core.fileio import require_writable
+from compressive_transformer.data.readers import Document, decode_file, read_split
+from compressive_transformer.data.units import texts_size
+from compressive_transformer.runs.failures import EVALUATION_REMEDY, evaluation_sizes, sizes_to_lower
+from compressive_transformer.runs.loading import Run
+from compressive_transformer.runs.precision import inference_amp
+from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
+
+TextInput = str | Path | Sequence[str | Path]
+# what may change when scoring a user's text; anything else would be ignored, so it is refused
+TEXT_EVAL_KEYS = ("eval.seg_len", "eval.mem_len", "eval.cmem_len", "eval.batch_size", "eval.max_batches")
+
+
+@dataclass(frozen=True)
+class TextSource:
+    """Documents to score and where they came from (recorded in the result)."""
+
+    name: str
+    documents: list[Document]
+    description: dict[str, Any] = field(default_factory=dict)
+
+
+# a file is not text when it holds a NUL byte, control characters text does not use, or mostly bytes that are not
+# UTF-8; text in a legacy encoding (Latin-1 accents: a few percent of its bytes) stays text
+_CONTROL = "".join(chr(c) for c in range(32) if c not in (9, 10, 11, 12, 13, 27))  # all but tabs, breaks, ESC
+MAX_CONTROL_SHARE, MAX_INVALID_SHARE = 0.05, 0.3
+
+
+def binary_reason(document: str | bytes) -> str | None:
+    """Why a file's content (bytes, or the text it decoded to) is not text, or None when it is."""
+    if not document:
+        return None
+    raw = isinstance(document, bytes)
+    nul = document.find(b"\x00" if raw else "\x00")
+    if nul >= 0:
+        return f"a NUL at {'byte' if raw else 'character'} {nul}"
+    text = document.decode("utf-8", errors="replace") if raw else document
+    control = sum(text.count(c) for c in _CONTROL) / len(text)
+    if control > MAX_CONTROL_SHARE:
+        return f"{control:.0%} control characters"
+    invalid = text.count("\ufffd") / len(document) if raw else 0.0
+    if invalid > MAX_INVALID_SHARE:
+        return f"{invalid:.0%} of its bytes are not UTF-8"
+    return None
+
+
+def files_source(paths: Sequence[str | Path], tokenizer_kind: str, *, allow_binary: bool = False) -> TextSource:
+    """Each file is one document, read whole (UTF-8, or raw bytes for a byte-level run). A binary file (an
+    executable, an archive) is refused unless ``allow_binary``: its score would mean nothing as text."""
+    if not paths:
+        raise ConfigError("--text: give at least one file")
+    docs, files = [], []
+    for p in map(Path, paths):
+        if not p.is_file():
+            raise ConfigError(f"--text: {p} is not a file; give text files to score")
+        doc = decode_file(p, tokenizer_kind)  # bytes where it is not UTF-8 text (a byte-level run)
+        reason = None if allow_binary else binary_reason(doc)
+        if reason:
+            raise ConfigError(f"--text: {p} is not text ({reason}); pass --allow-binary to score its bytes anyway")
+        docs.append(doc)
+        files.append({"path": str(p.resolve()), "bytes": p.stat().st_size})
+    stem = Path(paths[0]).stem + (f"-and-{len(paths) - 1}-more" if len(paths) > 1 else "")
+    return TextSource(f"text-{stem}", docs, {"kind": "files", "files": files})
+
+
+def corpus_source(run: Run, directory: str | Path, fmt: str, split: str) -> TextSource:
+    """One split of a corpus in any supported format (``data.format`` values), read with the run's tokenizer settings."""
+    path = Path(directory).expanduser().resolve()
+    try:
+        data = dataclasses.replace(run.config.data, format=fmt, path=str(path), train_file="", cache_dir="")
+    except ConfigError as e:
+        raise ConfigError(f"--format: {e}") from None
+    raw = read_split(data, split)
+    return TextSource(
+        f"data-{fmt}-{path.name}-{split}",
+        list(raw.documents),
+        {"kind": "corpus", "format": fmt, "path": str(path), "split": split},
+    )
+
+
+def encode_documents(run: Run, documents: Sequence[Document]) -> SimpleNamespace:
+    """Token ids of every non-empty document and their offsets (what the stream batcher reads)."""
+    arrays = [a for a in (np.asarray(run.tokenizer.encode_array(d), dtype=np.int64) for d in documents) if len(a)]
+    if not arrays:
+        raise ConfigError("--text: the text is empty after tokenization; give some text to score")
+    offsets = np.concatenate([[0], np.cumsum([len(a) for a in arrays])]).astype(np.int64)
+    return SimpleNamespace(tokens=np.concatenate(arrays), doc_offsets=offsets)
+
+
+def evaluate_text(
+    run: Run,
+    text_or_path: TextInput,
+    *,
+    batch_size: int | None = None,
+    seg_len: int | None = None,
+    mem_len: int | None = None,
+    cmem_len: int | None = None,
+    max_batches: int | None = None,
+    progress: bool = False,
+    name: str = "text",
+) -> EvalResult:
+    """Score text with ``run``: a ``str`` is the text itself, a :class:`~pathlib.Path` a file, a list one
+    document per item (each a text or a path). Every document starts with empty memory that is then carried
+    through it, exactly as a split is evaluated. Lengths default to the run's evaluation settings."""
+    items = [text_or_path] if isinstance(text_or_path, (str, Path)) else list(text_or_path)
+    docs = [decode_file(x, run.tokenizer.kind) if isinstance(x, Path) else x for x in items]
+    return score_documents(
+        run,
+        docs,
+        name=name,
+        batch_size=batch_size,
+        seg_len=seg_len,
+        mem_len=mem_len,
+        cmem_len=cmem_len,
+        max_batches=max_batches,
+        progress=progress,
+    )
+
+
+def score_documents(
+    run: Run,
+    documents: Sequence[Document],
+    *,
+    name: str,
+    batch_size: int | None = None,
+    seg_len: int | None = None,
+    mem_len: int | None = None,
+    cmem_len: int | None = None,
+    max_batches: int | None = None,
+    progress: bool = False,
+) -> EvalResult:
+    e = run.config.eval
+    corpus = encode_documents(run, documents)
+    return evaluate(
+        run.model,
+        corpus,
+        split=name,
+        batch_size=batch_size or e.batch_size,
+        seg_len=seg_len or run.seg_len,
+        mem_len=run.mem_len if mem_len is None else mem_len,
+        cmem_len=run.cmem_len if cmem_len is None else cmem_len,
+        max_batches=e.max_batches if max_batches is None else max_batches,
+        progress=progress,
+        size=texts_size(documents),
+        tokenizer_kind=run.tokenizer.kind,
+        amp_dtype=amp_dtype(inference_amp(run.config, next(run.model.parameters()).device)),
+    )
+
+
+def fresh_result_path(run_dir: Path, name: str) -> Path:
+    """``eval_<name>.json``, or with ``-2``, ``-3``... where that exists: earlier results are never replaced."""
+    path, n = run_dir / f"eval_{name}.json", 2
+    while path.exists():
+        path, n = run_dir / f"eval_{name}-{n}.json", n + 1
+    return path
+
+
+def run_record(run: Run, result: EvalResult, source: dict[str, Any]) -> dict[str, Any]:
+    """What an evaluation JSON holds: the numbers, the data they came from, the lengths and the checkpoint."""
+    return result.to_dict() | {
+        "source": source,
+        "checkpoint": str(run.checkpoint),
+        "step": run.step,
+        "device": str(run.device),
+    }
+
+
+def evaluate_source(
+    run: Run, source: TextSource, *, progress: bool = True, out: Path | None = None
+) -> tuple[EvalResult, Path]:
+    """Score ``source`` and write ``RUN_DIR/eval_<name>.json`` under a name no earlier result holds (or ``out``);
+    where that cannot be written it stops before computing anything."""
+    if run.run_dir is None and out is None:
+        raise ConfigError(
+            "evaluate: results are written into a run directory; load a run written by `train` or pass --out FILE"
+        )
+    path = Path(out) if out is not None else fresh_result_path(run.run_dir, source.name)
+    require_writable(path)
+    with sizes_to_lower("evaluating", evaluation_sizes(run.config), EVALUATION_REMEDY):
+        result = score_documents(run, source.documents, name=source.name, progress=progress)
+    write_eval_record(path, run_record(run, result, source.description))
+    return result, path
+
+
+def check_text_overrides(overrides: Sequence[str], *, split: str | None, what: str) -> None:
+    """Refuse what scoring a user's text would silently ignore."""
+    bad = [o for o in overrides if o.strip().split("=", 1)[0].strip() not in TEXT_EVAL_KEYS]
+    if bad:
+        raise ConfigError(f"--set {bad[0]}: has no effect with {what}; only {', '.join(TEXT_EVAL_KEYS)} apply")
+    if split is not None and what == "--text":
+        raise ConfigError(
+            "--split: files given with --text have no splits; drop --split (or use --data DIR --format F --split S)"
+        )
+
+
+__all__ = [
+    "TextSource",
+    "binary_reason",
+    "files_source",
+    "corpus_source",
+    "evaluate_text",
+    "evaluate_source",
+    "fresh_result_path",
+    "check_text_overrides",
+]

@@ -1,0 +1,192 @@
+"""Text generation for people: streaming to a terminal as tokens are drawn, stop strings, several prompts, and the
+memory saved to a safetensors file so a long document can be continued in a later call exactly where it stopped."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Sequence
+
+import safetensors.torch
+import torch
+
+from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.runs.loading import Run
+from compressive_transformer.runs.precision import generation_amp
+from compressive_transformer.training.generate import Generation, SamplingConfig, check_sampling, clean_prompt, generate
+
+MEMORY_FORMAT = "compressive-transformer-memory-v1"
+
+
+def model_fingerprint(run: Run) -> str:
+    """A hash of the model config: a memory file fits only the model that wrote it."""
+    return hashlib.sha256(json.dumps(to_dict(run.config.model), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def save_memory(path: str | Path, run: Run, memory: MemoryState, next_logits: torch.Tensor) -> Path:
+    """Write the memory state and the next token's logits to ``path`` (safetensors, atomically)."""
+    path = Path(path)
+    tensors = {k: v.detach().cpu().clone() for k, v in memory.to_tensors().items()}  # layers may share mask tensors
+    tensors["next_logits"] = next_logits.detach().float().cpu().contiguous()
+    meta = {"format": MEMORY_FORMAT, "model": model_fingerprint(run), "checkpoint": str(run.checkpoint)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        safetensors.torch.save_file(tensors, tmp, metadata=meta)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def load_memory(path: str | Path, run: Run) -> tuple[MemoryState, torch.Tensor]:
+    """The memory state and next-token logits saved by :func:`save_memory`, on the run's device."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--load-memory: {path} does not exist; write one with --save-memory")
+    try:
+        with safetensors.safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # safetensors raises its own error types for a damaged file
+        raise ConfigError(f"--load-memory: {path} is not a memory file ({e}); write one with --save-memory") from None
+    if meta.get("format") != MEMORY_FORMAT or "next_logits" not in tensors:
+        raise ConfigError(f"--load-memory: {path} is not a memory file written by --save-memory")
+    if meta.get("model") != model_fingerprint(run):
+        raise ConfigError(f"--load-memory: {path} was written by another model; continue it with the run that wrote it")
+    logits = tensors.pop("next_logits")
+    return MemoryState.from_tensors(tensors).to(run.device), logits.to(run.device)
+
+
+def memory_lengths(memory: MemoryState) -> tuple[int, int]:
+    layer = memory.layers[0]
+    return layer.mem_len, int(layer.cmem.size(1)) if layer.cmem is not None else 0
+
+
+class StreamPrinter:
+    """Writes the decoded continuation as it grows. Text that could still turn out to be the start of a stop
+    string, or an incomplete UTF-8 character, is held back until it is known."""
+
+    def __init__(self, run: Run, out: IO[str] | None, stop: Sequence[str]) -> None:
+        self.run, self.out, self.stop = run, out, [s for s in stop if s]
+        self.hold = max((len(s) for s in self.stop), default=1) - 1
+        self.ids: list[int] = []
+        self.printed = 0
+        self.text = ""
+        self.stopped = False
+
+    def __call__(self, token: int) -> bool:
+        """Take one token; False once a stop string has appeared (generation should end)."""
+        self.ids.append(token)
+        self.text = self.run.decode(self.ids)
+        hits = [i for i in (self.text.find(s) for s in self.stop) if i >= 0]
+        if hits:
+            self.text, self.stopped = self.text[: min(hits)], True
+            self.flush()
+            return False
+        safe = len(self.text) - self.hold
+        while safe > self.printed and self.text[safe - 1] == "\ufffd":  # a character still missing bytes
+            safe -= 1
+        self._write(safe)
+        return True
+
+    def _write(self, upto: int) -> None:
+        if upto > self.printed:
+            if self.out is not None:
+                self.out.write(self.text[self.printed : upto])
+                self.out.flush()
+            self.printed = upto
+
+    def flush(self) -> None:
+        self._write(len(self.text))
+
+
+@dataclass
+class TextGeneration:
+    text: str  # the continuation, cut before a stop string
+    stopped: bool  # a stop string ended it
+    generation: Generation
+
+
+def generate_text(
+    run: Run,
+    prompt: str,
+    *,
+    max_tokens: int = 200,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    compile: bool = False,
+    mem_len: int | None = None,
+    cmem_len: int | None = None,
+    stop: Sequence[str] = (),
+    stream: IO[str] | None = None,
+    memory: tuple[MemoryState, torch.Tensor] | None = None,
+    return_memory: bool = False,
+    sampling: SamplingConfig | None = None,
+) -> TextGeneration:
+    """Continue ``prompt``, streaming the text to ``stream`` as it is produced and ending at the first ``stop``
+    string. ``memory`` (from :func:`load_memory`) continues an earlier generation; the prompt may then be empty.
+    Sampling settings (``sampling``, else ``temperature``/``top_k``/``top_p``) are checked before any work; bytes of
+    ``prompt`` that are not UTF-8 become U+FFFD."""
+    check_sampling(max_tokens=max_tokens)
+    sampling = sampling or SamplingConfig(temperature, top_k, top_p)
+    prompt = clean_prompt(prompt)
+    ids = run.encode(prompt) if prompt else []
+    if memory is None and not ids:
+        raise ConfigError("--prompt: is empty after tokenization; give some text to continue")
+    state, logits = memory if memory is not None else (None, None)
+    if state is not None:
+        have = memory_lengths(state)
+        for flag, want, got in (("--mem-len", mem_len, have[0]), ("--cmem-len", cmem_len, have[1])):
+            if want is not None and want != got:
+                raise ConfigError(
+                    f"{flag}: the loaded memory holds {got} slots, not {want}; drop {flag} when continuing"
+                )
+    printer = StreamPrinter(run, stream, stop)
+    out = generate(
+        run.model,
+        ids,
+        max_new_tokens=max_tokens,
+        sampling=sampling,
+        seed=seed,
+        compile=compile,
+        mem_len=mem_len,
+        cmem_len=cmem_len,
+        memory=state,
+        next_logits=logits,
+        on_token=printer,
+        return_memory=return_memory,
+        amp=generation_amp(run.config, next(run.model.parameters()).device),
+    )
+    printer.flush()
+    return TextGeneration(text=printer.text, stopped=printer.stopped, generation=out)
+
+
+def read_prompts(path: str | Path) -> list[str]:
+    """One prompt per non-empty line (``\\n`` inside a line stands for a newline)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--prompts-file: {path} does not exist; give a text file with one prompt per line")
+    prompts = [line.replace("\\n", "\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not prompts:
+        raise ConfigError(f"--prompts-file: {path} has no prompts; write one per line")
+    return prompts
+
+
+__all__ = [
+    "StreamPrinter",
+    "TextGeneration",
+    "generate_text",
+    "load_memory",
+    "save_memory",
+    "read_prompts",
+    "model_fingerprint",
+]

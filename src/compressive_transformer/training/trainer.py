@@ -1,0 +1,487 @@
+"""Trainer: the paper's optimisation recipe around any :class:`~.models.MemoryModel`, with exact resume.
+
+One *step* is one optimizer update. It consumes ``train.accumulation_at(step)`` batches (the paper reduces the update
+frequency late in training instead of lowering the learning rate), each a segment of every stream, with the model
+memory carried from batch to batch and emptied per row at document boundaries. The loss of a batch is the task loss
+plus the auxiliary compression loss; the model routes the latter's gradient to the compressor only.
+
+Everything that decides the next step is checkpointed (weights, optimizer, RNG, data position, memory), so a
+resumed run continues bit for bit on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from compressive_transformer.core.config import ConfigError, RunConfig, TrainConfig
+from compressive_transformer.core.dtypes import amp_dtype, autocast
+from compressive_transformer.core.memory import MemoryState, is_row_tensor
+from compressive_transformer.core.models import IGNORE_INDEX, MemoryModel, build_model
+from compressive_transformer.data import StreamBatcher
+from compressive_transformer.runs.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    NonFiniteWeights,
+    list_checkpoints,
+    load_checkpoint,
+    report_fallback,
+    save_checkpoint,
+)
+from compressive_transformer.runs.failures import VALIDATION_REMEDY, evaluation_sizes, sizes_to_lower
+from compressive_transformer.runs.init_from import copied_names, freeze
+from compressive_transformer.runs.machine import resolve_device, set_threads
+from compressive_transformer.runs.metrics import MetricsLogger, read_metrics
+from compressive_transformer.runs.precision import (
+    PRECISION_NAMES,
+    describe,
+    inference_amp,
+    resolve_amp,
+)
+from compressive_transformer.runs.toml_writer import config_text
+from compressive_transformer.training.distributed import all_reduce_sum, gather_rows, init_distributed, local_device
+from compressive_transformer.training.evaluate import EvalResult, evaluate
+from compressive_transformer.training.schedule import learning_rate
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (the loss diverged); the message says what to change."""
+
+
+def loss_bound(cfg: RunConfig) -> float:
+    """The task loss above which training counts as diverged: ``train.divergence_factor`` times the loss of a
+    uniform guess, ln(vocab). A fresh model starts near ln(vocab); a loss several times that has left the region any
+    learning run passes through (inf when the factor is 0 or the model has no vocabulary)."""
+    factor, vocab = cfg.train.divergence_factor, cfg.model.vocab_size
+    return factor * math.log(vocab) if factor > 0 and vocab > 1 else math.inf
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class ThroughputWatch:
+    """Notices when training runs far below its own recent rate (another process took the cores, a thread count
+    too high for a shared machine) and says so once per slow spell."""
+
+    def __init__(self, *, ratio: float = 0.4, warmup: int = 2) -> None:
+        self.ratio, self.warmup = ratio, warmup
+        self.best, self.seen, self.slow = 0.0, 0, False
+
+    def check(self, tokens_per_s: float) -> str | None:
+        self.seen += 1
+        if self.seen <= self.warmup:  # the first windows include start-up costs
+            self.best = max(self.best, tokens_per_s) if self.seen == self.warmup else 0.0
+            return None
+        if tokens_per_s < self.ratio * self.best:
+            if self.slow:
+                return None
+            self.slow = True
+            return (
+                f"warning: {tokens_per_s:,.0f} tokens/s, down from {self.best:,.0f}; is another process using the cores? "
+                "(train.num_threads = 1 holds up best on a shared machine)"
+            )
+        self.slow = False
+        self.best = max(self.best, tokens_per_s)
+        return None
+
+
+def compile_model(module: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile`` with the AOT-autograd cache off: with torch 2.13 on CPU, a warm cache replays an aliased
+    output of the attention graph with garbage sizes (tests/test_compile.py fails on every run after the first)."""
+    import torch._functorch.config as functorch_config
+
+    functorch_config.enable_autograd_cache = False
+    return torch.compile(module)
+
+
+def build_optimizer(model: MemoryModel, t: TrainConfig) -> torch.optim.Adam:
+    """Adam with one param group for the model and one for the compressor (its lr is scaled by
+    ``train.compressor_lr_scale``). ``lr_scale`` rides along in each group so the schedule can set both."""
+    trainable = lambda group: [p for p in model.parameters_of(group) if p.requires_grad]  # noqa: E731 - not frozen
+    groups = [{"params": trainable("model"), "name": "model", "lr_scale": 1.0}] if trainable("model") else []
+    compressor = trainable("compressor")
+    if compressor:
+        groups.append({"params": compressor, "name": "compressor", "lr_scale": t.compressor_lr_scale})
+    return adam(groups, lr=t.lr_start, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay)
+
+
+def adam(params: Iterable, **kwargs) -> torch.optim.Adam:
+    """Adam with the fused kernel (one pass over all parameters; its step is 3-4x faster than the default on CPU)
+    where this torch and the parameters' device have it, else the default implementation."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, **kwargs)
+
+
+def memory_fill(memory: MemoryState) -> tuple[float, float]:
+    """Mean fraction of valid slots in (memory, compressed memory) over layers and rows."""
+    mem, cmem = [], []
+    for layer in memory.layers:
+        if layer.mem_len > 0:
+            mem.append(float(layer.mem_mask.float().sum(1).mean()) / layer.mem_len)
+        if layer.cmem_len > 0:
+            cmem.append(float(layer.cmem_mask.float().mean()))
+    return (sum(mem) / len(mem) if mem else 0.0, sum(cmem) / len(cmem) if cmem else 0.0)
+
+
+@dataclass
+class TrainSummary:
+    step: int
+    last_loss: float | None
+    validation: EvalResult | None
+    checkpoint: Path | None
+    losses: list[float] = field(default_factory=list)  # task loss of every update run by this call
+
+
+class Trainer:
+    """Owns the model, optimizer, data stream and memory of one run directory. No argparse here: the CLI and
+    tests build a :class:`RunConfig` and the corpora, then call :meth:`train`."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        train_corpus: Any,
+        run_dir: str | Path,
+        val_corpus: Any = None,
+        log: Callable[[str], None] = print,
+        init_source: torch.nn.Module | None = None,
+    ) -> None:
+        """``init_source``: a model whose weights start this run (``train.init_from``; not on resume)."""
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.val_corpus = val_corpus
+        self.config_toml = config_text(cfg)  # stored in every checkpoint, so a checkpoint names its config
+        self.log = log
+        t = cfg.train
+        self.device = local_device(resolve_device(t.device))
+        set_threads(t.num_threads, log if self.device.type == "cpu" and os.environ.get("RANK", "0") == "0" else None)
+        self.dist = init_distributed(self.device)  # one process unless launched by torchrun
+        self.rows = self.dist.rows(t.batch_size)  # the streams (and memories) this process owns
+        seed_everything(t.seed)
+        self.model = build_model(cfg.model).to(self.device)  # unwrapped: what checkpoints hold; same on every rank
+        copied = copied_names(self.run_dir, t, self.model, init_source, log if self.dist.is_main else None)
+        freeze(self.model, t.freeze, copied)  # before DDP, which then expects no gradient for them
+        if self.dist.active:
+            torch.manual_seed(t.seed + self.dist.rank)  # each rank its own dropout masks
+        wrapped: torch.nn.Module = self.model
+        if self.dist.active:  # gradients are averaged over ranks; compressors only see gradient once they compress
+            wrapped = torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+        self.forward = compile_model(wrapped) if t.compile else wrapped
+        self.optimizer = build_optimizer(self.model, t)
+        self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
+        self.eval_amp = inference_amp(cfg, self.device)
+        self.amp_dtype = amp_dtype(self.amp)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == "fp16")
+        if self.dist.is_main:
+            log(describe(t.amp, self.device))
+        self.batcher = StreamBatcher(
+            train_corpus,
+            batch_size=t.batch_size,
+            seg_len=cfg.model.seg_len,
+            shuffle=t.shuffle,
+            seed=t.seed,
+            repeat=True,
+            piece_len=t.piece_len,
+        )
+        self.batches = iter(self.batcher)
+        self.memory = self.model.init_memory(self.rows.stop - self.rows.start, device=self.device)
+        self.step = 0
+        self.tokens_seen = 0
+        self.last_checkpoint: Path | None = None
+        self.max_loss = loss_bound(cfg)
+        self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # checkpoints
+
+    def save(self) -> Path:
+        """Write a checkpoint (the main process only, with every rank's memory rows gathered, so it resumes on any
+        number of processes). Every rank must call it."""
+        tensors = self.memory.to_tensors()
+        rows = {k: v for k, v in tensors.items() if is_row_tensor(k)}
+        memory = tensors | gather_rows(rows, self.dist)
+        if not self.dist.is_main:
+            return self.last_checkpoint
+        try:
+            self.last_checkpoint = self._save(memory)
+        except NonFiniteWeights as e:
+            raise self._diverged("a weight", "non-finite") from e
+        return self.last_checkpoint
+
+    def _save(self, memory: dict[str, torch.Tensor]) -> Path:
+        return save_checkpoint(
+            self.run_dir,
+            self.step,
+            model=self.model,
+            optimizer=self.optimizer,
+            memory=memory,
+            data_state=self.batcher.state_dict(),
+            config_toml=self.config_toml,
+            extra={"tokens_seen": self.tokens_seen, "scaler": self.scaler.state_dict(), "precision": self.amp},
+            keep=self.cfg.train.keep_checkpoints,
+        )
+
+    def resume(self, path: str | Path | None = None) -> int:
+        """Continue from checkpoint ``path`` (default: the run's newest that verifies, reporting newer ones that do
+        not; with no checkpoint at all, step 0 of a fresh start, which is what a run killed before its first
+        checkpoint had). Returns the step it resumes at."""
+        if path is not None:
+            ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+        else:
+            ckpt = self._load_newest_good()
+            if ckpt is None:
+                self.metrics.truncate_after(0)
+                return 0
+        path = ckpt.path
+        self.step = ckpt.step
+        self.tokens_seen = int(ckpt.extra.get("tokens_seen", 0))
+        if ckpt.extra.get("scaler"):
+            self.scaler.load_state_dict(ckpt.extra["scaler"])
+        was = ckpt.extra.get("precision", self.amp)
+        if was != self.amp and self.dist.is_main:  # e.g. amp = "auto" resumed on a machine without fast bf16
+            self.log(
+                f"warning: {path} was trained in {PRECISION_NAMES.get(was, was)} and continues in "
+                f"{PRECISION_NAMES[self.amp]} on this machine; resume with --set train.amp={was} to keep its precision"
+            )
+        if ckpt.memory is not None:
+            try:
+                self.memory = MemoryState.from_tensors(ckpt.memory).select_rows(self.rows).to(self.device)
+            except (KeyError, ValueError, RuntimeError) as e:
+                raise CheckpointError(
+                    f"checkpoint {path}: memory.safetensors does not hold a model memory ({e!r})"
+                ) from None
+        try:
+            self.batcher.load_state_dict(ckpt.data_state)
+        except ConfigError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise CheckpointError(f"checkpoint {path}: state.json holds no valid data position ({e!r})") from None
+        self.batches = iter(self.batcher)
+        self.last_checkpoint = path
+        self.metrics.truncate_after(self.step)
+        return self.step
+
+    def _load_newest_good(self) -> Checkpoint | None:
+        """Load the newest checkpoint that verifies and loads, falling back past damaged ones (each reported in one
+        line). None when the run has no checkpoint; a :class:`CheckpointError` when none of them loads."""
+        failures: list[CheckpointError] = []
+        for path in reversed(list_checkpoints(self.run_dir)):
+            try:
+                ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+            except CheckpointError as e:
+                failures.append(e)
+                continue
+            report_fallback(failures, self.log if self.dist.is_main else None)
+            return ckpt
+        if failures:
+            raise CheckpointError(
+                f"{failures[0]}; no older checkpoint of {self.run_dir} loads either; move its checkpoints/ aside to start again from step 0"
+            )
+        return None
+
+    # ----------------------------------------------------------------------------------------------------------
+    # one update
+
+    def _diverged(self, what: str, value: float | str) -> TrainingError:
+        where = (
+            f"--resume continues from {self.last_checkpoint}"
+            if self.last_checkpoint
+            else "--resume starts again from step 0"
+        )
+        return TrainingError(
+            f"{what} became {value} at step {self.step + 1}; training stopped ({where}); "
+            f"resume with a lower train.lr (e.g. --resume --set train.lr=...), a higher train.warmup_steps or a tighter train.grad_clip"
+        )
+
+    def train_step(self) -> dict[str, Any]:
+        """One optimizer update over ``accumulation_at(step)`` batches; returns its metrics."""
+        t = self.cfg.train
+        n_batches = t.accumulation_at(self.step)
+        lr = learning_rate(t, self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["lr_scale"]
+        self.model.train()
+        loss_sum, aux_sum, tokens = 0.0, 0.0, 0
+        aux_layers = torch.zeros(self.cfg.model.n_layers)
+        for _ in range(n_batches):
+            batch = next(self.batches)  # the global batch; this process keeps its rows
+            r = self.rows
+            tokens += batch.num_tokens
+            if bool(batch.reset[r].any()):
+                self.memory = self.memory.reset(batch.reset[r].to(self.device))
+            with autocast(self.device, self.amp):
+                out = self.forward(
+                    batch.tokens[r].to(self.device),
+                    memory=self.memory,
+                    targets=batch.targets[r].to(self.device),
+                    input_mask=batch.input_mask[r].to(self.device),
+                )
+            loss, aux = out.loss.float(), out.aux_loss.float()
+            # Weight this process's mean by its share of the batch's targets, so that the (rank-averaged) gradient
+            # is the gradient of the global mean; with one process the weight is exactly 1.
+            n_local = float((batch.targets[r] != IGNORE_INDEX).sum())
+            share = n_local / max(float(batch.num_targets), 1.0) * self.dist.world_size
+            totals = all_reduce_sum(
+                torch.tensor([float(loss.detach()) * share, float(aux.detach())], dtype=torch.float64), self.dist
+            )
+            loss_value = float(totals[0]) / self.dist.world_size
+            aux_value = float(totals[1]) / self.dist.world_size
+            if not math.isfinite(loss_value):
+                raise self._diverged("the loss", loss_value)
+            if loss_value > self.max_loss:
+                bound = f"{t.divergence_factor:g} x ln(vocab) = {self.max_loss:.3g}, train.divergence_factor"
+                raise self._diverged("the loss", f"{loss_value:.4g} (above {bound})")
+            if not math.isfinite(aux_value):
+                raise self._diverged("the compression loss", aux_value)
+            total = (loss * share + aux) / n_batches
+            if total.requires_grad:  # with train.freeze, a segment may reach no trainable parameter
+                self.scaler.scale(total).backward()
+            self.memory = out.memory
+            loss_sum += loss_value
+            aux_sum += aux_value
+            aux_layers += all_reduce_sum(out.aux_losses.float().cpu(), self.dist) / self.dist.world_size
+        self.scaler.unscale_(self.optimizer)
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if not math.isfinite(grad_norm) and self.amp_dtype is not torch.float16:  # fp16's scaler skips such steps
+            raise self._diverged("the gradient norm", grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens_seen += tokens
+        loss = loss_sum / n_batches
+        mem_fill, cmem_fill = memory_fill(self.memory)
+        return {
+            "step": self.step,
+            "loss": loss,
+            "bits_per_token": loss / math.log(2),
+            "ppl": math.exp(min(loss, 700.0)),
+            "aux_loss": aux_sum / n_batches,
+            "aux_losses": [float(x) / n_batches for x in aux_layers],
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "accumulate": n_batches,
+            "tokens": self.tokens_seen,
+            "mem_fill": mem_fill,
+            "cmem_fill": cmem_fill,
+        }
+
+    # ----------------------------------------------------------------------------------------------------------
+    # loop
+
+    def validate(self) -> EvalResult | None:
+        """Streaming evaluation on the validation corpus (capped at ``train.val_batches`` batches). It runs under a
+        forked RNG, so validating or not never changes the training trajectory."""
+        if self.val_corpus is None or not self.dist.is_main:
+            return None
+        e = self.cfg.eval
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            return evaluate(
+                self.model,
+                self.val_corpus,
+                split="validation",
+                batch_size=e.batch_size,
+                seg_len=e.seg_len or self.cfg.model.seg_len,
+                mem_len=e.mem_len,
+                cmem_len=e.cmem_len,
+                max_batches=self.cfg.train.val_batches,
+                device=self.device,
+                amp_dtype=amp_dtype(self.eval_amp),
+            )
+
+    def _log_validation(self) -> EvalResult | None:
+        with sizes_to_lower("validating", evaluation_sizes(self.cfg), VALIDATION_REMEDY):
+            result = self.validate()
+        if result is not None:
+            record = {
+                "step": self.step,
+                "val_loss": result.loss,
+                "val_bits_per_token": result.bits_per_token,
+                "val_ppl": result.ppl,
+            }
+            if result.bits_per_char is not None:  # only a complete pass over the split has per-character units
+                record |= {"val_bits_per_char": result.bits_per_char, "val_bits_per_byte": result.bits_per_byte}
+            self.metrics.log(record | {"val_tokens": result.tokens})
+        return result
+
+    def _final_validation_missing(self) -> bool:
+        step = self.cfg.train.steps
+        if self.step != step or self.val_corpus is None or not self.dist.is_main:
+            return False
+        return not any(r.get("step") == step and "val_loss" in r for r in read_metrics(self.run_dir))
+
+    def train(self, *, max_steps: int | None = None) -> TrainSummary:
+        """Run until ``train.steps`` updates (or ``max_steps`` more of them), validating and checkpointing on the way."""
+        t = self.cfg.train
+        end = t.steps if max_steps is None else min(t.steps, self.step + max_steps)
+        summary = TrainSummary(step=self.step, last_loss=None, validation=None, checkpoint=self.last_checkpoint)
+        if self.step >= t.steps:
+            if self._final_validation_missing():  # killed between the final checkpoint and its validation
+                self.log(f"the run finished its {t.steps} steps; writing its final validation, which is missing")
+                summary.validation = self._log_validation()
+                self.metrics.close()
+            else:
+                self.log(f"the run already finished its {t.steps} steps; nothing to do")
+            return summary
+        self._throughput = ThroughputWatch()
+        bar = tqdm(
+            total=t.steps,
+            initial=self.step,
+            desc="train",
+            unit="step",
+            disable=not (t.progress and self.dist.is_main),
+            dynamic_ncols=True,
+        )
+        window_start, window_tokens = time.perf_counter(), 0
+        try:
+            while self.step < end:
+                before = self.tokens_seen
+                record = self.train_step()
+                window_tokens += self.tokens_seen - before
+                summary.losses.append(record["loss"])
+                summary.last_loss = record["loss"]
+                bar.update(1)
+                bar.set_postfix(
+                    loss=f"{record['loss']:.3f}",
+                    bits_per_token=f"{record['bits_per_token']:.3f}",
+                    lr=f"{record['lr']:.2e}",
+                )
+                if self.step % t.log_every == 0 or self.step == t.steps:
+                    now = time.perf_counter()
+                    record["tokens_per_s"] = window_tokens / max(now - window_start, 1e-9)
+                    window_start, window_tokens = now, 0
+                    slow = self._throughput.check(record["tokens_per_s"])
+                    if slow:
+                        (bar.write if not bar.disable else self.log)(slow)
+                    self.metrics.log(record)
+                if t.val_every and self.step % t.val_every == 0 and self.step < t.steps:
+                    result = self._log_validation()
+                    if result is not None:
+                        (bar.write if not bar.disable else self.log)(f"step {self.step}: {result.summary()}")
+                if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or self.step == t.steps:
+                    self.save()
+            if self.step == t.steps:
+                summary.validation = self._log_validation()
+        finally:
+            bar.close()
+            self.metrics.close()
+        summary.step = self.step
+        summary.checkpoint = self.last_checkpoint
+        return summary
