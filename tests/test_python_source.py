@@ -10,7 +10,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compressive_transformer.config import DataConfig
+from compressive_transformer.core.config import DataConfig
+from compressive_transformer.core.registry import FORMATS
 from compressive_transformer.data import build_tokenizer, load_corpus, read_split
 from compressive_transformer.data.python_source import (
     NAME,
@@ -21,7 +22,6 @@ from compressive_transformer.data.python_source import (
     stdlib_root,
 )
 from compressive_transformer.data.streams import StreamBatcher
-from compressive_transformer.registry import FORMATS
 
 SPLITS = tuple(SPLIT_BOUNDS)
 

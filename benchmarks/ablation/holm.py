@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 from compressive_transformer.analysis.stats import paired_differences, t_cdf
-from compressive_transformer.fileio import write_text_atomic
+from compressive_transformer.core.fileio import write_text_atomic
 
 HERE = Path(__file__).resolve().parent
 SPLIT = "test"

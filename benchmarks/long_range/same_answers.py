@@ -18,11 +18,11 @@ import json
 import numpy as np
 import torch
 
+from compressive_transformer.core.models import build_model
 from compressive_transformer.experiments.long_range import PRESETS, train_config
-from compressive_transformer.models import build_model
-from compressive_transformer.tasks import TaskRunConfig
-from compressive_transformer.tasks.generators import IGNORE_INDEX, make_batch
-from compressive_transformer.tasks.training import _eval_configs, stream_task_batch, train_task
+from compressive_transformer.experiments.tasks import TaskRunConfig
+from compressive_transformer.experiments.tasks.generators import IGNORE_INDEX, make_batch
+from compressive_transformer.experiments.tasks.training import _eval_configs, stream_task_batch, train_task
 
 CELLS = ("ct-max_pool-none", "ct-most_used-none")
 

@@ -24,11 +24,11 @@ import torch
 
 from compressive_transformer.analysis.frequency import token_nll, token_words
 from compressive_transformer.analysis.recurrence import loss_by_lookback
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data import read_documents
-from compressive_transformer.fileio import write_text_atomic
-from compressive_transformer.machine import machine_info
-from compressive_transformer.metrics import read_metrics
-from compressive_transformer.run import load_model, open_run
+from compressive_transformer.runs.machine import machine_info
+from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.rundir import load_model, open_run
 
 HERE = Path(__file__).resolve().parent
 EDGES = (16, 32, 64, 128, 256, 1024)
@@ -72,7 +72,7 @@ def train_variants(spec: Path, names: list[str]) -> list[Path]:
     """Train (or resume) the named variants of a study spec into its run directories, seed 0, without the study's
     whole-split measurement; returns their run directories."""
     from compressive_transformer.experiments.study import load_study, study_jobs
-    from compressive_transformer.run import train_run
+    from compressive_transformer.training.workflows import train_run
 
     study = load_study(spec)
     jobs = {j.variant: j for j in study_jobs(study, spec.with_suffix(""), threads=1, progress=False) if j.seed == 0}

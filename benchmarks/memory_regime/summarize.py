@@ -20,7 +20,7 @@ from typing import Any
 
 from compressive_transformer.analysis.ceiling import recovered_fraction
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
-from compressive_transformer.fileio import write_text_atomic
+from compressive_transformer.core.fileio import write_text_atomic
 
 HERE = Path(__file__).resolve().parent
 STAGE2_ARMS = {

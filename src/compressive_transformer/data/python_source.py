@@ -22,10 +22,10 @@ import os
 import sysconfig
 from pathlib import Path
 
-from compressive_transformer.config import DataConfig
+from compressive_transformer.core.config import DataConfig
+from compressive_transformer.core.registry import CorpusFormat
 from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.readers import RawSplit, count_words
-from compressive_transformer.registry import CorpusFormat
 
 NAME = "python-source"
 EXCLUDED_DIRS = frozenset(
