@@ -44,7 +44,9 @@ def load(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
 def machine_line(result: dict[str, Any]) -> str:
     m = result.get("machine") or {}
     flags = " ".join(m.get("cpu_flags") or [])
-    return f"{m.get('cpu', '?')} ({flags}), torch {m.get('torch', '?')}, {result['identity']['config']['train.num_threads']} thread per run"
+    return (
+        f"{m.get('cpu', '?')} ({flags}), torch {m.get('torch', '?')}, {m.get('torch_threads', '?')} thread(s) per run"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
