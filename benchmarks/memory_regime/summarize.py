@@ -271,7 +271,13 @@ def _plot_stage2(runs, bpc, fractions, split: str, path: Path) -> None:
                 label="ratio of mean gaps, 95% Fieller" if i == 0 else None,
             )
         else:
-            left.scatter([i + 0.15], [fr["ratio"]], color="C0", marker="x", label="ratio (interval unbounded)")
+            left.scatter(
+                [i + 0.15],
+                [fr["ratio"]],
+                color="C0",
+                marker="x",
+                label="ratio (interval unbounded)" if i == 0 else None,
+            )
     left.axhline(0, color="grey", lw=0.8)
     left.axhline(1, color="green", lw=0.8, ls="--")
     left.set_xticks(range(len(COMPRESSED)), ["conv + attention rec.", "max pool"])
