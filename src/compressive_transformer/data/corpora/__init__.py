@@ -3,7 +3,7 @@
 A new corpus is one more module that calls ``register_format``."""
 
 # isort: off
-from compressive_transformer.data.corpora import pydoc, text, enwik8, wikitext, pg19, audio
+from compressive_transformer.data.corpora import pydoc, text, enwik8, wikitext, pg19, python_source, audio
 # isort: on
 
-__all__ = ["pydoc", "text", "enwik8", "wikitext", "pg19", "audio"]
+__all__ = ["pydoc", "text", "enwik8", "wikitext", "pg19", "python_source", "audio"]
