@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from compressive_transformer.commands import generate_audio
-from compressive_transformer.commands.options import add_device
+from compressive_transformer.commands.options import add_device, add_run_or_export
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.runs.loading import load_run
 from compressive_transformer.training.generate import SamplingConfig, check_sampling, clean_prompt
@@ -23,12 +23,7 @@ DESCRIPTION = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "run_dir",
-        type=Path,
-        metavar="RUN_DIR",
-        help="run directory written by `train` (or a directory written by `export`)",
-    )
+    add_run_or_export(p)
     p.add_argument("--prompt", help="text to continue")
     p.add_argument(
         "--prompts-file",

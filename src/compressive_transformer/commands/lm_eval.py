@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from compressive_transformer.commands.options import add_run_or_export
 from compressive_transformer.core.config import ConfigError
 
 INSTALL_HINT = "pip install 'compressive-transformer[lm-eval]'"
@@ -21,12 +22,7 @@ DESCRIPTION = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "run_dir",
-        type=Path,
-        metavar="RUN_DIR",
-        help="run directory written by `train` (or a directory written by `export`)",
-    )
+    add_run_or_export(p)
     p.add_argument(
         "harness_args",
         nargs=argparse.REMAINDER,

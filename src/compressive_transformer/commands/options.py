@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 SPLITS = ("train", "validation", "test")
 
 
 def add_overrides(p: argparse.ArgumentParser, help_text: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE", help=help_text)
+
+
+def add_run_or_export(p: argparse.ArgumentParser) -> None:
+    """The positional RUN_DIR of a command that also reads a directory written by ``export``."""
+    p.add_argument(
+        "run_dir",
+        type=Path,
+        metavar="RUN_DIR",
+        help="run directory written by `train` (or a directory written by `export`)",
+    )
 
 
 def add_device(p: argparse.ArgumentParser) -> None:
@@ -20,4 +31,4 @@ def add_device(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="CPU threads (default: the run's train.num_threads)")
 
 
-__all__ = ["SPLITS", "add_device", "add_overrides"]
+__all__ = ["SPLITS", "add_device", "add_overrides", "add_run_or_export"]
