@@ -1,4 +1,5 @@
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -8,7 +9,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(1)
 
-from compressive_transformer import CompressiveTransformerLM, ModelConfig  # noqa: E402
+from cli_helpers import FAST  # noqa: E402
+
+from compressive_transformer import CompressiveTransformerLM, ModelConfig, cli  # noqa: E402
 
 # The real corpora (enwik8/enwik8-prefix, wikitext-103, wikitext-2, pg19-sample) for the tests that need them: the
 # directory named by $CT_TEST_DATA, by default ../shared/data beside the checkout. Those tests skip without it.
@@ -78,3 +81,20 @@ def fp32_unless_asked():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(precision, "cpu_bf16_flags", lambda: [])
         yield real
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished 6-step run of the tiny config (checkpoints at 2, 4, 6; cli_helpers.FAST), never changed by a test:
+    tests that damage, resume or extend a run take :func:`finished_run_copy`."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    assert cli.main(["train", "--run-dir", str(run_dir), *FAST]) == 0
+    return run_dir
+
+
+@pytest.fixture
+def finished_run_copy(finished_run: Path, tmp_path: Path) -> Path:
+    """A private copy of :func:`finished_run` (without its lock file)."""
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run, copy, ignore=shutil.ignore_patterns(".lock"))
+    return copy

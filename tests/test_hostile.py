@@ -9,7 +9,6 @@ import contextlib
 import errno
 import io
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -36,19 +35,14 @@ from compressive_transformer.training.trainer import Trainer
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run of 6 steps (checkpoints at 2, 4, 6), never changed by a test."""
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    assert cli.main(["train", "--run-dir", str(run_dir), *FAST]) == 0
-    return run_dir
+@pytest.fixture
+def finished(finished_run: Path) -> Path:
+    return finished_run
 
 
 @pytest.fixture
-def run_copy(finished: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(finished, copy, ignore=shutil.ignore_patterns(".lock"))
-    return copy
+def run_copy(finished_run_copy: Path) -> Path:
+    return finished_run_copy
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -58,20 +58,16 @@ def same_weights(a: Path, b: Path) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture
+def reference(finished_run: Path) -> Path:
     """An uninterrupted run of 6 steps with checkpoints at 2, 4, 6."""
-    run_dir = tmp_path_factory.mktemp("ref") / "run"
-    assert cli.main(["train", "--run-dir", str(run_dir), *FAST]) == 0
-    return run_dir
+    return finished_run
 
 
 @pytest.fixture
-def trained(reference: Path, tmp_path: Path) -> Path:
+def trained(finished_run_copy: Path) -> Path:
     """A private copy of the reference run to damage."""
-    copy = tmp_path / "run"
-    shutil.copytree(reference, copy, ignore=shutil.ignore_patterns(".lock"))
-    return copy
+    return finished_run_copy
 
 
 def interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int, error: BaseException) -> None:
