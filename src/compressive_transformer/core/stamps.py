@@ -71,9 +71,9 @@ class WriteWatch:
     def _version_sum(self) -> int:
         return sum(p._version for p in self._params)
 
-    def mark(self, params: Iterable[Tensor] | None = None) -> None:
-        """Record a write to ``params`` (None: to any of them)."""
-        if params is None or any(id(p) in self._ids for p in params):
+    def mark(self, params: Iterable[Tensor]) -> None:
+        """Record a write to ``params`` if any of them is watched."""
+        if any(id(p) in self._ids for p in params):
             self._written = True
 
     @property
