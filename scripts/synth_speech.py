@@ -6,7 +6,7 @@ layout is what ``data.format = "audio"`` reads: ``OUT/{train,validation,test}/NN
 train passages from the train books, validation from the validation books, test from the test books.
 
     apt-get install -y espeak-ng
-    python scripts/synth_speech.py --books /work/shared/data/pg19-sample --out data/synth-speech
+    python scripts/synth_speech.py --books PATH/TO/pg19-sample --out data/synth-speech
 
 Deterministic: the same books and options give the same passages, voices and files.
 """
