@@ -98,3 +98,14 @@ def finished_run_copy(finished_run: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "run"
     shutil.copytree(finished_run, copy, ignore=shutil.ignore_patterns(".lock"))
     return copy
+
+
+def pin_source(monkeypatch: pytest.MonkeyPatch, name: str, **changes) -> None:
+    """Point download source ``name`` elsewhere for one test (a local server, a size or checksum to fail on), in the
+    corpus format that owns it."""
+    import dataclasses
+
+    from compressive_transformer.core.registry import FORMATS
+
+    (owner,) = [fmt for fmt in FORMATS.values() if name in fmt.sources]
+    monkeypatch.setitem(owner.sources, name, dataclasses.replace(owner.sources[name], **changes))

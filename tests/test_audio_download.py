@@ -4,7 +4,6 @@ archive and an unreachable server each end in one line."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 import tarfile
@@ -12,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import pin_source
 
 from compressive_transformer.core.config import DataConfig
-from compressive_transformer.data import SOURCES, DownloadError, download, read_split
+from compressive_transformer.data import DownloadError, download, read_split, sources
 from tests.test_data_download import Handler, server  # noqa: F401  (the local HTTP server fixture)
 
 sf = pytest.importorskip("soundfile")
@@ -47,13 +47,12 @@ def served(server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> tuple[s
     url, root = server
     blob = fake_librispeech()
     (root / "dev-clean.tar.gz").write_bytes(blob)
-    pinned = dataclasses.replace(SOURCES[NAME], size=len(blob), sha256=hashlib.sha256(blob).hexdigest())
-    monkeypatch.setitem(SOURCES, NAME, pinned)
+    pin_source(monkeypatch, NAME, size=len(blob), sha256=hashlib.sha256(blob).hexdigest())
     return url, root
 
 
 def test_the_pinned_source_is_the_published_archive() -> None:
-    s = SOURCES[NAME]
+    s = sources()[NAME]
     assert (s.filename, s.size) == ("dev-clean.tar.gz", 337_926_286)
     assert s.sha256 == "76f87d090650617fca0cac8f88b9416e0ebf80350acb97b343a85fa903728ab3"
 
@@ -74,15 +73,13 @@ def test_a_wrong_checksum_and_a_broken_archive_are_one_line_errors(
     tmp_path: Path, served: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, root = served
-    monkeypatch.setitem(SOURCES, NAME, dataclasses.replace(SOURCES[NAME], sha256="0" * 64))
+    pin_source(monkeypatch, NAME, sha256="0" * 64)
     with pytest.raises(DownloadError, match="has sha256 .*, expected 0000") as e:
         download(NAME, tmp_path / "a", base_url=url, progress=False)
     assert "\n" not in str(e.value) and list((tmp_path / "a").iterdir()) == []
     broken = b"not a tar archive at all" * 10
     (root / "dev-clean.tar.gz").write_bytes(broken)
-    monkeypatch.setitem(
-        SOURCES, NAME, dataclasses.replace(SOURCES[NAME], size=len(broken), sha256=hashlib.sha256(broken).hexdigest())
-    )
+    pin_source(monkeypatch, NAME, size=len(broken), sha256=hashlib.sha256(broken).hexdigest())
     with pytest.raises(DownloadError, match="is not a valid tar archive") as e:
         download(NAME, tmp_path / "b", base_url=url, progress=False)
     assert "\n" not in str(e.value) and list((tmp_path / "b").iterdir()) == []

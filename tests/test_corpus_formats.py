@@ -10,13 +10,13 @@ import pytest
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.registry import FORMATS, CorpusFormat
 from compressive_transformer.data import (
-    SOURCES,
     RawSplit,
     Source,
     build_tokenizer,
     count_words,
     load_corpus,
     read_documents,
+    sources,
 )
 from compressive_transformer.data.formats import path_formats, register_format
 
@@ -44,7 +44,7 @@ def lines_format():
     )
     register_format(fmt)
     yield fmt
-    del FORMATS["lines"], SOURCES["lines-demo"]
+    del FORMATS["lines"]
 
 
 def test_a_registered_format_reads_and_caches(lines_format, tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_a_registered_format_reads_and_caches(lines_format, tmp_path: Path) -> N
     corpus = load_corpus(cfg, "test", tok, tmp_path / "cache")
     assert corpus.num_docs == 2
     assert "lines" in path_formats() and "pydoc" not in path_formats()
-    assert "lines-demo" in SOURCES
+    assert "lines-demo" in sources()
 
 
 def test_validation_reads_the_flags(lines_format) -> None:

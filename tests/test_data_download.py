@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import http.server
 import io
@@ -16,9 +15,10 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from conftest import pin_source
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.data import SOURCES, DownloadError, download, read_documents, read_pg19_metadata
+from compressive_transformer.data import DownloadError, download, read_documents, read_pg19_metadata
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
@@ -91,10 +91,9 @@ def enwik8_served(server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> 
     content = b"<mediawiki> fake enwik8 text\n" * 400
     blob = fake_enwik8_zip(content)
     (root / "enwik8.zip").write_bytes(blob)
-    patched = dataclasses.replace(
-        SOURCES["enwik8"], size=len(blob), sha256=hashlib.sha256(blob).hexdigest(), members={"enwik8": len(content)}
+    pin_source(
+        monkeypatch, "enwik8", size=len(blob), sha256=hashlib.sha256(blob).hexdigest(), members={"enwik8": len(content)}
     )
-    monkeypatch.setitem(SOURCES, "enwik8", patched)
     return url, content
 
 
@@ -117,7 +116,7 @@ def test_checksum_mismatch_deletes_the_temp_file(
     tmp_path: Path, enwik8_served: tuple[str, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, _ = enwik8_served
-    monkeypatch.setitem(SOURCES, "enwik8", dataclasses.replace(SOURCES["enwik8"], sha256="0" * 64))
+    pin_source(monkeypatch, "enwik8", sha256="0" * 64)
     with pytest.raises(DownloadError, match="has sha256 .*, expected 0000") as e:
         download("enwik8", tmp_path / "data", base_url=url, progress=False)
     assert "\n" not in str(e.value) and isinstance(e.value, ConfigError)
@@ -130,26 +129,21 @@ def test_size_mismatch_and_bad_zip_are_rejected(
     url, root = server
     (root / "enwik8.zip").write_bytes(b"this is not a zip archive")
     blob = (root / "enwik8.zip").read_bytes()
-    monkeypatch.setitem(SOURCES, "enwik8", dataclasses.replace(SOURCES["enwik8"], size=len(blob) + 1, sha256=None))
+    pin_source(monkeypatch, "enwik8", size=len(blob) + 1, sha256=None)
     with pytest.raises(DownloadError, match="expected 26"):
         download("enwik8", tmp_path / "a", base_url=url, progress=False)
-    monkeypatch.setitem(
-        SOURCES,
+    pin_source(
+        monkeypatch,
         "enwik8",
-        dataclasses.replace(SOURCES["enwik8"], size=len(blob), sha256=hashlib.sha256(blob).hexdigest()),
+        size=len(blob),
+        sha256=hashlib.sha256(blob).hexdigest(),
     )
     with pytest.raises(DownloadError, match="not a valid zip"):
         download("enwik8", tmp_path / "b", base_url=url, progress=False)
     assert list((tmp_path / "b").iterdir()) == []
     right = fake_enwik8_zip(b"x" * 10)
     (root / "enwik8.zip").write_bytes(right)
-    monkeypatch.setitem(
-        SOURCES,
-        "enwik8",
-        dataclasses.replace(
-            SOURCES["enwik8"], size=len(right), sha256=hashlib.sha256(right).hexdigest(), members={"enwik8": 11}
-        ),
-    )
+    pin_source(monkeypatch, "enwik8", size=len(right), sha256=hashlib.sha256(right).hexdigest(), members={"enwik8": 11})
     with pytest.raises(DownloadError, match="unpacks to 10 bytes, expected 11"):
         download("enwik8", tmp_path / "c", base_url=url, progress=False)
 
@@ -177,10 +171,7 @@ def test_wikitext_archive_layout(tmp_path: Path, server: tuple[str, Path], monke
         for s in ("train", "valid", "test"):
             z.writestr(f"wikitext-103/wiki.{s}.tokens", f" \n = {s} = \n \n words of {s} \n")
     (root / "wikitext-103-v1.zip").write_bytes(buf.getvalue())
-    patched = dataclasses.replace(
-        SOURCES["wikitext-103"], size=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest()
-    )
-    monkeypatch.setitem(SOURCES, "wikitext-103", patched)
+    pin_source(monkeypatch, "wikitext-103", size=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
     out = download("wikitext-103", tmp_path, base_url=url, progress=False)
     assert out == tmp_path / "wikitext-103"
     cfg = DataConfig(format="wikitext", path=str(out), tokenizer="words")

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="download a benchmark corpus and verify its checksum",
         description="Download a benchmark corpus into DIR.",
     )
-    d.add_argument("name", choices=sorted(corpora.SOURCES), help="corpus to download")
+    d.add_argument("name", choices=sorted(corpora.sources()), help="corpus to download")
     d.add_argument(
         "dir",
         type=Path,

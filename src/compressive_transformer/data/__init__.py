@@ -3,7 +3,7 @@
 from compressive_transformer.data import corpora  # noqa: F401  (registers the built-in formats)
 from compressive_transformer.data.cache import Corpus, cache_dir_for, load_corpus, prepare_corpora
 from compressive_transformer.data.corpora.pg19 import Pg19Book, read_pg19_metadata
-from compressive_transformer.data.download import SOURCES, DownloadError, Source, download
+from compressive_transformer.data.download import DownloadError, Source, download, sources
 from compressive_transformer.data.readers import SPLITS, RawSplit, count_words, read_documents, read_split
 from compressive_transformer.data.streams import IGNORE_INDEX, Batch, StreamBatcher
 from compressive_transformer.data.tokenizers import (
@@ -25,7 +25,6 @@ __all__ = [
     "DownloadError",
     "Pg19Book",
     "RawSplit",
-    "SOURCES",
     "Source",
     "StreamBatcher",
     "SubwordTokenizer",
@@ -35,6 +34,7 @@ __all__ = [
     "cache_dir_for",
     "count_words",
     "download",
+    "sources",
     "load_corpus",
     "load_tokenizer",
     "prepare_corpora",

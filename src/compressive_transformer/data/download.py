@@ -2,8 +2,9 @@
 
 Every file is streamed to a temp file beside its destination, checked (size, checksum, archive integrity) and only
 then moved into place with ``os.replace``; a file already in place that verifies is never fetched again. A failed
-check deletes the temp file and raises a one-line :class:`DownloadError`. ``SOURCES`` is the table of known
-locations and checksums, filled by the corpus formats (tests patch it to point at a local server).
+check deletes the temp file and raises a one-line :class:`DownloadError`. :func:`sources` gathers the known
+locations and checksums from the corpus formats, each of which owns its own (tests patch a format's entry to point
+at a local server).
 
 The single-archive corpora (enwik8, WikiText) are pinned here by size and sha256. PG-19 is ~28,750 objects of a
 bucket: its file list comes from the bucket's listing, every name in it must have PG-19's shape
@@ -35,6 +36,7 @@ from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.registry import FORMATS
 from compressive_transformer.data.download_error import DownloadError
 from compressive_transformer.data.tar_archives import check_tar, extract_tar, is_tar
 
@@ -58,8 +60,10 @@ class Source:
     bucket: str = ""  # PG-19: the public GCS bucket
 
 
-# download name -> source; each corpus format registers its own (data.formats.register_format)
-SOURCES: dict[str, Source] = {}
+def sources() -> dict[str, Source]:
+    """Download name -> source, gathered from the registered corpus formats: each format owns its own sources
+    (``CorpusFormat.sources``), so registering one touches no table of this module."""
+    return {name: source for fmt in FORMATS.values() for name, source in fmt.sources.items()}
 
 
 def download(
@@ -76,11 +80,12 @@ def download(
     ``limit`` (PG-19 only) keeps the first ``limit`` books of each split, in the bucket's listing order.
     ``manifest`` (PG-19 only): a pinned ``manifest.json`` (as a previous download wrote it) every file must match.
     """
-    if name not in SOURCES:
-        raise ConfigError(f"download: unknown corpus {name!r}; use one of {', '.join(sorted(SOURCES))}")
+    known = sources()
+    if name not in known:
+        raise ConfigError(f"download: unknown corpus {name!r}; use one of {', '.join(sorted(known))}")
     if limit is not None and limit < 1:
         raise ConfigError(f"download: limit must be >= 1 (or None for everything), got {limit}")
-    source = SOURCES[name]
+    source = known[name]
     directory = Path(directory).expanduser()
     directory.mkdir(parents=True, exist_ok=True)
     base = (base_url or source.url).rstrip("/")

@@ -6,13 +6,12 @@ the CLI's choices (``sources``). Adding a corpus is one module that builds its f
 from __future__ import annotations
 
 from compressive_transformer.core.registry import FORMATS, CorpusFormat, corpus_format
-from compressive_transformer.data.download import SOURCES
 
 
 def register_format(fmt: CorpusFormat) -> CorpusFormat:
-    """Make ``fmt.name`` usable as ``data.format`` and its sources downloadable; a name registered again is replaced."""
+    """Make ``fmt.name`` usable as ``data.format`` and its sources downloadable (``data.download.sources`` reads
+    them from the format); a name registered again is replaced."""
     FORMATS[fmt.name] = fmt
-    SOURCES.update(fmt.sources)
     return fmt
 
 
