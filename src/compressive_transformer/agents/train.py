@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from compressive_transformer.agents.actor_critic import ActorCritic, Rollout, vtrace_losses
-from compressive_transformer.agents.config import RLConfig, load_rl_config
+from compressive_transformer.agents.actor_critic import ActorCritic, Losses, Rollout, vtrace_losses
+from compressive_transformer.agents.config import RLConfig, RLTrainConfig, load_rl_config
 from compressive_transformer.agents.core import CoreState, detach_state
 from compressive_transformer.agents.envs import env_state, make_vector_env, restore_env_state
 from compressive_transformer.core.config import ConfigError, to_dict
@@ -109,12 +109,9 @@ def _success_rate(returns: deque | list) -> float:
     return float(np.mean([r > 0 for r in returns])) if returns else math.nan
 
 
-def train_agent(
-    cfg: RLConfig | None, run_dir: str | Path, *, resume: bool = False, progress: bool = True
-) -> AgentSummary:
-    """Train (or, with ``resume``, continue from the newest checkpoint) the agent of ``cfg`` in ``run_dir``. A resumed
-    run keeps its config (``cfg`` None), but for ``train.env_steps``, which may grow to continue a finished run."""
-    run_dir = Path(run_dir)
+def _run_config(cfg: RLConfig | None, run_dir: Path, resume: bool) -> tuple[RLConfig, Path | None]:
+    """The config a run trains with and its newest checkpoint: a new run refuses a directory that holds one; a
+    resumed run keeps its saved config, but for ``train.env_steps`` (which is then written to the run's config)."""
     ckpt_path = latest_checkpoint(run_dir)
     if resume:
         if ckpt_path is None:
@@ -131,17 +128,60 @@ def train_agent(
     elif ckpt_path is not None:  # a run stopped before its first checkpoint holds nothing to continue: start again
         raise ConfigError(f"{run_dir} already holds a run; continue it with --resume or choose another --run-dir")
     assert cfg is not None
-    tc = cfg.train
-    torch.set_num_threads(tc.threads)
-    torch.manual_seed(tc.seed)
-    np.random.seed(tc.seed)
+    return cfg, ckpt_path
 
+
+def _record(
+    update: int, env_steps: int, actors: ActorState, finished: list[float], losses: Losses, grad_norm: torch.Tensor
+) -> dict[str, Any]:
+    """One metrics line: progress, the episodes finished since the last line and the recent window, the losses."""
+    return {
+        "step": update,
+        "env_steps": env_steps,
+        "episodes": actors.episodes,
+        "new_episodes": len(finished),
+        "new_successes": sum(r > 0 for r in finished),
+        "success_rate": _success_rate(actors.returns),
+        "mean_return": float(np.mean(actors.returns)) if actors.returns else math.nan,
+        "loss": float(losses.total.detach()),
+        "policy_loss": float(losses.policy),
+        "value_loss": float(losses.value),
+        "entropy": float(losses.entropy),
+        "aux_loss": float(losses.aux),
+        "grad_norm": float(grad_norm),
+    }
+
+
+def _actor_data(actors: ActorState, envs: Any) -> dict[str, Any]:
+    """What a checkpoint keeps of the actors besides their memory: the environments' state, the pending observation,
+    the running episode returns and the recent window, so a resumed run continues the same episodes."""
+    return {
+        "envs": env_state(envs),
+        "obs": actors.obs,
+        "first": actors.first,
+        "episode_return": actors.episode_return,
+        "returns": list(actors.returns),
+        "episodes": actors.episodes,
+    }
+
+
+def _restore_actors(actors: ActorState, envs: Any, data: dict[str, Any]) -> None:
+    """The inverse of :func:`_actor_data` (the actors' memory is restored by the core)."""
+    restore_env_state(envs, data["envs"])
+    actors.obs, actors.first = data["obs"], data["first"]
+    actors.episode_return = data["episode_return"]
+    actors.returns.extend(data["returns"])
+    actors.episodes = data["episodes"]
+
+
+def _start(cfg: RLConfig) -> tuple[Any, ActorCritic, ActorState]:
+    """The environments (reset with the run's seed), the agent and its actors at the first step of every episode."""
+    tc = cfg.train
     envs = make_vector_env(cfg.env, tc.n_envs)
     first_obs, _ = envs.reset(seed=tc.seed)
     obs_dim, n_actions = int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n)
     agent = ActorCritic(cfg, obs_dim, n_actions)
     agent.train()  # actors too: no dropout in an agent, and no inference cache, so actors and learner agree exactly
-    optimizer = torch.optim.Adam(agent.parameters(), lr=tc.lr)
     actors = ActorState(
         obs=torch.as_tensor(first_obs, dtype=torch.float32),
         first=torch.ones(tc.n_envs, dtype=torch.bool),
@@ -149,16 +189,49 @@ def train_agent(
         episode_return=np.zeros(tc.n_envs),
         returns=deque(maxlen=tc.window),
     )
+    return envs, agent, actors
+
+
+def _learn(
+    agent: ActorCritic, optimizer: torch.optim.Optimizer, roll: Rollout, start: CoreState, tc: RLTrainConfig
+) -> tuple[Losses, torch.Tensor]:
+    """One learner update on an unroll: the V-trace losses, clipped gradients, an Adam step."""
+    out = agent.replay(roll.obs, roll.reads) if agent.can_replay else agent(roll.obs, roll.first, start)
+    losses = vtrace_losses(
+        out,
+        roll,
+        gamma=tc.gamma,
+        entropy_cost=tc.entropy_cost,
+        value_cost=tc.value_cost,
+        rho_clip=tc.rho_clip,
+        c_clip=tc.c_clip,
+    )
+    optimizer.zero_grad(set_to_none=True)
+    losses.total.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(agent.parameters(), tc.grad_clip)
+    optimizer.step()
+    return losses, grad_norm
+
+
+def train_agent(
+    cfg: RLConfig | None, run_dir: str | Path, *, resume: bool = False, progress: bool = True
+) -> AgentSummary:
+    """Train (or, with ``resume``, continue from the newest checkpoint) the agent of ``cfg`` in ``run_dir``. A resumed
+    run keeps its config (``cfg`` None), but for ``train.env_steps``, which may grow to continue a finished run."""
+    run_dir = Path(run_dir)
+    cfg, ckpt_path = _run_config(cfg, run_dir, resume)
+    tc = cfg.train
+    torch.set_num_threads(tc.threads)
+    torch.manual_seed(tc.seed)
+    np.random.seed(tc.seed)
+
+    envs, agent, actors = _start(cfg)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=tc.lr)
     update = 0
     if resume:
         ckpt = load_checkpoint(ckpt_path, model=agent, optimizer=optimizer)
         update = ckpt.step
-        data = ckpt.data_state
-        restore_env_state(envs, data["envs"])
-        actors.obs, actors.first = data["obs"], data["first"]
-        actors.episode_return = data["episode_return"]
-        actors.returns.extend(data["returns"])
-        actors.episodes = data["episodes"]
+        _restore_actors(actors, envs, ckpt.data_state)
         actors.memory = agent.core.state_from_tensors(ckpt.memory)
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -174,21 +247,13 @@ def train_agent(
     path = ckpt_path
 
     def save() -> Path:
-        data = {
-            "envs": env_state(envs),
-            "obs": actors.obs,
-            "first": actors.first,
-            "episode_return": actors.episode_return,
-            "returns": list(actors.returns),
-            "episodes": actors.episodes,
-        }
         return save_checkpoint(
             run_dir,
             update,
             model=agent,
             optimizer=optimizer,
             memory=agent.core.state_tensors(actors.memory),
-            data_state=data,
+            data_state=_actor_data(actors, envs),
             config_toml=config_text(cfg),
             extra={"env_steps": update * per_update},
         )
@@ -196,40 +261,13 @@ def train_agent(
     try:
         while update < total:
             roll, start, finished = collect(agent, envs, actors, tc.unroll)
-            out = agent.replay(roll.obs, roll.reads) if agent.can_replay else agent(roll.obs, roll.first, start)
-            losses = vtrace_losses(
-                out,
-                roll,
-                gamma=tc.gamma,
-                entropy_cost=tc.entropy_cost,
-                value_cost=tc.value_cost,
-                rho_clip=tc.rho_clip,
-                c_clip=tc.c_clip,
-            )
-            optimizer.zero_grad(set_to_none=True)
-            losses.total.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(agent.parameters(), tc.grad_clip)
-            optimizer.step()
+            losses, grad_norm = _learn(agent, optimizer, roll, start, tc)
             actors.memory = detach_state(actors.memory)
             update += 1
             since_log.extend(finished)
             bar.update(per_update)
             if update % tc.log_every == 0 or update == total:
-                record = {
-                    "step": update,
-                    "env_steps": update * per_update,
-                    "episodes": actors.episodes,
-                    "new_episodes": len(since_log),
-                    "new_successes": sum(r > 0 for r in since_log),
-                    "success_rate": _success_rate(actors.returns),
-                    "mean_return": float(np.mean(actors.returns)) if actors.returns else math.nan,
-                    "loss": float(losses.total.detach()),
-                    "policy_loss": float(losses.policy),
-                    "value_loss": float(losses.value),
-                    "entropy": float(losses.entropy),
-                    "aux_loss": float(losses.aux),
-                    "grad_norm": float(grad_norm),
-                }
+                record = _record(update, update * per_update, actors, since_log, losses, grad_norm)
                 metrics.log(record)
                 since_log = []
                 bar.set_postfix(ret=f"{record['mean_return']:.2f}", success=f"{record['success_rate']:.2f}")

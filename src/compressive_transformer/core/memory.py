@@ -279,27 +279,14 @@ def update_layer(
     eviction = None
     if compressing and n_evict > 0:
         groups = n_evict // c
-        old = combined[:, start : start + n_evict]  # (B, G*c, d)
-        old_mask = combined_mask[:, start : start + n_evict]
-        span = combined[:, start : start + n_evict + extra_width]
-        if history is not None:  # the stream before the group: the last h evicted states, then these, zero if invalid
-            h = history.shape[1]
-            span_mask = combined_mask[:, start : start + n_evict + extra_width]
-            span = torch.cat([history, span.masked_fill(~span_mask.unsqueeze(-1), 0.0)], dim=1)  # (B, h + G*c + e, d)
-            history = span[:, n_evict : n_evict + h]  # the newest h evicted (or, while few, earlier history) states
-            history_mask = torch.cat([history_mask, old_mask], dim=1)[:, n_evict : n_evict + h]
-        windows = span.unfold(1, span.shape[1] - n_evict + c, c).transpose(2, 3)  # (B, G, h + c + e, d)
-        old_usage = None
-        if usage is not None:
-            old_usage = usage_all[:, start : start + n_evict].masked_fill(~old_mask, float("-inf"))
-        compressed = compress(windows, old_usage)  # (B, G, d)
-        compressed_mask = old_mask.view(B, groups, c).all(dim=-1)
-        eviction = Eviction(
-            old=old, start=start, old_mask=old_mask, compressed=compressed, compressed_mask=compressed_mask
+        windows, history, history_mask = _compression_windows(
+            combined, combined_mask, start, n_evict, c, extra_width, history, history_mask
         )
-        new_slots = compressed.detach().masked_fill(~compressed_mask.unsqueeze(-1), 0.0)
+        old_usage = None if usage is None else usage_all[:, start : start + n_evict]
+        eviction = _compress(combined, combined_mask, start, n_evict, c, windows, compress, old_usage)
+        new_slots = eviction.compressed.detach().masked_fill(~eviction.compressed_mask.unsqueeze(-1), 0.0)
         cmem = torch.cat([cmem, new_slots], dim=1)[:, -n_cm:]
-        cmem_mask = torch.cat([cmem_mask, compressed_mask], dim=1)[:, -n_cm:]
+        cmem_mask = torch.cat([cmem_mask, eviction.compressed_mask], dim=1)[:, -n_cm:]
         if cmem_src is not None:
             cmem_src = torch.cat([cmem_src, windows], dim=1)[:, -n_cm:]
         if kv_cmem is not None:
@@ -307,19 +294,16 @@ def update_layer(
     if cmem_src is not None:  # only BPTT tracks how recent each compressed slot is
         young = (young + (groups if eviction is not None else 0,))[-max(bptt_horizon, 1) :]
 
-    keep_from = combined.shape[1] - cap  # the newest `cap` slots stay (an explicit index: cap may be 0)
-    occupied = torch.arange(cap, device=x.device) >= cap - new_fill  # (cap,)
-    mem_mask = combined_mask[:, keep_from:] & occupied
-    mem = combined[:, keep_from:].masked_fill(~mem_mask.unsqueeze(-1), 0.0)
+    mem, mem_mask = _kept_slots(combined, combined_mask, cap, new_fill)
     if usage is not None:
         usage = usage * mem_mask
     new_kv = None if kv is None else KVCache(cmem=kv_cmem, mem=kv.mem.last(cap), version=kv.version)
-    new_state = LayerMemory(
+    new_state = replace(
+        state,
         mem=mem,
         mem_mask=mem_mask,
         cmem=cmem,
         cmem_mask=cmem_mask,
-        mem_len=state.mem_len,
         fill=new_fill,
         usage=usage,
         cmem_src=cmem_src,
@@ -327,9 +311,66 @@ def update_layer(
         history=history,
         history_mask=history_mask,
         kv=new_kv,
-        rate=state.rate,
     )
     return new_state, eviction
+
+
+def _compression_windows(
+    combined: Tensor,
+    combined_mask: Tensor,
+    start: int,
+    n_evict: int,
+    c: int,
+    extra_width: int,
+    history: Tensor | None,
+    history_mask: Tensor | None,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The compressor's input windows for the ``n_evict`` states evicted from ``combined`` at ``start``: G = n_evict / c
+    windows of c states, each preceded by h states of context (``history``, zeros where invalid) and followed by
+    ``extra_width`` newer ones; and the history that follows (the newest h evicted states).
+
+    combined: (B, cap + T, d), combined_mask: (B, cap + T); returns windows (B, G, h + c + e, d).
+    """
+    span = combined[:, start : start + n_evict + extra_width]
+    if history is not None:  # the stream before the group: the last h evicted states, then these, zero if invalid
+        h = history.shape[1]
+        span_mask = combined_mask[:, start : start + n_evict + extra_width]
+        span = torch.cat([history, span.masked_fill(~span_mask.unsqueeze(-1), 0.0)], dim=1)  # (B, h + G*c + e, d)
+        history = span[:, n_evict : n_evict + h]  # the newest h evicted (or, while few, earlier history) states
+        old_mask = combined_mask[:, start : start + n_evict]
+        history_mask = torch.cat([history_mask, old_mask], dim=1)[:, n_evict : n_evict + h]
+    windows = span.unfold(1, span.shape[1] - n_evict + c, c).transpose(2, 3)  # (B, G, h + c + e, d)
+    return windows, history, history_mask
+
+
+def _compress(
+    combined: Tensor,
+    combined_mask: Tensor,
+    start: int,
+    n_evict: int,
+    c: int,
+    windows: Tensor,
+    compress: Compress,
+    old_usage: Tensor | None,
+) -> Eviction:
+    """Compress the ``n_evict`` states evicted at ``start`` into n_evict / c slots (Algorithm 1, line 10); a slot is
+    valid only when its whole group was. old_usage: (B, n_evict) attention the evicted slots received (most_used)."""
+    old = combined[:, start : start + n_evict]  # (B, G*c, d)
+    old_mask = combined_mask[:, start : start + n_evict]
+    if old_usage is not None:
+        old_usage = old_usage.masked_fill(~old_mask, float("-inf"))
+    compressed = compress(windows, old_usage)  # (B, G, d)
+    compressed_mask = old_mask.view(old.shape[0], n_evict // c, c).all(dim=-1)
+    return Eviction(old=old, start=start, old_mask=old_mask, compressed=compressed, compressed_mask=compressed_mask)
+
+
+def _kept_slots(combined: Tensor, combined_mask: Tensor, cap: int, fill: int) -> tuple[Tensor, Tensor]:
+    """The newest ``cap`` slots of ``combined`` as the next memory, of which the newest ``fill`` are occupied;
+    unoccupied or invalid slots are zeroed. Returns mem (B, cap, d) and mem_mask (B, cap)."""
+    keep_from = combined.shape[1] - cap  # an explicit index: cap may be 0
+    occupied = torch.arange(cap, device=combined.device) >= cap - fill  # (cap,)
+    mem_mask = combined_mask[:, keep_from:] & occupied
+    return combined[:, keep_from:].masked_fill(~mem_mask.unsqueeze(-1), 0.0), mem_mask
 
 
 def evicted_count(occupied: int, mem_len: int, compression_rate: int, compressing: bool) -> int:

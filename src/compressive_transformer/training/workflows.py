@@ -112,22 +112,7 @@ def _train_locked(
         barrier(info)
         cfg, tokenizer = open_run(run_dir)
     else:
-        if cfg is None:
-            raise ConfigError("train: no config given")
-        require_empty(run_dir)
-        check_fits(
-            cfg.model,
-            batch_size=max(cfg.train.batch_size // info.world_size, 1),
-            seg_len=cfg.model.seg_len,
-            mem_len=cfg.model.mem_len,
-            cmem_len=cfg.model.cmem_len,
-            device=resolve_device(cfg.train.device),
-        )
-        train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
-        source = load_source(cfg.train.init_from) if cfg.train.init_from else None
-        tokenizer = source_tokenizer(cfg, source) if source is not None else build_tokenizer(cfg.data, train_docs)
-        check_vocabulary(cfg, tokenizer, log)
-        cfg = resolve(cfg, tokenizer.vocab_size)
+        cfg, tokenizer, source = _check_new_run(cfg, run_dir, info, log)
     created = not run_dir.exists()
     if not resume and info.is_main:  # hold the run before writing into it; a racing second `train` stops here
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -160,11 +145,7 @@ def _train_locked(
             )
     except BaseException:
         if not resume and info.is_main:  # leave no half-made run behind; the directory was empty or missing before
-            if created:
-                shutil.rmtree(run_dir, ignore_errors=True)
-            elif run_dir.is_dir():
-                for child in run_dir.iterdir():
-                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+            _undo_new_run(run_dir, created)
         raise
     if resume:
         step = trainer.resume()
@@ -179,6 +160,37 @@ def _train_locked(
         )
     with sizes_to_lower("training", training_sizes(cfg), TRAINING_REMEDY):
         return trainer.train(max_steps=max_steps)
+
+
+def _check_new_run(cfg: RunConfig | None, run_dir: Path, info: DistInfo, log: Log) -> tuple[RunConfig, Any, Any]:
+    """Everything a new run can fail on before anything is written: the config, an empty run directory, the model
+    fitting the device, a readable corpus, the --init-from source. Returns the config resolved against the
+    tokenizer, the tokenizer, and the source (None without --init-from)."""
+    if cfg is None:
+        raise ConfigError("train: no config given")
+    require_empty(run_dir)
+    check_fits(
+        cfg.model,
+        batch_size=max(cfg.train.batch_size // info.world_size, 1),
+        seg_len=cfg.model.seg_len,
+        mem_len=cfg.model.mem_len,
+        cmem_len=cfg.model.cmem_len,
+        device=resolve_device(cfg.train.device),
+    )
+    train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
+    source = load_source(cfg.train.init_from) if cfg.train.init_from else None
+    tokenizer = source_tokenizer(cfg, source) if source is not None else build_tokenizer(cfg.data, train_docs)
+    check_vocabulary(cfg, tokenizer, log)
+    return resolve(cfg, tokenizer.vocab_size), tokenizer, source
+
+
+def _undo_new_run(run_dir: Path, created: bool) -> None:
+    """Remove what a failed start wrote: the directory if this start created it, else its contents (it was empty)."""
+    if created:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    elif run_dir.is_dir():
+        for child in run_dir.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
 
 
 def source_tokenizer(cfg: RunConfig, source: Any) -> Any:

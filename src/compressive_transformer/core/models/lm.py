@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from compressive_transformer.core.attention import (
+    Positions,
     additive_mask,
     attention_backend,
     attention_mask,
@@ -180,27 +181,7 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
 
         h = self.drop(self.input(inputs))
 
-        first = memory.layers[0]
-        positions = make_positions(
-            seg_len=T,
-            mem_capacity=first.capacity,
-            cmem_len=first.cmem_len,
-            cmem_offset=first.fill if cfg.cmem_positions == "shared" else 0,
-            d_model=cfg.d_model,
-            clamp_len=cfg.clamp_len,
-            device=h.device,
-            dtype=h.dtype,
-        )
-        # Every layer pushes the same positions and resets the same rows, so one mask serves all layers.
-        mask = additive_mask(
-            attention_mask(
-                input_mask,
-                first.mem_mask,
-                first.cmem_mask,
-                same_length_window=first.mem_len - cfg.same_length_self if cfg.same_length else 0,
-            ),
-            compute_dtype(h.device, h.dtype),
-        )
+        positions, mask = self._positions_and_mask(memory.layers[0], input_mask, h)
         backend = attention_backend(cfg, h.device, h.dtype, need_weights=need_weights, training=self.training)
         caching = not self.training and not torch.is_grad_enabled()  # inference: keep keys/values of memory slots
         want_aux = torch.is_grad_enabled() if compression_loss is None else compression_loss
@@ -246,6 +227,30 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             hidden=h,
             attentions=attentions if need_weights else None,
         )
+
+    def _positions_and_mask(self, first: LayerMemory, input_mask: Tensor, h: Tensor) -> tuple[Positions, Tensor]:
+        """The relative positions and the additive attention mask of this segment's keys [cmem; mem; x]. Every layer
+        pushes the same positions and resets the same rows, so the first layer's memory serves all layers."""
+        positions = make_positions(
+            seg_len=h.shape[1],
+            mem_capacity=first.capacity,
+            cmem_len=first.cmem_len,
+            cmem_offset=first.fill if self.cfg.cmem_positions == "shared" else 0,
+            d_model=self.cfg.d_model,
+            clamp_len=self.cfg.clamp_len,
+            device=h.device,
+            dtype=h.dtype,
+        )
+        mask = additive_mask(
+            attention_mask(
+                input_mask,
+                first.mem_mask,
+                first.cmem_mask,
+                same_length_window=first.mem_len - self.cfg.same_length_self if self.cfg.same_length else 0,
+            ),
+            compute_dtype(h.device, h.dtype),
+        )
+        return positions, mask
 
     @staticmethod
     def _usage(weights: Tensor, input_mask: Tensor, state: LayerMemory) -> Tensor:
