@@ -53,7 +53,13 @@ def training_breakdown(w, steps: int) -> dict:
     variants = {
         "compressive": Variant(w, base, aux=True),
         "no_aux_loss": Variant(w, base, aux=False),
-        "max_pool": Variant(w, dataclasses.replace(base, compression="max_pool", compression_loss="none"), aux=False),
+        "max_pool": Variant(
+            w,
+            dataclasses.replace(
+                base, compression=dataclasses.replace(base.compression, function="max_pool", loss="none")
+            ),
+            aux=False,
+        ),
         "transformer_xl": Variant(w, ours.model_config(w, compressive=False), aux=False),
     }
     x, y = torch.randint(0, w.vocab, (w.batch, w.seg_len)), torch.randint(0, w.vocab, (w.batch, w.seg_len))

@@ -40,7 +40,15 @@ def tiny_config(**overrides) -> ModelConfig:
         dropout=0.0,
     )
     base.update(overrides)
-    return ModelConfig(**base)
+    return ModelConfig.from_raw(base)  # the flat keys of the earlier layout read into their sections
+
+
+def with_keys(cfg: ModelConfig, **keys) -> ModelConfig:
+    """``cfg`` with ``keys`` (flat keys of the earlier layout, or sections as tables) laid over it."""
+    from compressive_transformer.core.config import to_dict, upgrade_model_table
+    from compressive_transformer.core.config_base import merge_tables
+
+    return ModelConfig.from_raw(merge_tables(to_dict(cfg), upgrade_model_table(keys)))
 
 
 def tiny_model(seed: int = 0, **overrides) -> CompressiveTransformerLM:

@@ -16,7 +16,7 @@ from compressive_transformer.core.models import CompressiveTransformerLM
 def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_sizes: list[int]) -> torch.Tensor:
     """Feed ``tokens`` (1, N) in segments of ``seg_sizes``; return the logits (1, N, V)."""
     cfg = model.cfg
-    c, e = cfg.compression_rate, cfg.compression_extra_width
+    c, e = cfg.compression.rate, cfg.compression.extra_width
     mems: list[list[torch.Tensor]] = [[] for _ in range(cfg.n_layers)]
     cmems: list[list[torch.Tensor]] = [[] for _ in range(cfg.n_layers)]
     evicted: list[list[torch.Tensor]] = [[] for _ in range(cfg.n_layers)]  # every state that left memory, in order
@@ -29,9 +29,9 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
             seg_len=T,
             mem_capacity=len(mems[0]),
             cmem_len=len(cmems[0]),
-            cmem_offset=len(mems[0]) if cfg.cmem_positions == "shared" else 0,
+            cmem_offset=len(mems[0]) if cfg.positions.cmem == "shared" else 0,
             d_model=cfg.d_model,
-            clamp_len=cfg.clamp_len,
+            clamp_len=cfg.positions.clamp_len,
             device=h.device,
             dtype=h.dtype,
         )
@@ -39,7 +39,7 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
             mem = torch.stack(mems[i], 0)[None] if mems[i] else h.new_zeros(1, 0, cfg.d_model)
             cmem = torch.stack(cmems[i], 0)[None] if cmems[i] else h.new_zeros(1, 0, cfg.d_model)
             ones = lambda t: torch.ones(t.shape[:2], dtype=torch.bool)  # noqa: E731
-            window = cfg.mem_len if cfg.same_length else 0
+            window = cfg.mem_len if cfg.positions.same_length else 0
             mask = additive_mask(attention_mask(ones(h), ones(mem), ones(cmem), same_length_window=window), h.dtype)
             result = block(h, mem, cmem, positions, mask, need_weights=False)
             out, attn_in = result.h, result.attn_in

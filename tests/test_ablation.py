@@ -123,7 +123,9 @@ def test_the_real_text_ablation_spec_holds_every_cell_at_one_budget():
 
     spec = Path(__file__).resolve().parents[1] / "benchmarks" / "ablation" / "study.toml"
     study = load_study(spec)
-    cells = {(c.model.compression, c.model.compression_loss) for c in study.configs.values() if c.model.cmem_len > 0}
+    cells = {
+        (c.model.compression.function, c.model.compression.loss) for c in study.configs.values() if c.model.cmem_len > 0
+    }
     assert {(fn, loss) for fn, loss, _ in PAPER_ABLATION} <= cells and len(cells) == 9
     assert len({c.train.steps for c in study.configs.values()}) == 1 and study.settings.seeds == (0, 1, 2)
     txl = study.configs["transformer-xl"].model

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import with_keys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -150,7 +151,7 @@ def test_every_model_kind_evaluates_with_log_probs(kind):
     extra = {"xl": {}, "ct": dict(cmem_len=4, compression_rate=2), "ql": {}}[kind]
     if kind == "ql":
         extra = dict(scales=(1, 1), n_layers=2, compression="mean_pool", compression_loss="none", compression_rate=2)
-    model = build_model(dataclasses.replace(base, **extra)).eval()
+    model = build_model(with_keys(base, **extra)).eval()
     tokens = torch.randint(0, V, (2, 6))
     with torch.no_grad():
         out = model(tokens, targets=tokens)

@@ -10,27 +10,33 @@ import torch
 from compressive_transformer.agents.core import LSTMCore, TransformerCore
 from compressive_transformer.core.config import ModelConfig
 
-BASE = ModelConfig(
-    vocab_size=0,
-    input_dim=6,
-    d_model=16,
-    n_layers=2,
-    n_heads=2,
-    d_ff=32,
-    seg_len=1,
-    mem_len=4,
-    cmem_len=3,
-    compression_rate=2,
-    norm="pre",
-    dropout=0.0,
+BASE = ModelConfig.from_raw(
+    dict(
+        vocab_size=0,
+        input_dim=6,
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        d_ff=32,
+        seg_len=1,
+        mem_len=4,
+        cmem_len=3,
+        compression_rate=2,
+        norm="pre",
+        dropout=0.0,
+    )
 )
 KINDS = {
     "txl": dataclasses.replace(BASE, cmem_len=0),
     "ct": BASE,
     "ct-gated": dataclasses.replace(BASE, gating=True),
-    "ct-maxpool": dataclasses.replace(BASE, compression="max_pool", compression_loss="none"),
-    "ct-most-used": dataclasses.replace(BASE, compression="most_used", compression_loss="none"),
-    "ct-bptt": dataclasses.replace(BASE, compression_loss="bptt"),
+    "ct-maxpool": dataclasses.replace(
+        BASE, compression=dataclasses.replace(BASE.compression, function="max_pool", loss="none")
+    ),
+    "ct-most-used": dataclasses.replace(
+        BASE, compression=dataclasses.replace(BASE.compression, function="most_used", loss="none")
+    ),
+    "ct-bptt": dataclasses.replace(BASE, compression=dataclasses.replace(BASE.compression, loss="bptt")),
 }
 T, B = 11, 3
 
@@ -116,7 +122,7 @@ def test_gradients_stop_at_memory(kind: str) -> None:
     for name, p in core.model.named_parameters():  # the task loss trains the compressor only under BPTT
         if id(p) in compressor:
             trained = p.grad is not None and p.grad.abs().max() > 0
-            assert trained == (core.cfg.compression_loss == "bptt"), name
+            assert trained == (core.cfg.compression.loss == "bptt"), name
     with torch.no_grad():  # the memory does carry the past: another earlier observation changes the last features
         x2 = x.detach().clone()
         x2[-3] += 1.0
@@ -148,20 +154,22 @@ def test_lstm_backpropagates_through_the_unroll() -> None:
 def test_bad_core_configs_are_one_line_errors() -> None:
     with pytest.raises(ValueError, match="input_dim"):
         TransformerCore(dataclasses.replace(BASE, input_dim=0, vocab_size=8))
-    ql = ModelConfig(
-        vocab_size=0,
-        input_dim=6,
-        d_model=16,
-        n_layers=2,
-        n_heads=2,
-        d_ff=32,
-        seg_len=4,
-        mem_len=4,
-        cmem_len=0,
-        compression="mean_pool",
-        compression_loss="none",
-        compression_rate=2,
-        scales=(1, 1),
+    ql = ModelConfig.from_raw(
+        dict(
+            vocab_size=0,
+            input_dim=6,
+            d_model=16,
+            n_layers=2,
+            n_heads=2,
+            d_ff=32,
+            seg_len=4,
+            mem_len=4,
+            cmem_len=0,
+            compression="mean_pool",
+            compression_loss="none",
+            compression_rate=2,
+            scales=(1, 1),
+        )
     )
     with pytest.raises(ValueError, match="Transformer-QL"):
         TransformerCore(ql)
@@ -191,7 +199,7 @@ def test_replay_of_recorded_memories_equals_stepping(kind: str) -> None:
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    if core.model.compressors is not None and core.cfg.compression_loss in ("attention", "autoencoder"):
+    if core.model.compressors is not None and core.cfg.compression.loss in ("attention", "autoencoder"):
         assert replayed.aux_loss > 0
 
 

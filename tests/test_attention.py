@@ -69,7 +69,7 @@ def call(attn, cfg, x, mem, cmem, mem_mask, fill, need_weights=True):
         dtype=torch.float64,
     )
     ones = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
-    window = M if cfg.same_length else 0
+    window = M if cfg.positions.same_length else 0
     mask = additive_mask(attention_mask(ones(T), mem_mask, ones(C), same_length_window=window), x.dtype)
     out = attn(x, mem, cmem, pos, mask, need_weights=need_weights)
     return out.y, out.weights

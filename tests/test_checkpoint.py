@@ -25,17 +25,19 @@ from compressive_transformer.runs.checkpoint import (
 )
 
 torch.set_num_threads(1)
-CFG = ModelConfig(
-    vocab_size=50,
-    d_model=16,
-    n_layers=2,
-    n_heads=2,
-    d_ff=32,
-    seg_len=4,
-    mem_len=4,
-    cmem_len=2,
-    compression_rate=2,
-    dropout=0.0,
+CFG = ModelConfig.from_raw(
+    dict(
+        vocab_size=50,
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        d_ff=32,
+        seg_len=4,
+        mem_len=4,
+        cmem_len=2,
+        compression_rate=2,
+        dropout=0.0,
+    )
 )
 
 

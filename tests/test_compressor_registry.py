@@ -29,7 +29,7 @@ class LastSlot(Compressor):
 @pytest.fixture
 def last_slot():
     spec = register_compressor(
-        "last_slot", lambda cfg: LastSlot(cfg.d_model, cfg.compression_rate), trainable=True, extra_width=False
+        "last_slot", lambda cfg: LastSlot(cfg.d_model, cfg.compression.rate), trainable=True, extra_width=False
     )
     yield spec
     del COMPRESSORS["last_slot"]

@@ -268,8 +268,8 @@ def test_xl_and_compressive_match_brute_force(c: int, k: int, mem_len: int, cmem
 
 def test_from_model_config() -> None:
     base = dict(seg_len=4, mem_len=6, n_layers=8, compression_rate=2)
-    assert context_length_from_config(ModelConfig(**base, cmem_len=0)) == xl(4, 6, 8)
-    assert context_length_from_config(ModelConfig(**base, cmem_len=6)) == comp(4, 6, 6, 2, 8)
+    assert context_length_from_config(ModelConfig.from_raw({**base, "cmem_len": 0})) == xl(4, 6, 8)
+    assert context_length_from_config(ModelConfig.from_raw({**base, "cmem_len": 6})) == comp(4, 6, 6, 2, 8)
 
 
 def test_from_duck_typed_ql_config() -> None:

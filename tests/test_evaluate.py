@@ -40,17 +40,19 @@ def _setup(corpus_dir: Path, tmp_path: Path):
     tok = build_tokenizer(data, read_documents(data, "train"))
     corpus = load_corpus(data, "validation", tok, tmp_path / "cache")
     torch.manual_seed(0)
-    cfg = ModelConfig(
-        vocab_size=tok.vocab_size,
-        d_model=32,
-        n_layers=2,
-        n_heads=2,
-        d_ff=64,
-        seg_len=8,
-        mem_len=8,
-        cmem_len=4,
-        compression_rate=2,
-        dropout=0.1,
+    cfg = ModelConfig.from_raw(
+        dict(
+            vocab_size=tok.vocab_size,
+            d_model=32,
+            n_layers=2,
+            n_heads=2,
+            d_ff=64,
+            seg_len=8,
+            mem_len=8,
+            cmem_len=4,
+            compression_rate=2,
+            dropout=0.1,
+        )
     )
     return CompressiveTransformerLM(cfg), corpus
 

@@ -30,7 +30,7 @@ def model(**kw) -> CompressiveTransformerLM:
         compression_rate=2,
         dropout=0.1,
     )
-    return CompressiveTransformerLM(ModelConfig(**(cfg | kw)))
+    return CompressiveTransformerLM(ModelConfig.from_raw(cfg | kw))
 
 
 def test_top_k_keeps_the_k_largest() -> None:

@@ -88,7 +88,11 @@ def test_import_then_evaluate_generate_export(tmp_path, capsys):
     assert code == 0, err
     assert not (tmp_path / "pwned").exists()  # the vocabulary's payload did not run
     config = json.loads((out / "config.json").read_text())
-    assert config["memory_init"] == "zeros" and config["same_length_self"] and config["adaptive"]["div_val"] == 2
+    assert (
+        config["memory_init"] == "zeros"
+        and config["positions"]["same_length_self"]
+        and config["adaptive"]["div_val"] == 2
+    )
     text = tmp_path / "t.txt"
     text.write_text(" ".join(WORDS[2:30]) + " unseen\n", encoding="utf-8")
     code, stdout, err = cli_run(capsys, "evaluate", str(out), "--text", str(text), "--out", str(tmp_path / "e.json"))

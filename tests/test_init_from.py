@@ -64,8 +64,8 @@ def test_freezing_reaches_exactly_the_compressor():
     from compressive_transformer.core.models import build_model
     from compressive_transformer.runs.init_from import freeze
 
-    model = build_model(ModelConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, d_ff=32, seg_len=4, mem_len=4,
-                                    cmem_len=4, compression_rate=2, dropout=0.0))  # fmt: skip
+    model = build_model(ModelConfig.from_raw(dict(vocab_size=32, d_model=16, n_layers=1, n_heads=2, d_ff=32, seg_len=4, mem_len=4,
+                                    cmem_len=4, compression_rate=2, dropout=0.0)))  # fmt: skip
     freeze(model, ("model",))
     memory = None
     for _ in range(3):  # until the memory evicts and the compression loss exists

@@ -183,7 +183,7 @@ def test_task_config_overrides_and_errors(tmp_path):
     run = load_task_run_config(
         CONFIGS / "passkey-ct.toml", ["train.steps=300", "model.compression=mean_pool", "model.compression_loss=none"]
     )
-    assert run.train.steps == 300 and run.model.compression == "mean_pool"
+    assert run.train.steps == 300 and run.model.compression.function == "mean_pool"
     bad = tmp_path / "bad.toml"
     bad.write_text('[task]\nname = "passkey"\n[training]\nsteps = 3\n')
     with pytest.raises(ConfigError, match="training: unknown section"):

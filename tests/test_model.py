@@ -371,7 +371,7 @@ def _positional(model):
 
 
 def test_positions_are_per_layer_by_default():
-    assert tiny_model().cfg.share_positions == "none"
+    assert tiny_model().cfg.positions.share == "none"
     names = _positional(tiny_model())
     assert {n for n in names if n.startswith("blocks.1.")}  # layer 1 owns its own u/v and W_r
 

@@ -147,11 +147,11 @@ def test_bad_transformer_ql_configs():
         (dict(compression="conv", compression_loss="attention"), "model.compression"),
         (dict(seg_len=6, mem_len=2), "model.seg_len"),
         (dict(mem_len=3), "model.mem_len"),
-        (dict(droppath=1.0), "model.droppath"),
+        (dict(droppath=1.0), "model.ql.droppath"),
     ]:
         with pytest.raises(ConfigError, match="^" + key.replace(".", r"\.")):
             ql_config(**kwargs)
-    with pytest.raises(ConfigError, match=r"^model\.droppath"):
+    with pytest.raises(ConfigError, match=r"^model\.ql\.scales"):  # a Transformer-QL option without its scales
         tiny_config(droppath=0.2)
     model = ql_model()
     with pytest.raises(ValueError, match="compressed memory"):

@@ -415,7 +415,7 @@ def small(**kw) -> CompressiveTransformerLM:
         | kw
     )
     torch.manual_seed(0)
-    return CompressiveTransformerLM(ModelConfig(**cfg))
+    return CompressiveTransformerLM(ModelConfig.from_raw(cfg))
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ def small(kind: str) -> ModelConfig:
     base = dict(vocab_size=40, d_model=32, n_layers=2, n_heads=2, d_ff=64, seg_len=8, mem_len=8, cmem_len=4)
     base.update(compression_rate=2, dropout=0.0)
     base.update(KINDS[kind])
-    return ModelConfig(**base)
+    return ModelConfig.from_raw(base)
 
 
 OPTIMIZERS = {

@@ -248,10 +248,10 @@ def test_a_result_matches_the_precision_that_ran_not_the_configured_name(tmp_pat
     write(old, ["avx2", "avx512_bf16"])  # the same config on a bf16 CPU trained another run
     assert result_state(job) == "retrain"
     assert stored_identity(json.loads(job.result_path.read_text()))["config"]["eval.amp"] == "bf16"
-    older = {k: v for k, v in job.identity()["config"].items() if k != "model.share_positions"}
+    older = {k: v for k, v in job.identity()["config"].items() if k != "model.positions.share"}
     write(older, [])
     assert result_state(job) == "done"
-    write({**older, "model.share_positions": "all"}, [])
+    write({**older, "model.positions.share": "all"}, [])
     assert result_state(job) == "retrain"
 
 

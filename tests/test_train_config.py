@@ -110,10 +110,10 @@ def test_paper_shapes() -> None:
         enwik8.seg_len,
         enwik8.mem_len,
         enwik8.cmem_len,
-        enwik8.compression_rate,
+        enwik8.compression.rate,
     ) == (24, 1024, 768, 768, 1152, 3)
     wt = build_config(CONFIGS / "wikitext103.toml").model
-    assert (wt.n_layers, wt.d_model, wt.mem_len, wt.cmem_len, wt.compression_rate) == (18, 1024, 500, 1500, 4)
+    assert (wt.n_layers, wt.d_model, wt.mem_len, wt.cmem_len, wt.compression.rate) == (18, 1024, 500, 1500, 4)
     pg = build_config(CONFIGS / "pg19.toml")
     assert (
         pg.model.n_layers,
@@ -121,7 +121,7 @@ def test_paper_shapes() -> None:
         pg.model.seg_len,
         pg.model.mem_len,
         pg.model.cmem_len,
-        pg.model.compression_rate,
+        pg.model.compression.rate,
     ) == (36, 1024, 512, 512, 512, 2)
     assert pg.data.vocab_size == 32000
     for name in ("enwik8", "wikitext103", "pg19"):

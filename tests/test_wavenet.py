@@ -98,7 +98,7 @@ def test_it_trains_through_the_streaming_loop() -> None:
     ("kw", "key"),
     [
         (dict(n_layers=3, wavenet_dilations=(1, 2)), "model.n_layers"),
-        (dict(n_layers=2, wavenet_dilations=(1, 0)), "model.wavenet_dilations"),
+        (dict(n_layers=2, wavenet_dilations=(1, 0)), "model.wavenet.dilations"),
         (dict(n_layers=2, wavenet_dilations=(1, 2), mem_len=8, cmem_len=0), "model.mem_len"),
     ],
 )

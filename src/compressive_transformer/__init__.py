@@ -1,12 +1,17 @@
 """Compressive Transformer, Transformer-XL and Transformer-QL for long-range sequence modelling."""
 
 from compressive_transformer.core.config import (
+    AdaptiveConfig,
+    CompressionConfig,
     ConfigError,
     DataConfig,
     EvalConfig,
     ModelConfig,
+    PositionsConfig,
+    QLConfig,
     RunConfig,
     TrainConfig,
+    WaveNetConfig,
     load_run_config,
 )
 from compressive_transformer.core.context import (
@@ -31,6 +36,11 @@ from compressive_transformer.training.trainer import Trainer, TrainingError
 __all__ = [
     "ConfigError",
     "ModelConfig",
+    "CompressionConfig",
+    "PositionsConfig",
+    "QLConfig",
+    "WaveNetConfig",
+    "AdaptiveConfig",
     "DataConfig",
     "TrainConfig",
     "EvalConfig",

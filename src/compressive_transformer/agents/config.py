@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.config import CompressionConfig, ModelConfig, apply_run_overrides, upgrade_model_table
 from compressive_transformer.core.config_base import (
     ConfigError,
-    apply_overrides,
     check_types,
     from_dict,
     load_toml,
+    merge_tables,
     require,
+    to_dict,
 )
 
 ENVS = ("nonmatching", "minigrid")
@@ -97,7 +97,7 @@ def _default_model() -> ModelConfig:
         seg_len=1,
         mem_len=8,
         cmem_len=10,
-        compression_rate=4,
+        compression=CompressionConfig(rate=4),
         norm="pre",
         gating=True,
         dropout=0.0,
@@ -131,15 +131,15 @@ class RLConfig:
         unknown = sorted(set(raw) - set(sections))
         if unknown:
             raise ConfigError(f"{unknown[0]}: unknown section; known sections are {', '.join(sections)}")
-        model_raw = dataclasses.asdict(_default_model()) | dict(raw.get("model", {}))
+        model_raw = merge_tables(to_dict(_default_model()), upgrade_model_table(raw.get("model", {})))
         parts = {name: from_dict(c, raw.get(name, {}), name) for name, c in sections.items() if name != "model"}
-        return cls(model=from_dict(ModelConfig, model_raw, "model"), **parts)
+        return cls(model=ModelConfig.from_raw(model_raw), **parts)
 
 
 def load_rl_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RLConfig:
     """Read an agent run's TOML (or the defaults when ``path`` is None) and apply ``section.key=value`` overrides."""
     raw = load_toml(path) if path is not None else {}
-    return RLConfig.from_raw(apply_overrides(raw, overrides))
+    return RLConfig.from_raw(apply_run_overrides(raw, overrides))
 
 
 __all__ = ["CoreConfig", "EnvConfig", "RLConfig", "RLTrainConfig", "load_rl_config"]

@@ -45,8 +45,8 @@ def held_out_compressibility(
     """
     cfg = model.cfg
     if not cfg.uses_compression:
-        return {"per_layer": [], "segments": [], "loss": cfg.compression_loss, "applicable": False}
-    applicable = compression_loss_spec(cfg.compression_loss).local
+        return {"per_layer": [], "segments": [], "loss": cfg.compression.loss, "applicable": False}
+    applicable = compression_loss_spec(cfg.compression.loss).local
     seg_len = seg_len or cfg.seg_len
     sums = [0.0] * cfg.n_layers
     counts = [0] * cfg.n_layers
@@ -59,7 +59,7 @@ def held_out_compressibility(
                 sums[i] += float(step.out.aux_losses[i])
                 counts[i] += 1
     per_layer = [s / c if c and applicable else None for s, c in zip(sums, counts)]
-    return {"per_layer": per_layer, "segments": counts, "loss": cfg.compression_loss, "applicable": applicable}
+    return {"per_layer": per_layer, "segments": counts, "loss": cfg.compression.loss, "applicable": applicable}
 
 
 __all__ = ["compressibility_over_training", "held_out_compressibility"]

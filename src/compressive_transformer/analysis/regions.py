@@ -149,7 +149,7 @@ def attention_by_region(
     seg_len = seg_len or cfg.seg_len
     first = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len).layers[0]  # the lengths this stream reads
     if warmup_segments is None:
-        warmup_segments = math.ceil((first.mem_len + cfg.compression_rate * first.cmem_len) / seg_len)
+        warmup_segments = math.ceil((first.mem_len + cfg.compression.rate * first.cmem_len) / seg_len)
     acc = RegionAccumulator(buckets)
     batches = stream_batches(
         stream, batch_size=batch_size, seg_len=seg_len, max_segments=max_segments + warmup_segments

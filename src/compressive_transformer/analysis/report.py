@@ -177,7 +177,7 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, x in summaries.items():
         m = x["config"]["model"]
-        comp = f"{m['compression']}/{m['compression_loss']}" if m["cmem_len"] else "-"
+        comp = f"{m['compression']['function']}/{m['compression']['loss']}" if m["cmem_len"] else "-"
         row = [
             name,
             x["model"],
@@ -186,7 +186,7 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
             m["seg_len"],
             m["mem_len"],
             m["cmem_len"],
-            m["compression_rate"] if m["cmem_len"] else "-",
+            m["compression"]["rate"] if m["cmem_len"] else "-",
             comp,
             x["max_range"],
             x["attention_cost"],

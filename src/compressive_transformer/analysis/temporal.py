@@ -109,7 +109,7 @@ def empirical_temporal_range(
         "seg_len": seg_len,
         "mem_len": cfg.mem_len,
         "cmem_len": cfg.cmem_len,
-        "compression_rate": cfg.compression_rate,
+        "compression_rate": cfg.compression.rate,
         "n_layers": cfg.n_layers,
     }
 

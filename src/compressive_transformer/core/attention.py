@@ -269,7 +269,7 @@ class RelativeAttention(nn.Module):
         self.pos = nn.Linear(d, H * dh, bias=False)  # W_r for memory + segment
         self.u = nn.Parameter(torch.zeros(H, dh))  # content bias
         self.v = nn.Parameter(torch.zeros(H, dh))  # position bias
-        separate = cfg.uses_compression and cfg.cmem_positions == "separate"
+        separate = cfg.uses_compression and cfg.positions.cmem == "separate"
         self.cpos = nn.Linear(d, H * dh, bias=False) if separate else None  # W_r of the compressed stream
         self.cv = nn.Parameter(torch.zeros(H, dh)) if separate else None
         self.out = nn.Linear(H * dh, d, bias=False)

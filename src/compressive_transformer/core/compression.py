@@ -124,27 +124,29 @@ def _mean(groups: Tensor) -> Tensor:
 
 register_compressor(
     "max_pool",
-    lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "max"),
+    lambda cfg: PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "max"),
     trainable=False,
     scale_pool=_max,
 )
 register_compressor(
     "mean_pool",
-    lambda cfg: PoolCompressor(cfg.compression_rate, cfg.compression_extra_width, "mean"),
+    lambda cfg: PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "mean"),
     trainable=False,
     scale_pool=_mean,
 )
 register_compressor(
-    "conv", lambda cfg: ConvCompressor(cfg.d_model, cfg.compression_rate, cfg.compression_extra_width), trainable=True
+    "conv", lambda cfg: ConvCompressor(cfg.d_model, cfg.compression.rate, cfg.compression.extra_width), trainable=True
 )
 register_compressor(
     "dilated_conv",
-    lambda cfg: DilatedConvCompressor(cfg.d_model, cfg.compression_rate, cfg.compression_extra_width, cfg.dilations),
+    lambda cfg: DilatedConvCompressor(
+        cfg.d_model, cfg.compression.rate, cfg.compression.extra_width, cfg.compression.dilations
+    ),
     trainable=True,
 )
 register_compressor(
     "most_used",
-    lambda cfg: MostUsedCompressor(cfg.compression_rate, 0),
+    lambda cfg: MostUsedCompressor(cfg.compression.rate, 0),
     trainable=False,
     needs_usage=True,
     extra_width=False,
@@ -158,8 +160,8 @@ register_compression_loss("none")  # parameter-free compressors
 
 
 def build_compressor(cfg: ModelConfig) -> Compressor:
-    """The compressor ``cfg.compression`` names in :data:`~compressive_transformer.core.registry.COMPRESSORS`."""
-    return compressor_spec(cfg.compression).build(cfg)
+    """The compressor ``cfg.compression.function`` names in :data:`~compressive_transformer.core.registry.COMPRESSORS`."""
+    return compressor_spec(cfg.compression.function).build(cfg)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -76,6 +76,149 @@ class AdaptiveConfig:
 
 
 @dataclass(frozen=True)
+class CompressionConfig:
+    """The compressed memory's compression: f_c of Algorithm 1 (``function``, at ``rate`` c) and how it is trained
+    (``loss``); the compressors receive only this section and ``d_model``."""
+
+    rate: int = 4  # c: memories per compressed slot
+    function: str = "conv"  # a name in core.registry.COMPRESSORS
+    loss: str = "attention"  # a name in core.registry.COMPRESSION_LOSSES
+    extra_width: int = 0  # extra kernel width for overlapping windows (reads newer neighbours)
+    dilations: tuple[int, ...] = (1, 2, 4)  # dilated_conv: kernel-2 dilated convolutions before the strided one
+    bptt_horizon: int = 2  # loss "bptt": segments during which a compressed slot still trains the compressor
+
+    def __post_init__(self) -> None:
+        check_types(self, "model.compression")
+        p = "model.compression."
+        require(self.rate >= 1, p + "rate", "must be >= 1")
+        require(
+            self.function in COMPRESSORS,
+            p + "function",
+            f"unknown {self.function!r}; use one of {', '.join(COMPRESSORS)}",
+        )
+        require(
+            self.loss in COMPRESSION_LOSSES,
+            p + "loss",
+            f"unknown {self.loss!r}; use one of {', '.join(COMPRESSION_LOSSES)}",
+        )
+        require(self.extra_width >= 0, p + "extra_width", "must be >= 0")
+        require(
+            all(isinstance(d, int) and d >= 1 for d in self.dilations) and len(self.dilations) > 0,
+            p + "dilations",
+            "must be a non-empty list of integers >= 1",
+        )
+        require(self.bptt_horizon >= 1, p + "bptt_horizon", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class PositionsConfig:
+    """Relative positions (Transformer-XL's R, u, v): what the layers share, where the compressed memory sits on the
+    distance axis, and which distances a query sees."""
+
+    cmem: str = "separate"  # compressed memory's own positional stream, or one "shared" stream behind the memory
+    share: str = "none"  # one u/v ("biases", Transformer-XL's default) or also one W_r ("all") for all layers
+    clamp_len: int = 0  # 0: no clamping of relative distances
+    same_length: bool = False  # every query sees the same number of (uncompressed) positions
+    same_length_self: bool = False  # same_length: the window of mem_len keys counts the query itself (an importer's)
+
+    def __post_init__(self) -> None:
+        check_types(self, "model.positions")
+        p = "model.positions."
+        require(self.cmem in CMEM_POSITIONS, p + "cmem", f"use one of {', '.join(CMEM_POSITIONS)}")
+        require(self.share in SHARE_POSITIONS, p + "share", f"use one of {', '.join(SHARE_POSITIONS)}")
+        require(self.clamp_len >= 0, p + "clamp_len", "must be >= 0 (0 means no clamping)")
+
+
+@dataclass(frozen=True)
+class QLConfig:
+    """Transformer-QL (its presence selects the kind): Transformer-XL layers per temporal scale, finest first, the
+    layers after the accumulation layer, and the probability of dropping the finer scales from the accumulation."""
+
+    scales: tuple[int, ...] = ()  # required: e.g. (2, 2)
+    output_layers: int = 0
+    droppath: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_types(self, "model.ql")
+
+
+@dataclass(frozen=True)
+class WaveNetConfig:
+    """WaveNet (its presence selects the kind): one dilation per layer, ``d_model`` residual and ``d_ff`` skip
+    channels."""
+
+    dilations: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+    def __post_init__(self) -> None:
+        check_types(self, "model.wavenet")
+
+
+# Keys of the flat [model] table before it had sections: each still reads, into its place in a section.
+MOVED_MODEL_KEYS: dict[str, tuple[str, str]] = {
+    "compression_rate": ("compression", "rate"),
+    "compression_loss": ("compression", "loss"),
+    "compression_extra_width": ("compression", "extra_width"),
+    "dilations": ("compression", "dilations"),
+    "bptt_horizon": ("compression", "bptt_horizon"),
+    "cmem_positions": ("positions", "cmem"),
+    "share_positions": ("positions", "share"),
+    "clamp_len": ("positions", "clamp_len"),
+    "same_length": ("positions", "same_length"),
+    "same_length_self": ("positions", "same_length_self"),
+    "scales": ("ql", "scales"),
+    "output_layers": ("ql", "output_layers"),
+    "droppath": ("ql", "droppath"),
+    "wavenet_dilations": ("wavenet", "dilations"),
+}
+
+
+def _moved(key: str, value: Any) -> tuple[str, str] | None:
+    """Where a flat [model] key now lives, or None for a key of [model] itself. ``compression`` is both a section
+    and, given a string, the old name of ``compression.function``."""
+    if key == "compression" and isinstance(value, str):
+        return ("compression", "function")
+    return MOVED_MODEL_KEYS.get(key)
+
+
+def upgrade_model_table(table: Mapping[str, Any], section: str = "model") -> dict[str, Any]:
+    """The [model] table with every flat key of the earlier layout moved into its section (a run's saved config, a
+    TOML file or a study spec written before the sections read unchanged). A key given both ways is an error."""
+    if not isinstance(table, Mapping):
+        return table  # from_dict names the mistake
+    moves = {key: place for key, value in table.items() if (place := _moved(key, value)) is not None}
+    out: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in table.items() if k not in moves}
+    for key, (sub, name) in moves.items():
+        node = out.setdefault(sub, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{section}.{sub}: expected a table of keys, got {node!r}")
+        require(
+            name not in node or node[name] == table[key],
+            f"{section}.{key}",
+            f"is the old name of {section}.{sub}.{name}, which is also set; keep only {section}.{sub}.{name}",
+        )
+        node[name] = table[key]
+    # The flat layout said "not this kind" with an empty list (and the kind's other keys at their defaults).
+    for sub, kind, selects in (("ql", QLConfig, "scales"), ("wavenet", WaveNetConfig, "dilations")):
+        defaults = {f.name: f.default for f in dataclasses.fields(kind)} | {selects: ()}
+        given = out.get(sub)
+        if (
+            sub not in table
+            and given
+            and all(tuple(v) == () if k == selects else v == defaults.get(k) for k, v in given.items())
+        ):
+            del out[sub]
+    return out
+
+
+def model_override_path(parts: list[str], value: Any) -> list[str]:
+    """A dotted override's path with a flat [model] key of the earlier layout moved into its section
+    (``model.compression_rate=2`` sets ``model.compression.rate``)."""
+    if len(parts) == 2 and parts[0] == "model" and (place := _moved(parts[1], value)) is not None:
+        return ["model", *place]
+    return parts
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Shape and behaviour of one model of the family.
 
@@ -92,16 +235,8 @@ class ModelConfig:
     seg_len: int = 128
     mem_len: int = 128
     cmem_len: int = 128
-    compression_rate: int = 4
-    compression: str = "conv"
-    compression_loss: str = "attention"
-    compression_extra_width: int = 0  # extra kernel width for overlapping windows (reads newer neighbours)
-    dilations: tuple[int, ...] = (1, 2, 4)  # dilated_conv: kernel-2 dilated convolutions before the strided one
-    bptt_horizon: int = 2  # bptt: segments during which a compressed slot still trains the compressor
-    cmem_positions: str = "separate"  # compressed memory's own positional stream, or one shared stream
-    share_positions: str = "none"  # one u/v ("biases", Transformer-XL's default) or also one W_r ("all") for all layers
-    clamp_len: int = 0  # 0: no clamping of relative distances
-    same_length: bool = False  # every query sees the same number of (uncompressed) positions
+    compression: CompressionConfig = dataclasses.field(default_factory=CompressionConfig)
+    positions: PositionsConfig = dataclasses.field(default_factory=PositionsConfig)
     norm: str = "post"  # Algorithm 1 is post-LN; "pre" stores the layer-normed inputs, as the authors' code
     gating: bool = False  # GTrXL gated residuals (requires norm="pre")
     gate_bias: float = 2.0
@@ -110,23 +245,24 @@ class ModelConfig:
     attn_dropout: float = 0.0
     input_dim: int = 0  # > 0: continuous inputs through a linear projection instead of a token embedding
     attn_impl: str = "auto"  # explicit (returns weights), sdpa-bias, flex; auto: attention_backends.AUTO
-    scales: tuple[int, ...] = ()  # Transformer-QL: Transformer-XL layers per temporal scale, finest first
-    output_layers: int = 0  # Transformer-QL: Transformer-XL layers after the accumulation layer
-    droppath: float = 0.0  # Transformer-QL: probability of dropping the finer scales from the accumulation
-    wavenet_dilations: tuple[int, ...] = ()  # WaveNet: one dilation per layer (d_model residual, d_ff skip channels)
+    ql: QLConfig | None = None  # Transformer-QL ([model.ql]); None: not this kind
+    wavenet: WaveNetConfig | None = None  # WaveNet ([model.wavenet]); None: not this kind
     init_std: float = 0.02
     layer_norm_eps: float = 1e-5
     adaptive: AdaptiveConfig | None = None  # adaptive input and softmax ([model.adaptive]); None: full softmax
-    # Transformer-XL reference behaviours an importer sets (docs/fidelity.md):
+    # Transformer-XL reference behaviours an importer sets (docs/fidelity.md; positions.same_length_self too):
     memory_init: str = "empty"  # "zeros": start with mem_len valid zero-input slots, as `transformers` does
-    same_length_self: bool = False  # same_length: the window of mem_len keys counts the query itself
     final_norm: bool = True  # norm = "pre": layer-norm the last block's output (Transformer-XL's code does not)
+
+    @classmethod
+    def from_raw(cls, table: Mapping[str, Any], section: str = "model") -> "ModelConfig":
+        """Build from a [model] table, the earlier flat keys included (:func:`upgrade_model_table`)."""
+        return from_dict(cls, upgrade_model_table(table, section), section)
 
     def __post_init__(self) -> None:
         check_types(self, "model")
         p = "model."
         self._check_sizes(p)
-        self._check_memory_and_compression(p)
         self._check_layers(p)
         self._check_adaptive_and_reference(p)
         kind = find_model_kind(self)
@@ -158,34 +294,8 @@ class ModelConfig:
         require(self.mem_len >= 0, p + "mem_len", "must be >= 0")
         require(self.cmem_len >= 0, p + "cmem_len", "must be >= 0")
 
-    def _check_memory_and_compression(self, p: str) -> None:
-        """The compression function, its loss and its options, by name and range."""
-        require(self.compression_rate >= 1, p + "compression_rate", "must be >= 1")
-        require(
-            self.compression in COMPRESSORS,
-            p + "compression",
-            f"unknown {self.compression!r}; use one of {', '.join(COMPRESSORS)}",
-        )
-        require(
-            self.compression_loss in COMPRESSION_LOSSES,
-            p + "compression_loss",
-            f"unknown {self.compression_loss!r}; use one of {', '.join(COMPRESSION_LOSSES)}",
-        )
-        require(self.compression_extra_width >= 0, p + "compression_extra_width", "must be >= 0")
-        require(
-            all(isinstance(d, int) and d >= 1 for d in self.dilations) and len(self.dilations) > 0,
-            p + "dilations",
-            "must be a non-empty list of integers >= 1",
-        )
-        require(self.bptt_horizon >= 1, p + "bptt_horizon", "must be >= 1")
-
     def _check_layers(self, p: str) -> None:
         """Positions, normalisation, dropout and the attention backend."""
-        require(self.cmem_positions in CMEM_POSITIONS, p + "cmem_positions", f"use one of {', '.join(CMEM_POSITIONS)}")
-        require(
-            self.share_positions in SHARE_POSITIONS, p + "share_positions", f"use one of {', '.join(SHARE_POSITIONS)}"
-        )
-        require(self.clamp_len >= 0, p + "clamp_len", "must be >= 0 (0 means no clamping)")
         require(self.norm in NORMS, p + "norm", f"unknown {self.norm!r}; use 'pre' or 'post'")
         require(not self.gating or self.norm == "pre", p + "gating", "GTrXL gating needs norm = 'pre'")
         require(0.0 <= self.dropout < 1.0, p + "dropout", "must be in [0, 1)")
@@ -229,45 +339,46 @@ class ModelConfig:
 
     def _check_compressor(self, p: str) -> None:
         """The chosen compressor against its loss, the attention backend and the memory it reads."""
-        spec = COMPRESSORS[self.compression]
+        comp = self.compression
+        spec = COMPRESSORS[comp.function]
         require(
             not (spec.needs_usage and self.attn_impl not in ("auto", "explicit", "math")),
             p + "attn_impl",
-            f"compression {self.compression!r} needs attention weights, which {self.attn_impl!r} does not give; use 'explicit' or 'auto'",
+            f"compression {comp.function!r} needs attention weights, which {self.attn_impl!r} does not give; use 'explicit' or 'auto'",
         )
-        trains = COMPRESSION_LOSSES[self.compression_loss].trains
+        trains = COMPRESSION_LOSSES[comp.loss].trains
         if not spec.trainable:
             require(
                 not trains,
-                p + "compression_loss",
-                f"compression {self.compression!r} has no parameters to train; set compression_loss = 'none'",
+                p + "compression.loss",
+                f"compression {comp.function!r} has no parameters to train; set compression.loss = 'none'",
             )
         else:
             require(
                 trains,
-                p + "compression_loss",
-                f"compression {self.compression!r} has parameters; train them with 'attention', 'autoencoder' or 'bptt'",
+                p + "compression.loss",
+                f"compression {comp.function!r} has parameters; train them with 'attention', 'autoencoder' or 'bptt'",
             )
         require(
-            spec.extra_width or self.compression_extra_width == 0,
-            p + "compression_extra_width",
-            f"{self.compression} keeps whole slots; set compression_extra_width = 0",
+            spec.extra_width or comp.extra_width == 0,
+            p + "compression.extra_width",
+            f"{comp.function} keeps whole slots; set compression.extra_width = 0",
         )
         require(
-            self.compression_extra_width <= self.mem_len,
-            p + "compression_extra_width",
-            f"overlapping windows read {self.compression_extra_width} newer memory slots; needs mem_len >= it",
+            comp.extra_width <= self.mem_len,
+            p + "compression.extra_width",
+            f"overlapping windows read {comp.extra_width} newer memory slots; needs mem_len >= it",
         )
 
     @property
     def is_wavenet(self) -> bool:
-        """A WaveNet configuration (``wavenet_dilations`` given)."""
-        return len(self.wavenet_dilations) > 0
+        """A WaveNet configuration ([model.wavenet] given)."""
+        return self.wavenet is not None
 
     @property
     def is_ql(self) -> bool:
-        """A Transformer-QL configuration (``scales`` given)."""
-        return len(self.scales) > 0
+        """A Transformer-QL configuration ([model.ql] given)."""
+        return self.ql is not None
 
     @property
     def head_dim(self) -> int:
@@ -279,7 +390,7 @@ class ModelConfig:
 
     @property
     def needs_attention_weights(self) -> bool:
-        return self.uses_compression and COMPRESSORS[self.compression].needs_usage
+        return self.uses_compression and COMPRESSORS[self.compression.function].needs_usage
 
 
 # "auto": bf16 where the device runs it natively, else fp32 (precision.resolve_amp); "none": fp32
@@ -463,9 +574,9 @@ class RunConfig:
         )
         if m.uses_compression and e.mem_len is not None:
             require(
-                m.compression_extra_width <= e.mem_len,
+                m.compression.extra_width <= e.mem_len,
                 "eval.mem_len",
-                f"overlapping compression windows read {m.compression_extra_width} memory slots; needs mem_len >= it",
+                f"overlapping compression windows read {m.compression.extra_width} memory slots; needs mem_len >= it",
             )
 
     @classmethod
@@ -475,14 +586,24 @@ class RunConfig:
         unknown = sorted(set(raw) - set(RUN_SECTIONS))
         if unknown:
             raise ConfigError(f"{unknown[0]}: unknown section; known sections are {', '.join(RUN_SECTIONS)}")
-        classes = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
-        return cls(**{name: from_dict(classes[name], raw.get(name, {}), name) for name in RUN_SECTIONS})
+        classes = {"data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
+        parts = {name: from_dict(classes[name], raw.get(name, {}), name) for name in classes}
+        return cls(model=ModelConfig.from_raw(raw.get("model", {})), **parts)
+
+
+def apply_run_overrides(raw: Mapping[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``raw`` (a run's tables) with its [model] table in the sectioned layout and each dotted override set, an
+    override of a flat [model] key of the earlier layout set in its section."""
+    out = dict(raw)
+    if "model" in out:
+        out["model"] = upgrade_model_table(out["model"])
+    return apply_overrides(out, overrides, rename=model_override_path)
 
 
 def load_run_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     """Read a run's TOML (or start from the defaults when ``path`` is None), apply ``section.key=value`` overrides."""
     raw = load_toml(path) if path is not None else {}
-    return RunConfig.from_raw(apply_overrides(raw, overrides))
+    return RunConfig.from_raw(apply_run_overrides(raw, overrides))
 
 
 TOKENIZERS = ("bytes", "words", "bpe", "unigram", "pretrained")
@@ -562,6 +683,14 @@ class DataConfig:
 
 __all__ = [
     "AdaptiveConfig",
+    "CompressionConfig",
+    "PositionsConfig",
+    "QLConfig",
+    "WaveNetConfig",
+    "MOVED_MODEL_KEYS",
+    "upgrade_model_table",
+    "model_override_path",
+    "apply_run_overrides",
     "ConfigError",
     "Log",
     "require",

@@ -165,11 +165,18 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """Return a copy of ``raw`` with each dotted override set (the dataclasses then reject unknown keys)."""
+def apply_overrides(
+    raw: Mapping[str, Any],
+    overrides: list[str] | tuple[str, ...],
+    rename: Callable[[list[str], Any], list[str]] | None = None,
+) -> dict[str, Any]:
+    """Return a copy of ``raw`` with each dotted override set (the dataclasses then reject unknown keys); ``rename``
+    maps an override's path (given its value) to where the key lives now."""
     out: dict[str, Any] = _deepcopy(raw)
     for text in overrides:
         parts, value = parse_override(text)
+        if rename is not None:
+            parts = rename(parts, value)
         node = out
         for p in parts[:-1]:
             child = node.setdefault(p, {})
@@ -180,8 +187,17 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...])
     return out
 
 
-def _deepcopy(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: _deepcopy(v) if isinstance(v, dict) else v for k, v in d.items()}
+def merge_tables(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` laid over it, tables merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = merge_tables(out[key], value) if both else value
+    return out
+
+
+def _deepcopy(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deepcopy(v) if isinstance(v, Mapping) else v for k, v in d.items()}
 
 
 __all__ = [
@@ -191,6 +207,7 @@ __all__ = [
     "check_types",
     "from_dict",
     "load_toml",
+    "merge_tables",
     "parse_override",
     "require",
     "to_dict",

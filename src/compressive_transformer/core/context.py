@@ -30,6 +30,7 @@ true minimum (the paper's tables use it that way, e.g. for the 04/06/06 Compress
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from compressive_transformer.core.config import ConfigError, ModelConfig
@@ -180,9 +181,20 @@ def context_length_from_config(cfg: Any) -> ContextLength:
     """Context lengths of the model a config describes.
 
     Accepts a :class:`~compressive_transformer.core.config.ModelConfig` (``cmem_len == 0`` is Transformer-XL, otherwise
-    the Compressive Transformer) or any object with ``seg_len, mem_len, n_layers, cmem_len, compression_rate`` and
+    the Compressive Transformer; ``[model.ql]`` Transformer-QL) or any object with ``seg_len, mem_len, n_layers, cmem_len, compression_rate`` and
     optionally ``scales``, ``output_layers`` and ``model_type`` (a non-empty ``scales`` means Transformer-QL).
     """
+    if isinstance(cfg, ModelConfig):  # the sections, read as the flat attributes a duck-typed config has
+        ql = cfg.ql
+        cfg = SimpleNamespace(
+            seg_len=cfg.seg_len,
+            mem_len=cfg.mem_len,
+            cmem_len=cfg.cmem_len,
+            n_layers=cfg.n_layers,
+            compression_rate=cfg.compression.rate,
+            scales=ql.scales if ql is not None else None,
+            output_layers=ql.output_layers if ql is not None else 0,
+        )
     scales = getattr(cfg, "scales", None)
     model_type = getattr(cfg, "model_type", None)
     if model_type is not None:
@@ -237,7 +249,7 @@ def temporal_range(cfg: ModelConfig) -> TemporalRange:
     A Transformer-XL (n_cm = 0) has l x n_m; with n_m = n_cm = n/2 and c = 3 the Compressive Transformer reaches
     twice as far at the same cost.
     """
-    c = cfg.compression_rate if cfg.cmem_len > 0 else 0
+    c = cfg.compression.rate if cfg.cmem_len > 0 else 0
     return TemporalRange(
         max_range=cfg.n_layers * (cfg.mem_len + c * cfg.cmem_len),
         attention_cost=cfg.seg_len * (cfg.seg_len + cfg.mem_len + cfg.cmem_len),
@@ -256,8 +268,8 @@ def range_report(cfg: ModelConfig) -> str:
     context lengths (Transformer-QL paper, Appendix B) of the three models at the same window and depth."""
     if cfg.is_wavenet:  # no attention: its whole reach is the receptive field of its convolutions
         return (
-            f"WaveNet receptive field: {receptive_field(cfg.wavenet_dilations)} positions (1 + sum of the dilations "
-            f"{list(cfg.wavenet_dilations)}); no attention, no memory beyond it"
+            f"WaveNet receptive field: {receptive_field(cfg.wavenet.dilations)} positions (1 + sum of the dilations "
+            f"{list(cfg.wavenet.dilations)}); no attention, no memory beyond it"
         )
     lines = []
     kind = find_model_kind(cfg)
@@ -265,7 +277,7 @@ def range_report(cfg: ModelConfig) -> str:
         r = kind.temporal_range(cfg)
         lines += [
             f"max temporal range: {r.max_range} positions "
-            f"(l={cfg.n_layers} x (n_m={cfg.mem_len} + c={cfg.compression_rate} x n_cm={cfg.cmem_len}))",
+            f"(l={cfg.n_layers} x (n_m={cfg.mem_len} + c={cfg.compression.rate} x n_cm={cfg.cmem_len}))",
             f"attention cost: {r.attention_cost} query-key pairs per layer and head per segment (n_s={cfg.seg_len})",
             f"memory slots per layer: {r.memory_slots}",
         ]
@@ -278,7 +290,7 @@ def range_report(cfg: ModelConfig) -> str:
             context_length(model="transformer-xl", seg_len=n_s, mem_len=memory, n_layers=cfg.n_layers),
         )
     )
-    half, c = memory // 2, max(cfg.compression_rate, 2)
+    half, c = memory // 2, max(cfg.compression.rate, 2)
     rows.append(
         (
             f"Compressive Transformer {n_s}/{memory - half}/{half} c={c}",

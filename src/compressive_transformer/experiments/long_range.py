@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from compressive_transformer.analysis.plots import plot_accuracy_by_distance
-from compressive_transformer.core.config import ConfigError, ModelConfig, to_dict
+from compressive_transformer.core.config import CompressionConfig, ConfigError, ModelConfig, to_dict
 from compressive_transformer.core.context import temporal_range
 from compressive_transformer.core.models import build_model
 from compressive_transformer.experiments.long_range_report import binned, write_long_range_outputs
@@ -50,9 +50,9 @@ def describe_model(cfg: ModelConfig) -> dict[str, Any]:
         "seg_len": cfg.seg_len,
         "mem_len": cfg.mem_len,
         "cmem_len": cfg.cmem_len,
-        "compression_rate": cfg.compression_rate if cfg.uses_compression else None,
-        "compression": cfg.compression if cfg.uses_compression else None,
-        "compression_loss": cfg.compression_loss if cfg.uses_compression else None,
+        "compression_rate": cfg.compression.rate if cfg.uses_compression else None,
+        "compression": cfg.compression.function if cfg.uses_compression else None,
+        "compression_loss": cfg.compression.loss if cfg.uses_compression else None,
         "n_layers": cfg.n_layers,
         "d_model": cfg.d_model,
         "attention_cost": r.attention_cost,
@@ -60,7 +60,7 @@ def describe_model(cfg: ModelConfig) -> dict[str, Any]:
         # the last position of a segment sees n_s - 1 more tokens than the first, which the range counts
         "max_range_last_position": r.max_range + cfg.seg_len - 1,
         "single_layer_reach_last_position": cfg.mem_len
-        + (cfg.compression_rate * cfg.cmem_len if cfg.uses_compression else 0)
+        + (cfg.compression.rate * cfg.cmem_len if cfg.uses_compression else 0)
         + cfg.seg_len
         - 1,
     }
@@ -182,16 +182,18 @@ class Preset:
             d_ff=self.d_ff,
             seg_len=self.seg_len,
             dropout=0.0,
-            compression_rate=self.compression_rate,
         )
-        k = self.seg_len
+        k, c = self.seg_len, self.compression_rate
         if name == "txl":
-            return ModelConfig(**base, mem_len=2 * k, cmem_len=0)
+            return ModelConfig(**base, mem_len=2 * k, cmem_len=0, compression=CompressionConfig(rate=c))
         if name == "ct":
-            return ModelConfig(**base, mem_len=k, cmem_len=k, compression="conv", compression_loss="attention")
+            comp = CompressionConfig(rate=c, function="conv", loss="attention")
+            return ModelConfig(**base, mem_len=k, cmem_len=k, compression=comp)
         if name.startswith("ct-"):
             fn, loss = _ablation_cell(name)
-            return ModelConfig(**base, mem_len=k, cmem_len=k, compression=fn, compression_loss=loss)
+            return ModelConfig(
+                **base, mem_len=k, cmem_len=k, compression=CompressionConfig(rate=c, function=fn, loss=loss)
+            )
         raise ConfigError(f"models: unknown {name!r}; use txl, ct or ct-<compression>-<loss> (e.g. ct-mean_pool-none)")
 
     def train(self, name: str, seed: int, *, ablation: bool) -> TaskTrainConfig:

@@ -9,15 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from compressive_transformer.core.config import ConfigError, RunConfig, apply_overrides, load_toml
-
-
-def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``extra`` laid over it, tables merged key by key."""
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
+from compressive_transformer.core.config import ConfigError, RunConfig, apply_run_overrides, load_toml
+from compressive_transformer.core.config_base import merge_tables as merge
 
 
 def load_variants(
@@ -37,12 +30,12 @@ def load_variants(
     variants = raw.get("variants")
     if not isinstance(variants, dict) or not variants:
         raise ConfigError(f"{path}: no [variants.NAME] tables; add at least one variant")
-    base = apply_overrides(raw.get("base", {}), overrides)
+    base = apply_run_overrides(raw.get("base", {}), overrides)
     configs, extra_tables = {}, {}
     for name, table in variants.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: variants.{name} must be a table")
-        run_part = {k: v for k, v in table.items() if k not in extras}
+        run_part = apply_run_overrides({k: v for k, v in table.items() if k not in extras}, ())
         extra_tables[name] = {k: v for k, v in table.items() if k in extras}
         try:
             configs[name] = RunConfig.from_raw(merge(base, run_part))

@@ -36,7 +36,16 @@ import torch
 from compressive_transformer.analysis.frequency import bucket_perplexity, token_nll, token_words, word_counts, word_nll
 from compressive_transformer.analysis.recurrence import Reach, default_edges, loss_by_lookback
 from compressive_transformer.analysis.regions import attention_by_region
-from compressive_transformer.core.config import ConfigError, Log, RunConfig, eval_lengths, from_dict, load_toml, require
+from compressive_transformer.core.config import (
+    ConfigError,
+    Log,
+    RunConfig,
+    eval_lengths,
+    from_dict,
+    load_toml,
+    model_override_path,
+    require,
+)
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.models import model_kind
 from compressive_transformer.data import read_documents
@@ -139,7 +148,7 @@ class Study:
         """The study's lookback edges: given, or every variant's raw memory and total reach at training lengths."""
         if self.settings.lookback_edges:
             return list(self.settings.lookback_edges)
-        reaches = [Reach(c.model.mem_len, c.model.cmem_len, c.model.compression_rate) for c in self.configs.values()]
+        reaches = [Reach(c.model.mem_len, c.model.cmem_len, c.model.compression.rate) for c in self.configs.values()]
         return default_edges(reaches) or [self.configs[self.baseline].model.seg_len]
 
 
@@ -287,14 +296,37 @@ def stored_identity(result: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(config, dict):
         return identity
     defaults = _trajectory_keys(RunConfig())
-    config = {**defaults, **config}
+    config = {**defaults, **_current_keys(config)}
+    optional = [k for k, v in defaults.items() if v is None and k.startswith("model.")]  # sections absent by default
+    for section in optional:
+        if any(k.startswith(section + ".") for k in config):
+            del config[section]  # given: its keys stand in for the default None
+    known = tuple(f"{s}." for s in optional)
     machine = result.get("machine") or {}
     on_cpu = config["train.device"] == "cpu" or (config["train.device"] == "auto" and "gpu" not in machine)
     if config["train.amp"] == "auto" and on_cpu:  # on a GPU "auto" is bf16 where supported: left unresolved
         config["train.amp"] = "bf16" if bf16_flags(machine.get("cpu_flags") or []) else "none"
     if config["eval.amp"] == "":
         config["eval.amp"] = config["train.amp"]
-    return {**identity, "config": {k: v for k, v in config.items() if k in defaults}}
+    return {**identity, "config": {k: v for k, v in config.items() if k in defaults or k.startswith(known)}}
+
+
+def _current_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored identity's dotted keys as this version names them: the flat [model] keys of the earlier layout in
+    their sections (a kind's empty list, which meant "not this kind", dropped with its section) and a table value
+    (``model.adaptive``) as one key per entry."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        parts = key.split(".")
+        parts = model_override_path(parts, value)
+        if isinstance(value, dict):
+            out |= {f"{'.'.join(parts)}.{k}": v for k, v in _current_keys(value).items()}
+        else:
+            out[".".join(parts)] = value
+    for section, selects in (("model.ql", "scales"), ("model.wavenet", "dilations")):
+        if out.get(f"{section}.{selects}") == []:
+            out = {k: v for k, v in out.items() if not k.startswith(section + ".")}
+    return out
 
 
 def read_result(path: Path) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import safetensors.torch
 import torch
 
-from compressive_transformer.core.config import ConfigError, RunConfig, apply_overrides
+from compressive_transformer.core.config import ConfigError, RunConfig, apply_run_overrides
 from compressive_transformer.core.models import build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.runs.machine import resolve_device, set_threads
@@ -112,7 +112,7 @@ def from_pretrained(
     bad = [o for o in overrides if not o.strip().startswith("eval.")]
     if bad:
         raise ConfigError(f"override {bad[0]!r}: only eval.* keys change how an exported model is used")
-    cfg = RunConfig.from_raw(apply_overrides(config["run_config"], list(overrides)))
+    cfg = RunConfig.from_raw(apply_run_overrides(config["run_config"], list(overrides)))
     set_threads(threads if threads is not None else cfg.train.num_threads)
     model = build_model(cfg.model).to(resolve_device(device or "auto", key="--device"))
     try:

@@ -19,7 +19,7 @@ from compressive_transformer.core.config import (
     ConfigError,
     Log,
     RunConfig,
-    apply_overrides,
+    apply_run_overrides,
     load_toml,
     to_dict,
     tomllib,
@@ -75,17 +75,25 @@ def log_stderr(message: str) -> None:
 
 
 def config_from_text(text: str, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    return RunConfig.from_raw(apply_overrides(tomllib.loads(text), overrides))
+    return RunConfig.from_raw(apply_run_overrides(tomllib.loads(text), overrides))
 
 
 def build_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     """A config file plus overrides; no file means the built-in tiny config."""
     raw = load_toml(path) if path is not None else tomllib.loads(TINY_TOML)
-    return RunConfig.from_raw(apply_overrides(raw, overrides))
+    return RunConfig.from_raw(apply_run_overrides(raw, overrides))
 
 
 def flat(cfg: RunConfig) -> dict[str, Any]:
-    return {f"{section}.{key}": value for section, table in to_dict(cfg).items() for key, value in table.items()}
+    """Every key of the config by its dotted name (``model.compression.rate``), as overrides write them."""
+
+    def walk(prefix: str, table: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in table.items():
+            out |= walk(f"{prefix}{key}.", value) if isinstance(value, dict) else {prefix + key: value}
+        return out
+
+    return walk("", to_dict(cfg))
 
 
 def config_difference(old: RunConfig, new: RunConfig, *, ignore: tuple[str, ...] = ()) -> str | None:
@@ -136,7 +144,7 @@ def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] 
         raise ConfigError(
             f"{run_dir}: not a run directory (no {CONFIG_FILE}); train one with `compressive-transformer train`"
         )
-    return RunConfig.from_raw(apply_overrides(load_toml(path), overrides))
+    return RunConfig.from_raw(apply_run_overrides(load_toml(path), overrides))
 
 
 # ---------------------------------------------------------------------------------------------------------------

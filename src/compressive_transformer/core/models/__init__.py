@@ -18,7 +18,6 @@ register_model(
     "compressive",
     CompressiveTransformerLM,
     lambda cfg: True,
-    check=lm.check_config,
     label=lm.label,
     context_length=context_length_from_config,
     temporal_range=temporal_range,

@@ -145,13 +145,13 @@ def check_memory(
                 raise ValueError(
                     "memory: has a compressed memory but this model has none (cmem_len = 0); use model.init_memory"
                 )
-            if layer.rate and layer.cmem_len > 0 and layer.rate != cfg.compression_rate:
+            if layer.rate and layer.cmem_len > 0 and layer.rate != cfg.compression.rate:
                 raise ValueError(
-                    f"memory: layer {i} was compressed at rate {layer.rate}, this model's compression_rate is {cfg.compression_rate}; use model.init_memory"
+                    f"memory: layer {i} was compressed at rate {layer.rate}, this model's compression_rate is {cfg.compression.rate}; use model.init_memory"
                 )
-            want = expected_capacity(layer.mem_len, layer.cmem_len, cfg.compression_rate)
+            want = expected_capacity(layer.mem_len, layer.cmem_len, cfg.compression.rate)
             if layer.capacity != want:
                 raise ValueError(
                     f"memory: layer {i} has {layer.capacity} slots for mem_len {layer.mem_len}, this model (compression_rate "
-                    f"{cfg.compression_rate}) uses {want}; it comes from another model, use model.init_memory"
+                    f"{cfg.compression.rate}) uses {want}; it comes from another model, use model.init_memory"
                 )

@@ -40,13 +40,13 @@ def unsupported(model: torch.nn.Module) -> str | None:
         return "only CompressiveTransformerLM has a ring-buffer decoder"
     if cfg.input_dim > 0 or cfg.vocab_size == 0:
         return "continuous inputs or no LM head"
-    if cfg.same_length:
+    if cfg.positions.same_length:
         return "same_length windows"
-    if cfg.uses_compression and cfg.cmem_positions != "separate":
+    if cfg.uses_compression and cfg.positions.cmem != "separate":
         return "shared compressed positions (their distances move with the memory's fill)"
-    if cfg.uses_compression and compressor_spec(cfg.compression).needs_usage:
-        return f"{cfg.compression} compression (the attention usage of memory slots is tracked)"
-    if cfg.uses_compression and compression_loss_spec(cfg.compression_loss).bptt:
+    if cfg.uses_compression and compressor_spec(cfg.compression.function).needs_usage:
+        return f"{cfg.compression.function} compression (the attention usage of memory slots is tracked)"
+    if cfg.uses_compression and compression_loss_spec(cfg.compression.loss).bptt:
         return "bptt compression (compression windows are tracked)"
     return None
 
@@ -110,7 +110,7 @@ def compress_into(
     the whole group was, the evicted slots no longer are. Buffers as in :func:`advance`; ``history`` /
     ``history_mask`` (per layer (B, h, d) / (B, h), empty lists when the compressor has no context) are the last h
     evicted states, read before the group and then moved on by it, in place."""
-    B, rate = mask.shape[0], model.cfg.compression_rate
+    B, rate = mask.shape[0], model.cfg.compression.rate
     evicted = span[:rate]
     span_valid = mask.view(B, -1).index_select(1, span) == 0  # (B, c + e)
     valid = span_valid[:, :rate].all(dim=-1, keepdim=True)  # (B, 1)
@@ -160,7 +160,7 @@ class Decoder:
         self.B, self.C, self.cap = first.batch_size, first.cmem_len, first.capacity
         self.R = self.cap + 1  # the memory and the current token
         self.mem_len, self.fill = first.mem_len, first.fill
-        self.rate, self.extra = cfg.compression_rate, cfg.compression_extra_width
+        self.rate, self.extra = cfg.compression.rate, cfg.compression.extra_width
         self.p, self.pc = self.cap, 0  # next ring slot of the memory ring and of the compressed ring
         attn0 = model.blocks[0].attn
         self.H, self.dh = attn0.n_heads, attn0.d_head
@@ -189,7 +189,7 @@ class Decoder:
                 cmem_len=C,
                 cmem_offset=0,
                 d_model=cfg.d_model,
-                clamp_len=cfg.clamp_len,
+                clamp_len=cfg.positions.clamp_len,
                 device=ref.device,
                 dtype=ref.dtype,
             )
@@ -294,7 +294,7 @@ class Decoder:
                     cmem_mask=allowed[:, :C],
                     mem_len=self.mem_len,
                     fill=self.fill,
-                    rate=self.model.cfg.compression_rate if C > 0 else 0,
+                    rate=self.model.cfg.compression.rate if C > 0 else 0,
                     history=None if hist is None else hist.clone(),
                     history_mask=None if hist_mask is None else hist_mask.clone(),
                     # tagged with the weights the ring was made with: after a write, the model projects anew

@@ -25,7 +25,7 @@ from compressive_transformer.core.compression import (
     autoencoder_loss,
     build_compressor,
 )
-from compressive_transformer.core.config import ModelConfig, require
+from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.dtypes import compute_dtype
 from compressive_transformer.core.memory import (
     Eviction,
@@ -53,11 +53,6 @@ class LMOutput:
     attentions: list[Tensor] | None = None  # per layer (B, H, T, C + M + T) over [cmem; mem; segment]
 
 
-def check_config(cfg: ModelConfig) -> None:
-    """The Compressive Transformer's (and Transformer-XL's) rules beyond the common ones."""
-    require(cfg.droppath == 0.0, "model.droppath", "droppath is a Transformer-QL option; set scales or 0")
-
-
 def label(cfg: ModelConfig) -> str:
     return "Compressive Transformer" if cfg.cmem_len > 0 else "Transformer-XL"
 
@@ -70,16 +65,16 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         self.input = InputLayer(cfg)
         self.drop = dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        share_positions([b.attn for b in self.blocks], cfg.share_positions)
+        share_positions([b.attn for b in self.blocks], cfg.positions.share)
         self.output = OutputLayer(cfg, self.input)
 
-        trained = cfg.uses_compression and compressor_spec(cfg.compression).trainable
+        trained = cfg.uses_compression and compressor_spec(cfg.compression.function).trainable
         self.compressors = (
             nn.ModuleList(build_compressor(cfg) for _ in range(cfg.n_layers)) if cfg.uses_compression else None
         )
         self.decoders = (
-            nn.ModuleList(ConvDecoder(d, cfg.compression_rate) for _ in range(cfg.n_layers))
-            if trained and compression_loss_spec(cfg.compression_loss).decoder
+            nn.ModuleList(ConvDecoder(d, cfg.compression.rate) for _ in range(cfg.n_layers))
+            if trained and compression_loss_spec(cfg.compression.loss).decoder
             else None
         )
         self.apply(lambda m: init_weights(m, cfg.init_std))
@@ -113,8 +108,8 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             raise ValueError(f"memory lengths must be >= 0, got mem_len={mem_len}, cmem_len={cmem_len}")
         if cmem_len > 0 and not cfg.uses_compression:
             raise ValueError("this model was built without compression (cmem_len=0); it cannot use a compressed memory")
-        if cmem_len > 0 and mem_len < cfg.compression_extra_width:
-            raise ValueError(f"mem_len={mem_len} is shorter than compression_extra_width={cfg.compression_extra_width}")
+        if cmem_len > 0 and mem_len < cfg.compression.extra_width:
+            raise ValueError(f"mem_len={mem_len} is shorter than compression_extra_width={cfg.compression.extra_width}")
         param = next(self.parameters())
         device = param.device if device is None else device
         dtype = param.dtype if dtype is None else dtype
@@ -124,10 +119,10 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             cfg.d_model,
             mem_len=mem_len,
             cmem_len=cmem_len,
-            compression_rate=cfg.compression_rate,
+            compression_rate=cfg.compression.rate,
             window=comp.window if comp is not None else 1,
-            track_usage=cmem_len > 0 and compressor_spec(cfg.compression).needs_usage,
-            keep_windows=cmem_len > 0 and compression_loss_spec(cfg.compression_loss).bptt,
+            track_usage=cmem_len > 0 and compressor_spec(cfg.compression.function).needs_usage,
+            keep_windows=cmem_len > 0 and compression_loss_spec(cfg.compression.loss).bptt,
             context=comp.context if comp is not None else 0,
             device=device,
             dtype=dtype,
@@ -200,11 +195,11 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
                 state,
                 out.attn_in,
                 input_mask,
-                compression_rate=cfg.compression_rate,
-                extra_width=cfg.compression_extra_width,
+                compression_rate=cfg.compression.rate,
+                extra_width=cfg.compression.extra_width,
                 compress=compress,
                 attn_usage=self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None,
-                bptt_horizon=cfg.bptt_horizon if compression_loss_spec(cfg.compression_loss).bptt else 0,
+                bptt_horizon=cfg.compression.bptt_horizon if compression_loss_spec(cfg.compression.loss).bptt else 0,
                 kv=out.attn.cache if caching else None,
                 project_kv=block.attn.project_kv,
             )
@@ -235,9 +230,9 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             seg_len=h.shape[1],
             mem_capacity=first.capacity,
             cmem_len=first.cmem_len,
-            cmem_offset=first.fill if self.cfg.cmem_positions == "shared" else 0,
+            cmem_offset=first.fill if self.cfg.positions.cmem == "shared" else 0,
             d_model=self.cfg.d_model,
-            clamp_len=self.cfg.clamp_len,
+            clamp_len=self.cfg.positions.clamp_len,
             device=h.device,
             dtype=h.dtype,
         )
@@ -246,7 +241,9 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
                 input_mask,
                 first.mem_mask,
                 first.cmem_mask,
-                same_length_window=first.mem_len - self.cfg.same_length_self if self.cfg.same_length else 0,
+                same_length_window=first.mem_len - self.cfg.positions.same_length_self
+                if self.cfg.positions.same_length
+                else 0,
             ),
             compute_dtype(h.device, h.dtype),
         )
@@ -263,10 +260,10 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         self, i: int, out: BlockOutput, input_mask: Tensor, eviction: Eviction | None, n_cm: int
     ) -> Tensor:
         cfg = self.cfg
-        loss = compression_loss_spec(cfg.compression_loss)
+        loss = compression_loss_spec(cfg.compression.loss)
         if eviction is None or not loss.local:
             return out.h.new_zeros(())
-        group_mask = eviction.compressed_mask.repeat_interleave(cfg.compression_rate, dim=1)  # (B, G*c)
+        group_mask = eviction.compressed_mask.repeat_interleave(cfg.compression.rate, dim=1)  # (B, G*c)
         old_mask = eviction.old_mask & group_mask
         if not loss.decoder:  # the attention reconstruction
             first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values

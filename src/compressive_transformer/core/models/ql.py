@@ -57,14 +57,19 @@ def ql_scales(*, seg_len: int, mem_len: int, compression_rate: int, n_scales: in
 
 def check_config(cfg: ModelConfig) -> None:
     """Transformer-QL's rules for a config, beyond the common ones (run by ``ModelConfig`` through the kinds table)."""
-    p, c = "model.", cfg.compression_rate
-    require(all(isinstance(n, int) and n >= 1 for n in cfg.scales), p + "scales", "every scale needs >= 1 layer")
-    require(cfg.output_layers >= 0, p + "output_layers", "must be >= 0")
-    total = sum(cfg.scales) + cfg.output_layers
+    p, c = "model.", cfg.compression.rate
+    ql = cfg.ql
+    require(
+        len(ql.scales) > 0 and all(isinstance(n, int) and n >= 1 for n in ql.scales),
+        p + "ql.scales",
+        "give the Transformer-XL layers of each scale, finest first, each >= 1 (e.g. [2, 2])",
+    )
+    require(ql.output_layers >= 0, p + "ql.output_layers", "must be >= 0")
+    total = sum(cfg.ql.scales) + cfg.ql.output_layers
     require(
         cfg.n_layers == total,
         p + "n_layers",
-        f"Transformer-QL has sum(scales) + output_layers = {total} layers; set n_layers = {total}",
+        f"Transformer-QL has sum(ql.scales) + ql.output_layers = {total} layers; set n_layers = {total}",
     )
     require(
         cfg.cmem_len == 0,
@@ -73,50 +78,50 @@ def check_config(cfg: ModelConfig) -> None:
     )
     pools = [name for name, spec in COMPRESSORS.items() if spec.scale_pool is not None]
     require(
-        COMPRESSORS[cfg.compression].scale_pool is not None,
-        p + "compression",
-        f"Transformer-QL pools between scales; use {' or '.join(repr(n) for n in pools)} (with compression_loss = 'none')",
+        COMPRESSORS[cfg.compression.function].scale_pool is not None,
+        p + "compression.function",
+        f"Transformer-QL pools between scales; use {' or '.join(repr(n) for n in pools)} (with compression.loss = 'none')",
     )
     require(
-        not COMPRESSION_LOSSES[cfg.compression_loss].trains,
-        p + "compression_loss",
+        not COMPRESSION_LOSSES[cfg.compression.loss].trains,
+        p + "compression.loss",
         "Transformer-QL's pooling has nothing to train; set 'none'",
     )
     require(
-        cfg.compression_extra_width == 0,
-        p + "compression_extra_width",
+        cfg.compression.extra_width == 0,
+        p + "compression.extra_width",
         "Transformer-QL pools with window c; set 0",
     )
-    levels = len(cfg.scales) - 1
+    levels = len(cfg.ql.scales) - 1
     require(
         cfg.seg_len % (c**levels) == 0,
         p + "seg_len",
-        f"must be divisible by compression_rate ** (len(scales) - 1) = {c**levels} so every scale shifts whole states",
+        f"must be divisible by compression.rate ** (len(ql.scales) - 1) = {c**levels} so every scale shifts whole states",
     )
     require(
         (cfg.seg_len + cfg.mem_len) % c == 0,
         p + "mem_len",
-        f"seg_len + mem_len = {cfg.seg_len + cfg.mem_len} must be divisible by compression_rate = {c}",
+        f"seg_len + mem_len = {cfg.seg_len + cfg.mem_len} must be divisible by compression.rate = {c}",
     )
-    require(0.0 <= cfg.droppath < 1.0, p + "droppath", "must be in [0, 1)")
+    require(0.0 <= ql.droppath < 1.0, p + "ql.droppath", "must be in [0, 1)")
 
 
 class TransformerQL(DeclaresWrites, nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         if not cfg.is_ql:
-            raise ValueError("TransformerQL needs model.scales (Transformer-XL layers per scale)")
+            raise ValueError("TransformerQL needs [model.ql] (its scales: Transformer-XL layers per scale)")
         self.cfg = cfg
         self.input = InputLayer(cfg)
         self.drop = dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        share_positions([b.attn for b in self.blocks], cfg.share_positions)
+        share_positions([b.attn for b in self.blocks], cfg.positions.share)
         self.output = OutputLayer(cfg, self.input)
         self.apply(lambda m: init_weights(m, cfg.init_std))
 
     @property
     def n_scales(self) -> int:
-        return len(self.cfg.scales)
+        return len(self.cfg.ql.scales)
 
     def parameters_of(self, group: str) -> list[nn.Parameter]:
         """Pooling has no parameters: everything is ``"model"``; ``"compressor"`` is empty."""
@@ -131,7 +136,7 @@ class TransformerQL(DeclaresWrites, nn.Module):
         return ql_scales(
             seg_len=cfg.seg_len if seg_len is None else seg_len,
             mem_len=cfg.mem_len if mem_len is None else mem_len,
-            compression_rate=cfg.compression_rate,
+            compression_rate=cfg.compression.rate,
             n_scales=self.n_scales,
         )
 
@@ -149,8 +154,8 @@ class TransformerQL(DeclaresWrites, nn.Module):
         if cmem_len:
             raise ValueError("Transformer-QL has no compressed memory; leave cmem_len unset or 0")
         mem_len = cfg.mem_len if mem_len is None else mem_len
-        if mem_len < 0 or (cfg.seg_len + mem_len) % cfg.compression_rate:
-            raise ValueError(f"mem_len={mem_len}: seg_len + mem_len must be divisible by {cfg.compression_rate}")
+        if mem_len < 0 or (cfg.seg_len + mem_len) % cfg.compression.rate:
+            raise ValueError(f"mem_len={mem_len}: seg_len + mem_len must be divisible by {cfg.compression.rate}")
         param = next(self.parameters())
         kw = dict(device=param.device if device is None else device, dtype=param.dtype if dtype is None else dtype)
 
@@ -168,8 +173,8 @@ class TransformerQL(DeclaresWrites, nn.Module):
             )
 
         scales = self.geometry(mem_len)
-        blocks = [layer(s.mem) for s, n in zip(scales, cfg.scales) for _ in range(n)]
-        blocks += [layer(mem_len) for _ in range(cfg.output_layers)]
+        blocks = [layer(s.mem) for s, n in zip(scales, cfg.ql.scales) for _ in range(n)]
+        blocks += [layer(mem_len) for _ in range(cfg.ql.output_layers)]
         outputs = [layer(s.mem) for s in scales]
         return MemoryState(tuple(blocks + outputs + [layer(cfg.seg_len)]))
 
@@ -247,13 +252,13 @@ class TransformerQL(DeclaresWrites, nn.Module):
         self, h: Tensor, mask: Tensor, states: list[LayerMemory], scales: list[Scale], need_weights: bool
     ) -> tuple[Tensor, list[LayerMemory], list[Tensor]]:
         """One full segment (B, n_s, d) through every scale, the accumulation and the output layers."""
-        cfg, c = self.cfg, self.cfg.compression_rate
-        pool = compressor_spec(cfg.compression).scale_pool  # config validation made sure there is one
+        cfg, c = self.cfg, self.cfg.compression.rate
+        pool = compressor_spec(cfg.compression.function).scale_pool  # config validation made sure there is one
         new = list(states)
         attentions: list[Tensor] = []
         windows: list[tuple[Tensor, Tensor]] = []  # per scale: its outputs [memory; segment] and their validity
         x, x_mask, layer = self.drop(h), mask, 0
-        for i, (scale, n_blocks) in enumerate(zip(scales, cfg.scales)):
+        for i, (scale, n_blocks) in enumerate(zip(scales, cfg.ql.scales)):
             if i > 0:  # pool the window of the scale below in groups of c; keep the newest `seg` states
                 below, below_mask = windows[-1]
                 B, W, d = below.shape
@@ -296,11 +301,11 @@ class TransformerQL(DeclaresWrites, nn.Module):
             cmem_len=0,
             cmem_offset=0,
             d_model=self.cfg.d_model,
-            clamp_len=self.cfg.clamp_len,
+            clamp_len=self.cfg.positions.clamp_len,
             device=x.device,
             dtype=x.dtype,
         )
-        window = first.mem_len if self.cfg.same_length else 0
+        window = first.mem_len if self.cfg.positions.same_length else 0
         mask = additive_mask(
             attention_mask(x_mask, first.mem_mask, first.cmem_mask, same_length_window=window),
             compute_dtype(x.device, x.dtype),
@@ -332,11 +337,11 @@ class TransformerQL(DeclaresWrites, nn.Module):
             valid.append(seq_mask[:, idx])  # (B, S)
         states = torch.stack(picked, dim=2)  # (B, S, n_scales, d)
         weight = torch.stack(valid, dim=2).to(states.dtype)  # (B, S, n_scales)
-        if self.training and self.cfg.droppath > 0 and len(scales) > 1:
+        if self.training and self.cfg.ql.droppath > 0 and len(scales) > 1:
             u = torch.rand(B, device=mask.device)
             first_kept = torch.where(
-                u < self.cfg.droppath,
-                (u * (len(scales) - 1) / self.cfg.droppath).floor().long() + 1,
+                u < self.cfg.ql.droppath,
+                (u * (len(scales) - 1) / self.cfg.ql.droppath).floor().long() + 1,
                 torch.zeros_like(u, dtype=torch.long),
             )  # (B,)
             kept = (torch.arange(len(scales), device=mask.device)[None, :] >= first_kept[:, None]).to(states.dtype)

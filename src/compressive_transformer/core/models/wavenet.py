@@ -28,21 +28,20 @@ from compressive_transformer.core.stamps import DeclaresWrites
 
 def check_config(cfg: ModelConfig) -> None:
     """WaveNet's rules for a config (run by ``ModelConfig`` through the kinds table)."""
-    p, n = "model.", len(cfg.wavenet_dilations)
+    p, n = "model.", len(cfg.wavenet.dilations)
     require(
-        all(isinstance(d, int) and d >= 1 for d in cfg.wavenet_dilations),
-        p + "wavenet_dilations",
-        "every dilation must be >= 1",
+        n > 0 and all(isinstance(d, int) and d >= 1 for d in cfg.wavenet.dilations),
+        p + "wavenet.dilations",
+        "give one dilation per layer, each >= 1 (e.g. [1, 2, 4, 8])",
     )
     require(cfg.n_layers == n, p + "n_layers", f"WaveNet has one layer per dilation; set n_layers = {n}")
-    require(not cfg.is_ql, p + "scales", "WaveNet has no scales; remove them or wavenet_dilations")
+    require(not cfg.is_ql, p + "ql", "a model is WaveNet or Transformer-QL; remove [model.ql] or [model.wavenet]")
     require(
         cfg.mem_len == 0 and cfg.cmem_len == 0,
         p + "mem_len",
         "WaveNet's memory is its receptive field (1 + sum of dilations); set mem_len = 0 and cmem_len = 0",
     )
     require(cfg.input_dim == 0 and cfg.vocab_size > 0, p + "input_dim", "WaveNet reads tokens; set input_dim = 0")
-    require(cfg.droppath == 0.0, p + "droppath", "droppath is a Transformer-QL option; set 0")
 
 
 class GatedLayer(nn.Module):
@@ -70,7 +69,7 @@ class WaveNet(DeclaresWrites, nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.dilations = tuple(cfg.wavenet_dilations)
+        self.dilations = tuple(cfg.wavenet.dilations)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         last = len(self.dilations) - 1
         self.layers = nn.ModuleList(

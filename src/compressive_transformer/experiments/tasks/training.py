@@ -24,7 +24,7 @@ from compressive_transformer.core.config import (
     Log,
     ModelConfig,
     TrainConfig,
-    apply_overrides,
+    apply_run_overrides,
     from_dict,
     load_toml,
 )
@@ -114,7 +114,7 @@ class TaskRunConfig:
 
 def load_task_run_config(path: str | Path, overrides: Sequence[str] = ()) -> TaskRunConfig:
     """A ``configs/long_range/*.toml`` file: ``[model]``, ``[task]`` (with ``name``) and ``[train]`` tables."""
-    raw = apply_overrides(load_toml(path), list(overrides))
+    raw = apply_run_overrides(load_toml(path), list(overrides))
     unknown = sorted(set(raw) - {"model", "task", "train"})
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown section; a task config has [model], [task] and [train]")
@@ -127,7 +127,7 @@ def load_task_run_config(path: str | Path, overrides: Sequence[str] = ()) -> Tas
     model_raw = dict(raw.get("model", {}))
     model_raw.setdefault("vocab_size", task.vocab_size)
     return TaskRunConfig(
-        model=from_dict(ModelConfig, model_raw, "model"),
+        model=ModelConfig.from_raw(model_raw),
         task=task,
         train=from_dict(TaskTrainConfig, raw.get("train", {}), "train"),
     )
@@ -148,7 +148,7 @@ class StreamResult:
 
 def _needs_graph_every_segment(cfg: ModelConfig) -> bool:
     """The local compression losses train the compressor in every segment that evicts, answers or not."""
-    return cfg.uses_compression and compression_loss_spec(cfg.compression_loss).local
+    return cfg.uses_compression and compression_loss_spec(cfg.compression.loss).local
 
 
 def stream_task_batch(

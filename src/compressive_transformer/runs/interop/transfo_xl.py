@@ -23,6 +23,7 @@ from compressive_transformer.core.config import (
     DataConfig,
     EvalConfig,
     ModelConfig,
+    PositionsConfig,
     RunConfig,
     TrainConfig,
 )
@@ -95,12 +96,14 @@ def model_config(raw: dict[str, Any], *, seg_len: int, empty_memory: bool = Fals
             seg_len=seg_len,
             mem_len=mem_len,
             cmem_len=0,
-            clamp_len=max(get("clamp_len", 1000), 0),  # the original code's -1 means no clamping, as 0 does here
-            same_length=get("same_length", True),
-            same_length_self=True,
+            positions=PositionsConfig(
+                clamp_len=max(get("clamp_len", 1000), 0),  # the original code's -1 means no clamping, as 0 does here
+                same_length=get("same_length", True),
+                same_length_self=True,
+                share="none" if get("untie_r", True) else "biases",
+            ),
             norm="pre" if get("pre_lnorm", False) else "post",
             final_norm=False,
-            share_positions="none" if get("untie_r", True) else "biases",
             tie_embeddings=bool(get("tie_word_embeddings", get("tie_weight", True))),
             dropout=get("dropout", 0.1),
             attn_dropout=get("dropatt", 0.0),
