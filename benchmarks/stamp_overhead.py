@@ -15,7 +15,7 @@ import time
 import torch
 
 from compressive_transformer.core import stamps
-from compressive_transformer.core.config import CompressionConfig, ModelConfig
+from compressive_transformer.core.config import CompressionConfig, MemoryConfig, ModelConfig
 from compressive_transformer.core.models import build_model
 from compressive_transformer.runs.machine import machine_info
 from compressive_transformer.training.generate import generate
@@ -29,7 +29,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = ModelConfig(
-        vocab_size=256, d_model=256, n_layers=4, n_heads=4, d_ff=1024, seg_len=128, mem_len=128, cmem_len=128,
+        vocab_size=256, d_model=256, n_layers=4, n_heads=4, d_ff=1024, seg_len=128,
+        memory=MemoryConfig(mem_len=128, cmem_len=128),
         compression=CompressionConfig(rate=4, function="conv", loss="attention"), dropout=0.0,
     )  # fmt: skip
     model = build_model(cfg).eval()

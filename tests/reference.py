@@ -39,22 +39,22 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
             mem = torch.stack(mems[i], 0)[None] if mems[i] else h.new_zeros(1, 0, cfg.d_model)
             cmem = torch.stack(cmems[i], 0)[None] if cmems[i] else h.new_zeros(1, 0, cfg.d_model)
             ones = lambda t: torch.ones(t.shape[:2], dtype=torch.bool)  # noqa: E731
-            window = cfg.mem_len if cfg.positions.same_length else 0
+            window = cfg.memory.mem_len if cfg.positions.same_length else 0
             mask = additive_mask(attention_mask(ones(h), ones(mem), ones(cmem), same_length_window=window), h.dtype)
             result = block(h, mem, cmem, positions, mask, need_weights=False)
             out, attn_in = result.h, result.attn_in
             fifo = mems[i] + list(attn_in[0])
-            if cfg.cmem_len > 0:
-                while len(fifo) - cfg.mem_len >= c:  # a whole group of c has left memory: compress it
+            if cfg.memory.cmem_len > 0:
+                while len(fifo) - cfg.memory.mem_len >= c:  # a whole group of c has left memory: compress it
                     h_ctx = model.compressors[i].context  # the dilated stack reads the evicted stream before the group
                     before = ([h.new_zeros(cfg.d_model)] * h_ctx + evicted[i])[len(evicted[i]) :]
                     window = torch.stack(before + fifo[: c + e], 0)[None, None]  # (1, 1, h + c + e, d)
                     cmems[i].append(model.compressors[i](window, None)[0, 0])
                     evicted[i] += fifo[:c]
                     fifo = fifo[c:]
-                cmems[i] = cmems[i][-cfg.cmem_len :]
+                cmems[i] = cmems[i][-cfg.memory.cmem_len :]
             else:
-                fifo = fifo[max(len(fifo) - cfg.mem_len, 0) :] if cfg.mem_len else []
+                fifo = fifo[max(len(fifo) - cfg.memory.mem_len, 0) :] if cfg.memory.mem_len else []
             mems[i] = fifo
             h = out
         outputs.append(model.output(h, None)[1])

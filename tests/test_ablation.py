@@ -124,13 +124,15 @@ def test_the_real_text_ablation_spec_holds_every_cell_at_one_budget():
     spec = Path(__file__).resolve().parents[1] / "benchmarks" / "ablation" / "study.toml"
     study = load_study(spec)
     cells = {
-        (c.model.compression.function, c.model.compression.loss) for c in study.configs.values() if c.model.cmem_len > 0
+        (c.model.compression.function, c.model.compression.loss)
+        for c in study.configs.values()
+        if c.model.memory.cmem_len > 0
     }
     assert {(fn, loss) for fn, loss, _ in PAPER_ABLATION} <= cells and len(cells) == 9
     assert len({c.train.steps for c in study.configs.values()}) == 1 and study.settings.seeds == (0, 1, 2)
     txl = study.configs["transformer-xl"].model
     ct = study.configs["conv-attention"].model
-    assert txl.mem_len == ct.mem_len + ct.cmem_len  # equal attention cost
+    assert txl.memory.mem_len == ct.memory.mem_len + ct.memory.cmem_len  # equal attention cost
 
 
 def test_study_ordering_ranks_lower_bits_first_and_reads_the_variants_cells():

@@ -21,10 +21,10 @@ V = 50
 
 
 def cfg_of(**adaptive) -> ModelConfig:
-    return ModelConfig(
+    return ModelConfig.from_raw(dict(
         vocab_size=V, d_model=16, n_layers=2, n_heads=2, d_ff=32, seg_len=6, mem_len=6, cmem_len=0, dropout=0.0,
         adaptive=AdaptiveConfig(**adaptive),
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def heads(cfg: ModelConfig, seed: int = 0) -> tuple[AdaptiveInput, AdaptiveLogSoftmax]:

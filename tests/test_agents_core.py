@@ -27,7 +27,7 @@ BASE = ModelConfig.from_raw(
     )
 )
 KINDS = {
-    "txl": dataclasses.replace(BASE, cmem_len=0),
+    "txl": dataclasses.replace(BASE, memory=dataclasses.replace(BASE.memory, cmem_len=0)),
     "ct": BASE,
     "ct-gated": dataclasses.replace(BASE, gating=True),
     "ct-maxpool": dataclasses.replace(

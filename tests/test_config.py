@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from compressive_transformer import ConfigError, ModelConfig, temporal_range
 from compressive_transformer.core.config import (
     MOVED_MODEL_KEYS,
+    MemoryConfig,
     QLConfig,
     RunConfig,
     WaveNetConfig,
@@ -27,8 +28,8 @@ from compressive_transformer.core.config_base import merge_tables
 BAD = [
     (dict(compression_rate=0), "model.compression.rate"),
     (dict(n_heads=3), "model.n_heads"),
-    (dict(mem_len=-1), "model.mem_len"),
-    (dict(cmem_len=-4), "model.cmem_len"),
+    (dict(mem_len=-1), "model.memory.mem_len"),
+    (dict(cmem_len=-4), "model.memory.cmem_len"),
     (dict(seg_len=0), "model.seg_len"),
     (dict(compression="zip"), "model.compression.function"),
     (dict(compression_loss="magic"), "model.compression.loss"),
@@ -91,7 +92,7 @@ def test_toml_and_dotted_overrides(tmp_path):
 def test_temporal_range_follows_section_3_3():
     ct = temporal_range(ModelConfig.from_raw(dict(n_layers=3, seg_len=3, mem_len=6, cmem_len=6, compression_rate=3)))
     assert ct.max_range == 3 * (6 + 3 * 6) and ct.attention_cost == 3 * (3 + 12)
-    txl = temporal_range(ModelConfig(n_layers=3, seg_len=3, mem_len=12, cmem_len=0))
+    txl = temporal_range(ModelConfig.from_raw(dict(n_layers=3, seg_len=3, mem_len=12, cmem_len=0)))
     assert txl.max_range == 36 and txl.attention_cost == ct.attention_cost
     # n_cm = n_m = n/2 and c = 3: twice the range of Transformer-XL at the same cost (the paper's example)
     assert ct.max_range == 2 * txl.max_range
@@ -101,6 +102,8 @@ def test_temporal_range_follows_section_3_3():
 # The sectioned [model] table and the flat keys of the earlier layout
 
 FLAT_VALUES = {  # one valid value per flat key, different from its default
+    "mem_len": 40,
+    "cmem_len": 24,
     "compression_rate": 3,
     "compression": "dilated_conv",
     "compression_loss": "bptt",
@@ -145,6 +148,13 @@ def test_kind_sections_and_their_flat_keys(tmp_path):
         ModelConfig.from_raw({"ql": {}, "cmem_len": 0, "compression": {"function": "max_pool", "loss": "none"}})
     with pytest.raises(ConfigError, match=r"^model\.wavenet\.dilations: give one dilation per layer"):
         ModelConfig.from_raw({"wavenet": {"dilations": []}, "mem_len": 0, "cmem_len": 0})
+
+
+def test_a_transformer_xl_import_option_reads_from_its_flat_key():
+    cfg = ModelConfig.from_raw(dict(mem_len=16, cmem_len=0, memory_init="zeros"))
+    assert cfg.memory == MemoryConfig(mem_len=16, cmem_len=0, init="zeros")
+    with pytest.raises(ConfigError, match=r"^model\.memory\.init: zero-filled memory is a Transformer-XL import"):
+        ModelConfig.from_raw(dict(mem_len=16, cmem_len=8, memory_init="zeros"))
 
 
 def test_a_key_given_both_ways_is_refused_in_one_line():

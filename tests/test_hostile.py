@@ -219,7 +219,13 @@ def test_out_of_memory_in_training_names_the_sizes(
     monkeypatch.setattr(Trainer, "train_step", _raise(error))
     code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "run"), *FAST)
     assert_one_line_error(
-        code, err, "out of memory", "train.batch_size = 4", "model.seg_len = 16", "model.mem_len", "model.cmem_len"
+        code,
+        err,
+        "out of memory",
+        "train.batch_size = 4",
+        "model.seg_len = 16",
+        "model.memory.mem_len",
+        "model.memory.cmem_len",
     )
 
 

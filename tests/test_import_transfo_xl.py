@@ -89,7 +89,7 @@ def test_import_then_evaluate_generate_export(tmp_path, capsys):
     assert not (tmp_path / "pwned").exists()  # the vocabulary's payload did not run
     config = json.loads((out / "config.json").read_text())
     assert (
-        config["memory_init"] == "zeros"
+        config["memory"]["init"] == "zeros"
         and config["positions"]["same_length_self"]
         and config["adaptive"]["div_val"] == 2
     )

@@ -154,11 +154,13 @@ def test_quick_preset_writes_results_and_plots(tmp_path):
 def test_presets_put_distances_on_both_sides_of_the_txl_range():
     p = PRESETS["full"]
     txl, ct = p.model("txl", 52), p.model("ct", 52)
-    assert txl.seg_len * (txl.seg_len + txl.mem_len) == ct.seg_len * (ct.seg_len + ct.mem_len + ct.cmem_len)
-    reach_txl = 2 * txl.mem_len + txl.seg_len - 1
-    reach_ct = 2 * (ct.mem_len + 4 * ct.cmem_len) + ct.seg_len - 1
+    assert txl.seg_len * (txl.seg_len + txl.memory.mem_len) == ct.seg_len * (
+        ct.seg_len + ct.memory.mem_len + ct.memory.cmem_len
+    )
+    reach_txl = 2 * txl.memory.mem_len + txl.seg_len - 1
+    reach_ct = 2 * (ct.memory.mem_len + 4 * ct.memory.cmem_len) + ct.seg_len - 1
     ds = p.tasks()["passkey"].distances
-    assert any(d < 2 * txl.mem_len for d in ds) and any(reach_txl < d <= reach_ct for d in ds)
+    assert any(d < 2 * txl.memory.mem_len for d in ds) and any(reach_txl < d <= reach_ct for d in ds)
 
 
 def test_unknown_names_are_one_line_errors(tmp_path):

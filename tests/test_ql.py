@@ -143,10 +143,10 @@ def test_measured_dependency_range_agrees_with_appendix_b():
 def test_bad_transformer_ql_configs():
     for kwargs, key in [
         (dict(n_layers=5), "model.n_layers"),
-        (dict(cmem_len=4), "model.cmem_len"),
+        (dict(cmem_len=4), "model.memory.cmem_len"),
         (dict(compression="conv", compression_loss="attention"), "model.compression"),
         (dict(seg_len=6, mem_len=2), "model.seg_len"),
-        (dict(mem_len=3), "model.mem_len"),
+        (dict(mem_len=3), "model.memory.mem_len"),
         (dict(droppath=1.0), "model.ql.droppath"),
     ]:
         with pytest.raises(ConfigError, match="^" + key.replace(".", r"\.")):

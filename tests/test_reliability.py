@@ -251,7 +251,9 @@ def test_checkpoints_carry_a_verified_manifest(reference: Path) -> None:
 
 def test_nan_weights_are_never_a_good_checkpoint(trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     model = CompressiveTransformerLM(
-        ModelConfig(vocab_size=16, d_model=8, n_layers=1, n_heads=2, d_ff=8, seg_len=4, mem_len=4, cmem_len=0)
+        ModelConfig.from_raw(
+            dict(vocab_size=16, d_model=8, n_layers=1, n_heads=2, d_ff=8, seg_len=4, mem_len=4, cmem_len=0)
+        )
     )
     with torch.no_grad():
         next(model.parameters())[0, 0] = float("nan")

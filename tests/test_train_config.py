@@ -108,19 +108,25 @@ def test_paper_shapes() -> None:
         enwik8.n_layers,
         enwik8.d_model,
         enwik8.seg_len,
-        enwik8.mem_len,
-        enwik8.cmem_len,
+        enwik8.memory.mem_len,
+        enwik8.memory.cmem_len,
         enwik8.compression.rate,
     ) == (24, 1024, 768, 768, 1152, 3)
     wt = build_config(CONFIGS / "wikitext103.toml").model
-    assert (wt.n_layers, wt.d_model, wt.mem_len, wt.cmem_len, wt.compression.rate) == (18, 1024, 500, 1500, 4)
+    assert (wt.n_layers, wt.d_model, wt.memory.mem_len, wt.memory.cmem_len, wt.compression.rate) == (
+        18,
+        1024,
+        500,
+        1500,
+        4,
+    )
     pg = build_config(CONFIGS / "pg19.toml")
     assert (
         pg.model.n_layers,
         pg.model.d_model,
         pg.model.seg_len,
-        pg.model.mem_len,
-        pg.model.cmem_len,
+        pg.model.memory.mem_len,
+        pg.model.memory.cmem_len,
         pg.model.compression.rate,
     ) == (36, 1024, 512, 512, 512, 2)
     assert pg.data.vocab_size == 32000

@@ -99,7 +99,7 @@ def test_it_trains_through_the_streaming_loop() -> None:
     [
         (dict(n_layers=3, wavenet_dilations=(1, 2)), "model.n_layers"),
         (dict(n_layers=2, wavenet_dilations=(1, 0)), "model.wavenet.dilations"),
-        (dict(n_layers=2, wavenet_dilations=(1, 2), mem_len=8, cmem_len=0), "model.mem_len"),
+        (dict(n_layers=2, wavenet_dilations=(1, 2), mem_len=8, cmem_len=0), "model.memory.mem_len"),
     ],
 )
 def test_bad_configs_end_in_one_line(kw: dict, key: str) -> None:

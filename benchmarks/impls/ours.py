@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from compressive_transformer import CompressiveTransformerLM, ModelConfig
+from compressive_transformer import CompressionConfig, CompressiveTransformerLM, MemoryConfig, ModelConfig
 from compressive_transformer.core.models.decode import Decoder
 from compressive_transformer.training.trainer import compile_model
 
@@ -26,21 +26,18 @@ def model_config(
     cmem = w.cmem_len if cmem_len is None else cmem_len
     if not compressive:  # Transformer-XL with the same attention size: the compressed slots become plain memory
         mem, cmem = mem + cmem, 0
-    return ModelConfig.from_raw(
-        dict(
-            vocab_size=w.vocab,
-            d_model=w.d_model,
-            n_layers=w.n_layers,
-            n_heads=w.n_heads,
-            d_ff=w.d_ff,
-            seg_len=w.seg_len,
-            mem_len=mem,
-            cmem_len=cmem,
-            compression={"rate": w.rate, "function": "conv", "loss": "attention"},
-            dropout=0.0,
-            attn_dropout=0.0,
-            attn_impl=attn_impl,
-        )
+    return ModelConfig(
+        vocab_size=w.vocab,
+        d_model=w.d_model,
+        n_layers=w.n_layers,
+        n_heads=w.n_heads,
+        d_ff=w.d_ff,
+        seg_len=w.seg_len,
+        memory=MemoryConfig(mem_len=mem, cmem_len=cmem),
+        compression=CompressionConfig(rate=w.rate, function="conv", loss="attention"),
+        dropout=0.0,
+        attn_dropout=0.0,
+        attn_impl=attn_impl,
     )
 
 
@@ -53,7 +50,8 @@ class Impl:
         self.forward = compile_model(self.model) if compile else self.model
         self.opt = w.optimizer(self.model.parameters())
         self.param_count = sum(p.numel() for p in self.model.parameters())
-        self.config = {k: getattr(cfg, k) for k in ("mem_len", "cmem_len", "norm", "attn_impl")}
+        self.config = {k: getattr(cfg, k) for k in ("norm", "attn_impl")}
+        self.config |= {"mem_len": cfg.memory.mem_len, "cmem_len": cfg.memory.cmem_len}
         self.config |= {"compression": cfg.compression.function, "compression_loss": cfg.compression.loss}
         self.config["compiled_steps"] = compile
         self.memory = None

@@ -6,6 +6,7 @@ from compressive_transformer.core.config import (
     ConfigError,
     DataConfig,
     EvalConfig,
+    MemoryConfig,
     ModelConfig,
     PositionsConfig,
     QLConfig,
@@ -36,6 +37,7 @@ from compressive_transformer.training.trainer import Trainer, TrainingError
 __all__ = [
     "ConfigError",
     "ModelConfig",
+    "MemoryConfig",
     "CompressionConfig",
     "PositionsConfig",
     "QLConfig",

@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from compressive_transformer.core.config import CompressionConfig, ModelConfig, apply_run_overrides, upgrade_model_table
+from compressive_transformer.core.config import (
+    CompressionConfig,
+    MemoryConfig,
+    ModelConfig,
+    apply_run_overrides,
+    upgrade_model_table,
+)
 from compressive_transformer.core.config_base import (
     ConfigError,
     check_types,
@@ -95,8 +101,7 @@ def _default_model() -> ModelConfig:
         n_heads=2,
         d_ff=64,
         seg_len=1,
-        mem_len=8,
-        cmem_len=10,
+        memory=MemoryConfig(mem_len=8, cmem_len=10),
         compression=CompressionConfig(rate=4),
         norm="pre",
         gating=True,

@@ -137,7 +137,7 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     ckpts = list_checkpoints(run_dir)
     return {
         "run_dir": str(run_dir),
-        "model": "compressive" if m.uses_compression else ("transformer-xl" if m.mem_len else "transformer"),
+        "model": "compressive" if m.uses_compression else ("transformer-xl" if m.memory.mem_len else "transformer"),
         "config": to_dict(cfg),
         "max_range": r.max_range,
         "attention_cost": r.attention_cost,
@@ -177,16 +177,17 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, x in summaries.items():
         m = x["config"]["model"]
-        comp = f"{m['compression']['function']}/{m['compression']['loss']}" if m["cmem_len"] else "-"
+        mem = m["memory"]
+        comp = f"{m['compression']['function']}/{m['compression']['loss']}" if mem["cmem_len"] else "-"
         row = [
             name,
             x["model"],
             m["n_layers"],
             m["d_model"],
             m["seg_len"],
-            m["mem_len"],
-            m["cmem_len"],
-            m["compression"]["rate"] if m["cmem_len"] else "-",
+            mem["mem_len"],
+            mem["cmem_len"],
+            m["compression"]["rate"] if mem["cmem_len"] else "-",
             comp,
             x["max_range"],
             x["attention_cost"],

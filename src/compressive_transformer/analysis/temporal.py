@@ -107,8 +107,8 @@ def empirical_temporal_range(
         "probe_offset_in_segment": offset,
         "length": length,
         "seg_len": seg_len,
-        "mem_len": cfg.mem_len,
-        "cmem_len": cfg.cmem_len,
+        "mem_len": cfg.memory.mem_len,
+        "cmem_len": cfg.memory.cmem_len,
         "compression_rate": cfg.compression.rate,
         "n_layers": cfg.n_layers,
     }

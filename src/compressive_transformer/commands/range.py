@@ -16,7 +16,7 @@ DESCRIPTION = "Temporal range l x (n_m + c n_cm) and attention cost of a model c
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="TOML config; default: the built-in tiny config")
-    add_overrides(p, "override one config key, e.g. --set model.cmem_len=512 (repeatable)")
+    add_overrides(p, "override one config key, e.g. --set model.memory.cmem_len=512 (repeatable)")
 
 
 def main(args: argparse.Namespace) -> None:

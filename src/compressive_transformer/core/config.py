@@ -76,6 +76,25 @@ class AdaptiveConfig:
 
 
 @dataclass(frozen=True)
+class MemoryConfig:
+    """What each layer remembers between segments (Algorithm 1): n_m memory slots and n_cm compressed slots. No
+    parameter depends on them, so an evaluation may set other lengths (``eval.mem_len``, ``eval.cmem_len``)."""
+
+    mem_len: int = 128  # n_m; 0 with cmem_len = 0: a plain causal transformer
+    cmem_len: int = 128  # n_cm; 0: Transformer-XL
+    init: str = (
+        "empty"  # the first segment's memory: no slots, or "zeros": mem_len valid zero-input slots (an importer's)
+    )
+
+    def __post_init__(self) -> None:
+        check_types(self, "model.memory")
+        p = "model.memory."
+        require(self.mem_len >= 0, p + "mem_len", "must be >= 0")
+        require(self.cmem_len >= 0, p + "cmem_len", "must be >= 0")
+        require(self.init in MEMORY_INITS, p + "init", f"use one of {', '.join(MEMORY_INITS)}")
+
+
+@dataclass(frozen=True)
 class CompressionConfig:
     """The compressed memory's compression: f_c of Algorithm 1 (``function``, at ``rate`` c) and how it is trained
     (``loss``); the compressors receive only this section and ``d_model``."""
@@ -155,6 +174,9 @@ class WaveNetConfig:
 
 # Keys of the flat [model] table before it had sections: each still reads, into its place in a section.
 MOVED_MODEL_KEYS: dict[str, tuple[str, str]] = {
+    "mem_len": ("memory", "mem_len"),
+    "cmem_len": ("memory", "cmem_len"),
+    "memory_init": ("memory", "init"),
     "compression_rate": ("compression", "rate"),
     "compression_loss": ("compression", "loss"),
     "compression_extra_width": ("compression", "extra_width"),
@@ -222,8 +244,8 @@ def model_override_path(parts: list[str], value: Any) -> list[str]:
 class ModelConfig:
     """Shape and behaviour of one model of the family.
 
-    ``cmem_len=0`` is Transformer-XL; ``mem_len=cmem_len=0`` is a plain causal transformer. No parameter depends on
-    ``seg_len``, ``mem_len`` or ``cmem_len``, so memories may be longer at evaluation than in training.
+    ``memory.cmem_len=0`` is Transformer-XL; ``mem_len=cmem_len=0`` is a plain causal transformer. No parameter
+    depends on ``seg_len`` or the memory lengths, so memories may be longer at evaluation than in training.
     """
 
     vocab_size: int = 256
@@ -233,8 +255,7 @@ class ModelConfig:
     d_head: int = 0  # 0: d_model // n_heads
     d_ff: int = 1024
     seg_len: int = 128
-    mem_len: int = 128
-    cmem_len: int = 128
+    memory: MemoryConfig = dataclasses.field(default_factory=MemoryConfig)
     compression: CompressionConfig = dataclasses.field(default_factory=CompressionConfig)
     positions: PositionsConfig = dataclasses.field(default_factory=PositionsConfig)
     norm: str = "post"  # Algorithm 1 is post-LN; "pre" stores the layer-normed inputs, as the authors' code
@@ -250,8 +271,7 @@ class ModelConfig:
     init_std: float = 0.02
     layer_norm_eps: float = 1e-5
     adaptive: AdaptiveConfig | None = None  # adaptive input and softmax ([model.adaptive]); None: full softmax
-    # Transformer-XL reference behaviours an importer sets (docs/fidelity.md; positions.same_length_self too):
-    memory_init: str = "empty"  # "zeros": start with mem_len valid zero-input slots, as `transformers` does
+    # Transformer-XL reference behaviour an importer sets (docs/fidelity.md; also memory.init, positions.same_length_self):
     final_norm: bool = True  # norm = "pre": layer-norm the last block's output (Transformer-XL's code does not)
 
     @classmethod
@@ -291,8 +311,6 @@ class ModelConfig:
         )
         require(self.d_ff > 0, p + "d_ff", "must be > 0")
         require(self.seg_len > 0, p + "seg_len", "must be > 0")
-        require(self.mem_len >= 0, p + "mem_len", "must be >= 0")
-        require(self.cmem_len >= 0, p + "cmem_len", "must be >= 0")
 
     def _check_layers(self, p: str) -> None:
         """Positions, normalisation, dropout and the attention backend."""
@@ -330,10 +348,9 @@ class ModelConfig:
                 p + "adaptive.tie_projs",
                 "there is no projection to tie with div_val = 1 and d_embed = d_model; set []",
             )
-        require(self.memory_init in MEMORY_INITS, p + "memory_init", f"use one of {', '.join(MEMORY_INITS)}")
         require(
-            self.memory_init == "empty" or not (self.is_ql or self.uses_compression),
-            p + "memory_init",
+            self.memory.init == "empty" or not (self.is_ql or self.uses_compression),
+            p + "memory.init",
             "zero-filled memory is a Transformer-XL import option (cmem_len = 0, no scales); set 'empty'",
         )
 
@@ -365,7 +382,7 @@ class ModelConfig:
             f"{comp.function} keeps whole slots; set compression.extra_width = 0",
         )
         require(
-            comp.extra_width <= self.mem_len,
+            comp.extra_width <= self.memory.mem_len,
             p + "compression.extra_width",
             f"overlapping windows read {comp.extra_width} newer memory slots; needs mem_len >= it",
         )
@@ -386,7 +403,7 @@ class ModelConfig:
 
     @property
     def uses_compression(self) -> bool:
-        return self.cmem_len > 0
+        return self.memory.cmem_len > 0
 
     @property
     def needs_attention_weights(self) -> bool:
@@ -519,10 +536,14 @@ class EvalConfig:
         require(self.batch_size > 0, p + "batch_size", "must be > 0")
         require(self.seg_len is None or self.seg_len > 0, p + "seg_len", "must be > 0 (leave unset for model.seg_len)")
         require(
-            self.mem_len is None or self.mem_len >= 0, p + "mem_len", "must be >= 0 (leave unset for model.mem_len)"
+            self.mem_len is None or self.mem_len >= 0,
+            p + "mem_len",
+            "must be >= 0 (leave unset for model.memory.mem_len)",
         )
         require(
-            self.cmem_len is None or self.cmem_len >= 0, p + "cmem_len", "must be >= 0 (leave unset for model.cmem_len)"
+            self.cmem_len is None or self.cmem_len >= 0,
+            p + "cmem_len",
+            "must be >= 0 (leave unset for model.memory.cmem_len)",
         )
         require(self.max_batches >= 0, p + "max_batches", "must be >= 0 (0 means the whole split)")
 
@@ -544,8 +565,8 @@ def eval_lengths(
     (``None`` is unset; a memory length of 0 is a length, a segment length of 0 is not)."""
     return Lengths(
         seg_len or model.seg_len,
-        model.mem_len if mem_len is None else mem_len,
-        model.cmem_len if cmem_len is None else cmem_len,
+        model.memory.mem_len if mem_len is None else mem_len,
+        model.memory.cmem_len if cmem_len is None else cmem_len,
     )
 
 
@@ -683,6 +704,7 @@ class DataConfig:
 
 __all__ = [
     "AdaptiveConfig",
+    "MemoryConfig",
     "CompressionConfig",
     "PositionsConfig",
     "QLConfig",

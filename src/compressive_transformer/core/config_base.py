@@ -157,7 +157,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, raw = text.split("=", 1)
     parts = key.strip().split(".")
     if len(parts) < 2 or not all(parts):
-        raise ConfigError(f"override {text!r}: the key must be dotted, e.g. model.mem_len=256")
+        raise ConfigError(f"override {text!r}: the key must be dotted, e.g. model.memory.mem_len=256")
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:

@@ -188,8 +188,8 @@ def context_length_from_config(cfg: Any) -> ContextLength:
         ql = cfg.ql
         cfg = SimpleNamespace(
             seg_len=cfg.seg_len,
-            mem_len=cfg.mem_len,
-            cmem_len=cfg.cmem_len,
+            mem_len=cfg.memory.mem_len,
+            cmem_len=cfg.memory.cmem_len,
             n_layers=cfg.n_layers,
             compression_rate=cfg.compression.rate,
             scales=ql.scales if ql is not None else None,
@@ -249,11 +249,11 @@ def temporal_range(cfg: ModelConfig) -> TemporalRange:
     A Transformer-XL (n_cm = 0) has l x n_m; with n_m = n_cm = n/2 and c = 3 the Compressive Transformer reaches
     twice as far at the same cost.
     """
-    c = cfg.compression.rate if cfg.cmem_len > 0 else 0
+    c = cfg.compression.rate if cfg.memory.cmem_len > 0 else 0
     return TemporalRange(
-        max_range=cfg.n_layers * (cfg.mem_len + c * cfg.cmem_len),
-        attention_cost=cfg.seg_len * (cfg.seg_len + cfg.mem_len + cfg.cmem_len),
-        memory_slots=cfg.mem_len + cfg.cmem_len,
+        max_range=cfg.n_layers * (cfg.memory.mem_len + c * cfg.memory.cmem_len),
+        attention_cost=cfg.seg_len * (cfg.seg_len + cfg.memory.mem_len + cfg.memory.cmem_len),
+        memory_slots=cfg.memory.mem_len + cfg.memory.cmem_len,
     )
 
 
@@ -277,11 +277,11 @@ def range_report(cfg: ModelConfig) -> str:
         r = kind.temporal_range(cfg)
         lines += [
             f"max temporal range: {r.max_range} positions "
-            f"(l={cfg.n_layers} x (n_m={cfg.mem_len} + c={cfg.compression.rate} x n_cm={cfg.cmem_len}))",
+            f"(l={cfg.n_layers} x (n_m={cfg.memory.mem_len} + c={cfg.compression.rate} x n_cm={cfg.memory.cmem_len}))",
             f"attention cost: {r.attention_cost} query-key pairs per layer and head per segment (n_s={cfg.seg_len})",
             f"memory slots per layer: {r.memory_slots}",
         ]
-    n_s, memory = cfg.seg_len, cfg.mem_len + cfg.cmem_len
+    n_s, memory = cfg.seg_len, cfg.memory.mem_len + cfg.memory.cmem_len
     own = kind.context_length if kind is not None and kind.context_length is not None else context_length_from_config
     rows = [("this config", own(cfg))]
     rows.append(

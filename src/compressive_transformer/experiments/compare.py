@@ -30,7 +30,7 @@ def model_name(cfg: ModelConfig) -> str:
 
 def window_length(cfg: ModelConfig) -> int:
     """n_w as the Transformer-QL paper counts it: n_s + n_m (+ n_cm for the Compressive Transformer)."""
-    return cfg.seg_len + cfg.mem_len + cfg.cmem_len
+    return cfg.seg_len + cfg.memory.mem_len + cfg.memory.cmem_len
 
 
 def _tokens_per_s(run_dir: Path) -> float | None:
@@ -79,7 +79,8 @@ def _variant_row(name: str, cfg: RunConfig, out_dir: Path, *, split: str | None,
     row = {
         "variant": name,
         "model": model_name(m),
-        "n_s/n_m/n_cm": f"{m.seg_len:02d}/{m.mem_len:02d}/" + (f"{m.cmem_len:02d}" if m.cmem_len else "-"),
+        "n_s/n_m/n_cm": f"{m.seg_len:02d}/{m.memory.mem_len:02d}/"
+        + (f"{m.memory.cmem_len:02d}" if m.memory.cmem_len else "-"),
         "window": window_length(m),
         "context_min": ctx.min,
         "context_max": ctx.max,

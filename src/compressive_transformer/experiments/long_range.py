@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from compressive_transformer.analysis.plots import plot_accuracy_by_distance
-from compressive_transformer.core.config import CompressionConfig, ConfigError, ModelConfig, to_dict
+from compressive_transformer.core.config import CompressionConfig, ConfigError, MemoryConfig, ModelConfig, to_dict
 from compressive_transformer.core.context import temporal_range
 from compressive_transformer.core.models import build_model
 from compressive_transformer.experiments.long_range_report import binned, write_long_range_outputs
@@ -48,8 +48,8 @@ def describe_model(cfg: ModelConfig) -> dict[str, Any]:
     return {
         "kind": "compressive" if cfg.uses_compression else "transformer-xl",
         "seg_len": cfg.seg_len,
-        "mem_len": cfg.mem_len,
-        "cmem_len": cfg.cmem_len,
+        "mem_len": cfg.memory.mem_len,
+        "cmem_len": cfg.memory.cmem_len,
         "compression_rate": cfg.compression.rate if cfg.uses_compression else None,
         "compression": cfg.compression.function if cfg.uses_compression else None,
         "compression_loss": cfg.compression.loss if cfg.uses_compression else None,
@@ -59,8 +59,8 @@ def describe_model(cfg: ModelConfig) -> dict[str, Any]:
         "max_range": r.max_range,
         # the last position of a segment sees n_s - 1 more tokens than the first, which the range counts
         "max_range_last_position": r.max_range + cfg.seg_len - 1,
-        "single_layer_reach_last_position": cfg.mem_len
-        + (cfg.compression.rate * cfg.cmem_len if cfg.uses_compression else 0)
+        "single_layer_reach_last_position": cfg.memory.mem_len
+        + (cfg.compression.rate * cfg.memory.cmem_len if cfg.uses_compression else 0)
         + cfg.seg_len
         - 1,
     }
@@ -185,14 +185,14 @@ class Preset:
         )
         k, c = self.seg_len, self.compression_rate
         if name == "txl":
-            return ModelConfig(**base, mem_len=2 * k, cmem_len=0, compression=CompressionConfig(rate=c))
+            return ModelConfig(**base, memory=MemoryConfig(2 * k, 0), compression=CompressionConfig(rate=c))
         if name == "ct":
             comp = CompressionConfig(rate=c, function="conv", loss="attention")
-            return ModelConfig(**base, mem_len=k, cmem_len=k, compression=comp)
+            return ModelConfig(**base, memory=MemoryConfig(k, k), compression=comp)
         if name.startswith("ct-"):
             fn, loss = _ablation_cell(name)
             return ModelConfig(
-                **base, mem_len=k, cmem_len=k, compression=CompressionConfig(rate=c, function=fn, loss=loss)
+                **base, memory=MemoryConfig(k, k), compression=CompressionConfig(rate=c, function=fn, loss=loss)
             )
         raise ConfigError(f"models: unknown {name!r}; use txl, ct or ct-<compression>-<loss> (e.g. ct-mean_pool-none)")
 

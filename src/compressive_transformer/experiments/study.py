@@ -148,7 +148,10 @@ class Study:
         """The study's lookback edges: given, or every variant's raw memory and total reach at training lengths."""
         if self.settings.lookback_edges:
             return list(self.settings.lookback_edges)
-        reaches = [Reach(c.model.mem_len, c.model.cmem_len, c.model.compression.rate) for c in self.configs.values()]
+        reaches = [
+            Reach(c.model.memory.mem_len, c.model.memory.cmem_len, c.model.compression.rate)
+            for c in self.configs.values()
+        ]
         return default_edges(reaches) or [self.configs[self.baseline].model.seg_len]
 
 
@@ -188,7 +191,7 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
             _, mem, cmem = (lengths.seg_len, lengths.mem_len, lengths.cmem_len)
             if cmem and not cfg.model.uses_compression:
                 raise ConfigError(
-                    f"variants.{name}.evaluations.{ev}.cmem_len: {name} has no compressed memory (model.cmem_len = 0)"
+                    f"variants.{name}.evaluations.{ev}.cmem_len: {name} has no compressed memory (model.memory.cmem_len = 0)"
                 )
             fixed = model_kind(cfg.model).fixed_memory
             if fixed and (mem is not None or cmem is not None):

@@ -37,15 +37,15 @@ def _variant_info(study: Study, name: str, runs: dict[int, dict[str, Any]]) -> d
     return {
         "model": model_name(m),
         "seg_len": m.seg_len,
-        "mem_len": m.mem_len,
-        "cmem_len": m.cmem_len,
-        "compression_rate": m.compression.rate if m.cmem_len else None,
-        "compression": f"{m.compression.function} + {m.compression.loss}" if m.cmem_len else "-",
-        "attention_keys": 0 if m.is_wavenet else m.seg_len + m.mem_len + m.cmem_len,  # keys per query
+        "mem_len": m.memory.mem_len,
+        "cmem_len": m.memory.cmem_len,
+        "compression_rate": m.compression.rate if m.memory.cmem_len else None,
+        "compression": f"{m.compression.function} + {m.compression.loss}" if m.memory.cmem_len else "-",
+        "attention_keys": 0 if m.is_wavenet else m.seg_len + m.memory.mem_len + m.memory.cmem_len,  # keys per query
         # past tokens an output can read: per attention layer, or WaveNet's whole receptive field
         "reach": receptive_field(m.wavenet.dilations) - 1
         if m.is_wavenet
-        else m.mem_len + (m.compression.rate * m.cmem_len if m.cmem_len else 0),
+        else m.memory.mem_len + (m.compression.rate * m.memory.cmem_len if m.memory.cmem_len else 0),
         "parameters": any_run["parameters"] if any_run else None,
         "seeds_done": sorted(runs),
     }

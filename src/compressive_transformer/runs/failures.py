@@ -42,9 +42,11 @@ def sizes_to_lower(doing: str, sizes: Mapping[str, int | None], remedy: str) -> 
 
 def training_sizes(cfg: RunConfig) -> dict[str, int]:
     m = cfg.model
-    return {"train.batch_size": cfg.train.batch_size, "model.seg_len": m.seg_len, "model.mem_len": m.mem_len} | (
-        {"model.cmem_len": m.cmem_len} if m.cmem_len else {}
-    )
+    return {
+        "train.batch_size": cfg.train.batch_size,
+        "model.seg_len": m.seg_len,
+        "model.memory.mem_len": m.memory.mem_len,
+    } | ({"model.memory.cmem_len": m.memory.cmem_len} if m.memory.cmem_len else {})
 
 
 def evaluation_sizes(cfg: RunConfig) -> dict[str, int]:
@@ -53,9 +55,9 @@ def evaluation_sizes(cfg: RunConfig) -> dict[str, int]:
     sizes = {
         "eval.batch_size": e.batch_size,
         "eval.seg_len": e.seg_len or m.seg_len,
-        "eval.mem_len": m.mem_len if e.mem_len is None else e.mem_len,
+        "eval.mem_len": m.memory.mem_len if e.mem_len is None else e.mem_len,
     }
-    cmem = m.cmem_len if e.cmem_len is None else e.cmem_len
+    cmem = m.memory.cmem_len if e.cmem_len is None else e.cmem_len
     return sizes | ({"eval.cmem_len": cmem} if cmem else {})
 
 

@@ -173,8 +173,8 @@ def _check_new_run(cfg: RunConfig | None, run_dir: Path, info: DistInfo, log: Lo
         cfg.model,
         batch_size=max(cfg.train.batch_size // info.world_size, 1),
         seg_len=cfg.model.seg_len,
-        mem_len=cfg.model.mem_len,
-        cmem_len=cfg.model.cmem_len,
+        mem_len=cfg.model.memory.mem_len,
+        cmem_len=cfg.model.memory.cmem_len,
         device=resolve_device(cfg.train.device),
     )
     train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write

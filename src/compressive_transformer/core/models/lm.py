@@ -54,7 +54,7 @@ class LMOutput:
 
 
 def label(cfg: ModelConfig) -> str:
-    return "Compressive Transformer" if cfg.cmem_len > 0 else "Transformer-XL"
+    return "Compressive Transformer" if cfg.memory.cmem_len > 0 else "Transformer-XL"
 
 
 class CompressiveTransformerLM(DeclaresWrites, nn.Module):
@@ -102,8 +102,8 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         """Empty memories; ``mem_len``/``cmem_len`` may differ from training (no parameter depends on them)."""
         check_batch_size(batch_size)
         cfg = self.cfg
-        mem_len = cfg.mem_len if mem_len is None else mem_len
-        cmem_len = cfg.cmem_len if cmem_len is None else cmem_len
+        mem_len = cfg.memory.mem_len if mem_len is None else mem_len
+        cmem_len = cfg.memory.cmem_len if cmem_len is None else cmem_len
         if mem_len < 0 or cmem_len < 0:
             raise ValueError(f"memory lengths must be >= 0, got mem_len={mem_len}, cmem_len={cmem_len}")
         if cmem_len > 0 and not cfg.uses_compression:
@@ -128,13 +128,13 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             dtype=dtype,
         )
         layers = tuple(layer() for _ in range(cfg.n_layers))
-        if cfg.memory_init == "zeros":
+        if cfg.memory.init == "zeros":
             layers = tuple(self._zero_input_memory(state, block) for state, block in zip(layers, self.blocks))
         return MemoryState(layers)
 
     @staticmethod
     def _zero_input_memory(state: LayerMemory, block: Block) -> LayerMemory:
-        """``memory_init = "zeros"``: every slot valid and holding what the layer stores for a zero input (zeros, or
+        """``memory.init = "zeros"``: every slot valid and holding what the layer stores for a zero input (zeros, or
         the pre-norm's bias), as the first segment sees it in `transformers`' Transformer-XL."""
         with torch.no_grad():
             slot = block.attn_input(state.mem.new_zeros(state.mem.shape[-1]))  # (d,)

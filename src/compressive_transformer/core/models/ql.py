@@ -72,8 +72,8 @@ def check_config(cfg: ModelConfig) -> None:
         f"Transformer-QL has sum(ql.scales) + ql.output_layers = {total} layers; set n_layers = {total}",
     )
     require(
-        cfg.cmem_len == 0,
-        p + "cmem_len",
+        cfg.memory.cmem_len == 0,
+        p + "memory.cmem_len",
         "Transformer-QL compresses between scales, not into a compressed memory; set cmem_len = 0",
     )
     pools = [name for name, spec in COMPRESSORS.items() if spec.scale_pool is not None]
@@ -99,9 +99,9 @@ def check_config(cfg: ModelConfig) -> None:
         f"must be divisible by compression.rate ** (len(ql.scales) - 1) = {c**levels} so every scale shifts whole states",
     )
     require(
-        (cfg.seg_len + cfg.mem_len) % c == 0,
-        p + "mem_len",
-        f"seg_len + mem_len = {cfg.seg_len + cfg.mem_len} must be divisible by compression.rate = {c}",
+        (cfg.seg_len + cfg.memory.mem_len) % c == 0,
+        p + "memory.mem_len",
+        f"seg_len + mem_len = {cfg.seg_len + cfg.memory.mem_len} must be divisible by compression.rate = {c}",
     )
     require(0.0 <= ql.droppath < 1.0, p + "ql.droppath", "must be in [0, 1)")
 
@@ -135,7 +135,7 @@ class TransformerQL(DeclaresWrites, nn.Module):
         cfg = self.cfg
         return ql_scales(
             seg_len=cfg.seg_len if seg_len is None else seg_len,
-            mem_len=cfg.mem_len if mem_len is None else mem_len,
+            mem_len=cfg.memory.mem_len if mem_len is None else mem_len,
             compression_rate=cfg.compression.rate,
             n_scales=self.n_scales,
         )
@@ -153,7 +153,7 @@ class TransformerQL(DeclaresWrites, nn.Module):
         cfg = self.cfg
         if cmem_len:
             raise ValueError("Transformer-QL has no compressed memory; leave cmem_len unset or 0")
-        mem_len = cfg.mem_len if mem_len is None else mem_len
+        mem_len = cfg.memory.mem_len if mem_len is None else mem_len
         if mem_len < 0 or (cfg.seg_len + mem_len) % cfg.compression.rate:
             raise ValueError(f"mem_len={mem_len}: seg_len + mem_len must be divisible by {cfg.compression.rate}")
         param = next(self.parameters())

@@ -37,8 +37,8 @@ def check_config(cfg: ModelConfig) -> None:
     require(cfg.n_layers == n, p + "n_layers", f"WaveNet has one layer per dilation; set n_layers = {n}")
     require(not cfg.is_ql, p + "ql", "a model is WaveNet or Transformer-QL; remove [model.ql] or [model.wavenet]")
     require(
-        cfg.mem_len == 0 and cfg.cmem_len == 0,
-        p + "mem_len",
+        cfg.memory.mem_len == 0 and cfg.memory.cmem_len == 0,
+        p + "memory.mem_len",
         "WaveNet's memory is its receptive field (1 + sum of dilations); set mem_len = 0 and cmem_len = 0",
     )
     require(cfg.input_dim == 0 and cfg.vocab_size > 0, p + "input_dim", "WaveNet reads tokens; set input_dim = 0")

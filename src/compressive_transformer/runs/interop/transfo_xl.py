@@ -22,6 +22,7 @@ from compressive_transformer.core.config import (
     ConfigError,
     DataConfig,
     EvalConfig,
+    MemoryConfig,
     ModelConfig,
     PositionsConfig,
     RunConfig,
@@ -94,8 +95,7 @@ def model_config(raw: dict[str, Any], *, seg_len: int, empty_memory: bool = Fals
             d_head=get("d_head", 64),
             d_ff=get("d_inner", 4096),
             seg_len=seg_len,
-            mem_len=mem_len,
-            cmem_len=0,
+            memory=MemoryConfig(mem_len=mem_len, cmem_len=0, init="empty" if empty_memory else "zeros"),
             positions=PositionsConfig(
                 clamp_len=max(get("clamp_len", 1000), 0),  # the original code's -1 means no clamping, as 0 does here
                 same_length=get("same_length", True),
@@ -108,7 +108,6 @@ def model_config(raw: dict[str, Any], *, seg_len: int, empty_memory: bool = Fals
             dropout=get("dropout", 0.1),
             attn_dropout=get("dropatt", 0.0),
             layer_norm_eps=get("layer_norm_epsilon", 1e-5),
-            memory_init="empty" if empty_memory else "zeros",
             adaptive=AdaptiveConfig(
                 cutoffs=cutoffs, div_val=div_val, d_embed=d_embed, tie_projs=ties if has_proj else ()
             ),
