@@ -36,11 +36,11 @@ EDGES = (16, 32, 64, 128, 256, 1024)
 
 def screen(run_dir: Path, mems: list[int], *, rows: int, segments: int, split: str) -> dict:
     cfg, tokenizer = open_run(run_dir)
-    mems = mems or [cfg.model.mem_len // k for k in (1, 2, 4, 8)]
+    mems = mems or [cfg.model.memory.mem_len // k for k in (1, 2, 4, 8)]
     model = load_model(run_dir, cfg)
     tw = token_words(tokenizer, read_documents(cfg.data, split))
     out = {"run": run_dir.name if run_dir.name != "seed-0" else run_dir.parent.name, "split": split}
-    out |= {"rows": rows, "segments": segments, "seg_len": cfg.model.seg_len, "train_mem_len": cfg.model.mem_len}
+    out |= {"rows": rows, "segments": segments, "seg_len": cfg.model.seg_len, "train_mem_len": cfg.model.memory.mem_len}
     records = read_metrics(run_dir)
     out |= {
         "format": cfg.data.format,
