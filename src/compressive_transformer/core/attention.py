@@ -50,8 +50,8 @@ class Positions:
     key: tuple[int, ...] = ()  # identifies the tables (their distance ranges), for the inference-time cache
 
 
-# Positional tables get a multiple of 8 columns: the (H, B*T, dh) x (H, dh, W) positional matmul writing rows of 255,
-# 265 or 385 floats ran 15-45% slower than with 256, 272 or 392 on this CPU (MKL, measured alone).
+# Positional tables get a multiple of 8 columns, so the (H, B*T, dh) x (H, dh, W) positional matmul writes rows whose
+# length the BLAS kernels tile without a ragged edge (odd widths such as 255 or 385 are markedly slower with MKL).
 TABLE_ALIGN = 8
 
 

@@ -74,8 +74,8 @@ class TrainConfig:
     keep_checkpoints: int = 3
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     amp: str = "auto"  # auto | none | bf16 | fp16: autocast of the matmuls (weights, memory, losses stay fp32)
-    compile: bool = False  # torch.compile the training forward (for GPUs: on CPU it measured slower than eager)
-    num_threads: int = 0  # CPU threads for torch; 0: PyTorch's default (1 is fastest on a busy machine)
+    compile: bool = False  # torch.compile the training forward (meant for GPUs; benchmarks/ compares it on CPU)
+    num_threads: int = 0  # CPU threads for torch; 0: PyTorch's default (fewer can be faster where cores are shared)
     progress: bool = True
     init_from: str = ""  # a run or export directory whose weights start this run (`train --init-from`)
     freeze: tuple[str, ...] = ()  # groups kept as initialised: "copied" (from init_from), "model", "compressor"
