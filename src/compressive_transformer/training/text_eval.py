@@ -116,7 +116,9 @@ def evaluate_text(
 ) -> EvalResult:
     """Score text with ``run``: a ``str`` is the text itself, a :class:`~pathlib.Path` a file, a list one
     document per item (each a text or a path). Every document starts with empty memory that is then carried
-    through it, exactly as a split is evaluated. Lengths default to the run's evaluation settings."""
+    through it, exactly as a split is evaluated; so, as for a split, fewer documents than ``batch_size`` streams are
+    cut into ``batch_size`` contiguous pieces that each start empty (``batch_size=1`` keeps one document one
+    stream). Lengths default to the run's evaluation settings."""
     items = [text_or_path] if isinstance(text_or_path, (str, Path)) else list(text_or_path)
     docs = [decode_file(x, run.tokenizer.kind) if isinstance(x, Path) else x for x in items]
     return score_documents(
