@@ -500,3 +500,18 @@ def test_no_result_is_written_in_place() -> None:
             if ".write_text(" in code or "json.dump(" in code or ', "w"' in code or ", 'w'" in code:
                 offenders.append(f"{name}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_resume_refuses_a_vocabulary_override_it_would_drop(run_copy: Path, capsys) -> None:
+    """A run's vocabulary is its tokenizer's: --resume --set model.vocab_size=N would be replaced silently."""
+
+    def files() -> list[tuple[str, bytes]]:
+        return sorted((str(p), p.read_bytes()) for p in run_copy.rglob("*") if p.is_file() and p.name != ".lock")
+
+    before = files()
+    code, _, err = cli_run(capsys, "train", "--run-dir", str(run_copy), "--resume", "--set", "model.vocab_size=300")
+    assert_one_line_error(code, err, "model.vocab_size = 300", "256 ids", "drop the override")
+    assert files() == before
+    # the size the run has is not a change: the override is accepted (here, a finished run has nothing to do)
+    code, _, err = cli_run(capsys, "train", "--run-dir", str(run_copy), "--resume", "--set", "model.vocab_size=256")
+    assert "vocab_size" not in err, err

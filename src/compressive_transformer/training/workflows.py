@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from compressive_transformer.core.config import ConfigError, RunConfig
+from compressive_transformer.core.config import ConfigError, RunConfig, parse_override
 from compressive_transformer.core.dtypes import amp_dtype
 from compressive_transformer.core.fileio import require_writable, write_text_atomic
 from compressive_transformer.core.registry import corpus_format
@@ -218,6 +218,13 @@ def _resume_config(
     newest checkpoint's."""
     saved = read_run_config(run_dir)
     tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
+    for text in overrides:  # resolve() puts the tokenizer's size in its place: an override of it would be lost
+        parts, value = parse_override(text)
+        if parts == ["model", "vocab_size"] and value != tokenizer.vocab_size:
+            raise ConfigError(
+                f"--resume: model.vocab_size = {value}, but this run's tokenizer has {tokenizer.vocab_size} ids and a "
+                "run's vocabulary cannot change; drop the override (or start a new run)"
+            )
     wanted = resolve(cfg if cfg is not None else read_run_config(run_dir, overrides), tokenizer.vocab_size)
     ignore = RESUME_FREE_KEYS + RESUME_REMEDY_KEYS + ("eval.",)
     diff = config_difference(saved, wanted, ignore=ignore)
