@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.experiments import study as study_module
 from compressive_transformer.experiments.study import load_study, study_jobs
 from compressive_transformer.experiments.study_report import aggregate, load_results
 from compressive_transformer.experiments.study_run import run_study
+from compressive_transformer.runs.checkpoint import latest_checkpoint
 from compressive_transformer.training.workflows import train_run
 
 SPEC = """
@@ -323,3 +325,32 @@ def test_parallel_runs_give_the_sequential_results(tmp_path: Path, spec: Path) -
     run_study(spec, tmp_path / "two", threads=2, parallel=2, log=quiet)
     assert results_of(tmp_path / "one") == results_of(tmp_path / "two")
     assert (tmp_path / "two" / "logs" / "ct-seed-0.log").read_text().count("wrote") == 1
+
+
+def test_out_of_memory_while_measuring_is_one_line_and_keeps_the_trained_runs(
+    tmp_path: Path, spec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Measuring whole documents can need more memory than training did: the error names the sizes to lower, and
+    the rerun measures the trained runs again without training them again."""
+    one = tmp_path / "one.toml"
+    one.write_text(spec.read_text().replace("seeds = [0, 1]", "seeds = [0]").split("[variants.ct.model]")[0])
+    out = tmp_path / "out"
+
+    def no_memory(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 68719476736 bytes")
+
+    monkeypatch.setattr(study_module, "token_nll", no_memory)
+    with pytest.raises(ConfigError) as e:
+        run_study(one, out, parallel=1, threads=1, log=quiet)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith("out of memory while measuring txl seed 0 on validation")
+    assert (
+        "eval.batch_size = 2" in message
+        and "evaluation 'train' seg_len/mem_len/cmem_len = 8/16/0" in message
+        and "measured again" in message
+    )
+    checkpoint = latest_checkpoint(out / "runs" / "txl" / "seed-0")
+    assert checkpoint is not None and not list((out / "results").rglob("*.json"))
+    monkeypatch.undo()
+    summary = run_study(one, out, parallel=1, threads=1, log=quiet)
+    assert summary["runs_done"] == 1 and latest_checkpoint(out / "runs" / "txl" / "seed-0") == checkpoint

@@ -52,6 +52,7 @@ from compressive_transformer.data import read_documents
 from compressive_transformer.data.units import summary_line, texts_size, units
 from compressive_transformer.experiments.spec import load_variants
 from compressive_transformer.runs.checkpoint import latest_checkpoint
+from compressive_transformer.runs.failures import sizes_to_lower
 from compressive_transformer.runs.machine import machine_info, resolve_device
 from compressive_transformer.runs.metrics import read_metrics
 from compressive_transformer.runs.precision import bf16_flags, inference_amp, resolve_amp
@@ -380,6 +381,13 @@ def run_job(job: Job) -> dict[str, Any]:
     return result
 
 
+# measurement happens after training: a rerun keeps the trained run and only measures it again
+MEASURE_REMEDY = (
+    "lower [base.eval] batch_size or the evaluation's lengths (seg_len/mem_len/cmem_len) in the spec and run the study "
+    "again: the trained runs are kept and only measured again"
+)
+
+
 def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
     """Per evaluation and split: bits per character / byte / token, word perplexity, loss by lookback and by word
     frequency, over whole documents with memory carried from each one's start; attention by memory region."""
@@ -397,7 +405,12 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
             tw, size = texts[split]
             t0 = time.perf_counter()
             rows = min(batch, len(tw.doc_offsets) - 1)
-            nll = token_nll(model, tw, batch_size=rows, seg_len=seg_len, mem_len=mem_len, cmem_len=cmem_len)
+            sizes = {
+                "eval.batch_size": rows,
+                f"evaluation {ev!r} seg_len/mem_len/cmem_len": f"{seg_len}/{mem_len}/{cmem_len}",
+            }
+            with sizes_to_lower(f"measuring {job.name} on {split}", sizes, MEASURE_REMEDY):
+                nll = token_nll(model, tw, batch_size=rows, seg_len=seg_len, mem_len=mem_len, cmem_len=cmem_len)
             predicted = ~np.isnan(nll)
             total = float(nll[predicted].sum())
             n_tok = int(predicted.sum())
@@ -423,7 +436,9 @@ def measure_run(job: Job, *, log: Log = print) -> dict[str, Any]:
         tw, _ = texts[job.attention_split]
         source = SimpleNamespace(tokens=tw.ids, doc_offsets=tw.doc_offsets)
         rows = min(batch, len(tw.doc_offsets) - 1)
-        attention = attention_by_region(model, source, batch_size=rows, max_segments=job.attention_segments)
+        sizes = {"eval.batch_size": rows, "study.attention_segments": job.attention_segments}
+        with sizes_to_lower(f"measuring {job.name}'s attention", sizes, MEASURE_REMEDY):
+            attention = attention_by_region(model, source, batch_size=rows, max_segments=job.attention_segments)
         attention["split"] = job.attention_split
     records = read_metrics(job.run_dir)
     params = {

@@ -29,7 +29,7 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def sizes_to_lower(doing: str, sizes: Mapping[str, int | None], remedy: str) -> Iterator[None]:
+def sizes_to_lower(doing: str, sizes: Mapping[str, int | str | None], remedy: str) -> Iterator[None]:
     """Turn running out of memory inside the block into :class:`OutOfMemory` naming ``sizes`` (key -> value)."""
     try:
         yield
