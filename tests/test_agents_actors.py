@@ -15,7 +15,7 @@ pytest.importorskip("torchrl")
 
 from compressive_transformer.agents import train as train_module  # noqa: E402
 from compressive_transformer.agents.acting import start_actors  # noqa: E402
-from compressive_transformer.agents.actors import ActorPool  # noqa: E402
+from compressive_transformer.agents.actors import ActorPool, actor_seeds  # noqa: E402
 from compressive_transformer.agents.config import load_rl_config  # noqa: E402
 from compressive_transformer.agents.train import train_agent  # noqa: E402
 from compressive_transformer.cli import main  # noqa: E402
@@ -120,6 +120,13 @@ def test_no_actor_outlives_a_failing_learner(
     with pytest.raises(type(error)):
         train_agent(_cfg("train.actors=1"), tmp_path / "run", progress=False)
     assert _no_actor_left()
+
+
+def test_actor_seeds_continue_the_in_process_numbering_and_differ_after_a_resume() -> None:
+    assert actor_seeds(7, 0, 4, 0) == (7, 7)  # the first actor at a run's start: the run's seeds
+    assert actor_seeds(7, 1, 4, 0)[1] == 11  # its environments continue the in-process numbering
+    starts = {actor_seeds(7, i, 4, v) for i in range(3) for v in (0, 10, 20)}
+    assert len(starts) == 9  # restarted actors see new episodes, not the run's first ones again
 
 
 def test_bad_actor_counts_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,10 +35,15 @@ POLL_S = 0.05  # how often a waiting actor or learner looks at the stop event an
 JOIN_S = 10.0  # how long closing waits for an actor before terminating it
 
 
-def actor_seed(seed: int, index: int) -> int:
-    """Actor ``index``'s torch seed: the run's seed for the first (so one actor samples as the in-process actors do),
-    a derived one for the others."""
-    return seed if index == 0 else int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+def actor_seeds(seed: int, index: int, per_actor: int, version: int) -> tuple[int, int]:
+    """Actor ``index``'s torch seed and its environments' first seed. At a run's start, the first actor's are the
+    run's (so one actor samples and sees the episodes the in-process actors do) and the others' environments
+    continue its numbering; actors restarted at update ``version`` > 0 get seeds derived from it (new episodes, not
+    those the run started with)."""
+    derived = np.random.SeedSequence([seed, index, version]).generate_state(2)
+    if version > 0:
+        return int(derived[0]), int(derived[1])
+    return (seed if index == 0 else int(derived[0])), seed + index * per_actor
 
 
 @dataclass
@@ -85,11 +90,12 @@ def _act(cfg: RLConfig, index: int, links: Links) -> None:
     links.queue.cancel_join_thread()  # exiting never waits on an unsent unroll
     links.parent, tc = os.getppid(), cfg.train
     per_actor = tc.n_envs // tc.actors
+    acted, first = -1, links.version.value
+    torch_seed, env_seed = actor_seeds(tc.seed, index, per_actor, first)
     torch.set_num_threads(1)
-    torch.manual_seed(actor_seed(tc.seed, index))
+    torch.manual_seed(torch_seed)
     try:
-        envs, agent, actors = start_actors(cfg, per_actor, tc.seed + index * per_actor)
-        acted, first = -1, links.version.value
+        envs, agent, actors = start_actors(cfg, per_actor, env_seed)
         for k in itertools.count():
             if not links.until(lambda: links.slot.acquire(timeout=POLL_S)):
                 return
@@ -169,4 +175,4 @@ class ActorPool:
             links.queue.cancel_join_thread()
 
 
-__all__ = ["ActorPool", "Links", "actor_seed"]
+__all__ = ["ActorPool", "Links", "actor_seeds"]

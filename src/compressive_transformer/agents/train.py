@@ -166,6 +166,9 @@ def _learn(
     return losses, grad_norm
 
 
+Actors = LocalActors | ActorPool  # where unrolls come from: next(), publish(), checkpoint(), close()
+
+
 @dataclass
 class Learner:
     """What a checkpoint saves and a resumed run restores: the agent, its optimizer, the update count and the
@@ -177,7 +180,7 @@ class Learner:
     update: int = 0
 
 
-def _setup(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: bool) -> tuple[Learner, Any]:
+def _setup(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: bool) -> tuple[Learner, Actors]:
     """The learner (restored from ``ckpt_path`` when resuming) and its actors, in the process or as processes (those
     start with the learner's weights, restored ones included)."""
     tc = cfg.train
@@ -202,7 +205,7 @@ def _setup(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: bool) -
     return learner, actors
 
 
-def _save(run_dir: Path, cfg: RLConfig, learner: Learner, actors: Any) -> Path:
+def _save(run_dir: Path, cfg: RLConfig, learner: Learner, actors: Actors) -> Path:
     memory, data = actors.checkpoint()
     episodes = learner.episodes
     return save_checkpoint(
@@ -217,7 +220,7 @@ def _save(run_dir: Path, cfg: RLConfig, learner: Learner, actors: Any) -> Path:
     )
 
 
-def _train(cfg: RLConfig, run_dir: Path, learner: Learner, actors: Any, progress: bool) -> Path | None:
+def _train(cfg: RLConfig, run_dir: Path, learner: Learner, actors: Actors, progress: bool) -> Path | None:
     """The learner's loop: an unroll of every environment, an update, the weights published; metrics and
     checkpoints on schedule. Returns the last checkpoint written (None if none was)."""
     tc = cfg.train
