@@ -128,8 +128,12 @@ class ActorPool:
             ctx.Process(target=_act, args=(cfg, i, links), name=f"actor-{i}", daemon=True)
             for i, links in enumerate(self.links)
         ]
-        for p in self.procs:
-            p.start()
+        try:
+            for p in self.procs:
+                p.start()
+        except BaseException:  # the actors started so far stop too
+            self.close()
+            raise
 
     def publish(self, agent: ActorCritic, version: int) -> None:
         """Make ``agent``'s weights, the result of ``version`` updates, the ones actors load next."""
@@ -164,9 +168,10 @@ class ActorPool:
         """Stop every actor: ask, wait, then terminate what is left; no actor outlives this call."""
         self.links[0].stop.set()
         deadline = time.monotonic() + JOIN_S
-        for p in self.procs:
+        started = [p for p in self.procs if p.pid is not None]
+        for p in started:
             p.join(max(0.0, deadline - time.monotonic()))
-        for p in self.procs:
+        for p in started:
             if p.is_alive():
                 p.terminate()
                 p.join()
