@@ -164,4 +164,10 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "model.input_dim" in capsys.readouterr().err
     assert main(["rl", "train", "--set", "model.dropout=0.1", "--run-dir", str(tmp_path / "r")]) == 2
     assert "dropout" in capsys.readouterr().err
+    for seg_len in (1, 4):  # 1: refused for the agent's reason, not for the model's segment-length rule
+        ql = ["--set", "model.scales=[1, 1]", "--set", f"model.seg_len={seg_len}", "--set", "model.cmem_len=0"]
+        assert main(["rl", "train", *ql, "--run-dir", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: model.ql: an agent core cannot be a Transformer-QL") and "\n" not in err
+        assert "one observation at a time" in err
     assert not (tmp_path / "r").exists()

@@ -24,6 +24,10 @@ from compressive_transformer.core.config_base import (
 )
 
 ENVS = ("nonmatching", "minigrid")
+QL_REFUSAL = (
+    "an agent core cannot be a Transformer-QL: its scales shift whole groups of c ** (len(scales) - 1) states, and "
+    "an agent steps one observation at a time; remove [model.ql] (a Transformer-XL or Compressive Transformer core)"
+)
 CORES = ("transformer", "lstm")
 
 
@@ -76,10 +80,18 @@ class RLTrainConfig:
     log_every: int = 10  # updates between metric records
     checkpoint_every: int = 200  # updates between checkpoints
     window: int = 200  # episodes the reported return and success rate average over
-    threads: int = 1
+    threads: int = 1  # the learner's (and, with train.actors = 0, the actors') torch threads
+    actors: int = 0  # 0: the actors step in the learner's process; N: N actor processes share the n_envs
+    actors_lockstep: bool = False  # actor processes wait for each update's weights: no policy lag (a check)
 
     def __post_init__(self) -> None:
         check_types(self, "train")
+        require(self.actors >= 0, "train.actors", "must be >= 0 (0: in-process actors; N: N actor processes)")
+        require(
+            self.actors == 0 or self.n_envs % self.actors == 0,
+            "train.actors",
+            f"must divide train.n_envs = {self.n_envs} (each actor process steps an equal share of the environments)",
+        )
         for name in ("env_steps", "n_envs", "unroll", "log_every", "checkpoint_every", "window", "threads"):
             require(getattr(self, name) > 0, f"train.{name}", "must be > 0")
         require(
@@ -118,6 +130,7 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         if self.core.kind == "transformer":
+            require(not self.model.is_ql, "model.ql", QL_REFUSAL)
             require(
                 self.model.input_dim == self.core.embed_dim,
                 "model.input_dim",
@@ -138,6 +151,8 @@ class RLConfig:
             raise ConfigError(f"{unknown[0]}: unknown section; known sections are {', '.join(sections)}")
         model_raw = merge_tables(to_dict(_default_model()), upgrade_model_table(raw.get("model", {})))
         parts = {name: from_dict(c, raw.get(name, {}), name) for name, c in sections.items() if name != "model"}
+        # before the model's own checks, which would ask for a segment length an agent cannot have
+        require(parts["core"].kind != "transformer" or model_raw.get("ql") is None, "model.ql", QL_REFUSAL)
         return cls(model=ModelConfig.from_raw(model_raw), **parts)
 
 
@@ -147,4 +162,4 @@ def load_rl_config(path: str | Path | None, overrides: list[str] | tuple[str, ..
     return RLConfig.from_raw(apply_run_overrides(raw, overrides))
 
 
-__all__ = ["CoreConfig", "EnvConfig", "RLConfig", "RLTrainConfig", "load_rl_config"]
+__all__ = ["QL_REFUSAL", "CoreConfig", "EnvConfig", "RLConfig", "RLTrainConfig", "load_rl_config"]

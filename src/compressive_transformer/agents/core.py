@@ -31,7 +31,8 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor, nn
 
-from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.agents.config import QL_REFUSAL
+from compressive_transformer.core.config import ConfigError, ModelConfig
 from compressive_transformer.core.memory import ROW_TENSORS, MemoryState
 from compressive_transformer.core.models.kinds import build_model
 
@@ -54,10 +55,7 @@ class TransformerCore(nn.Module):
         if cfg.input_dim <= 0 or cfg.vocab_size != 0:
             raise ValueError("an agent core reads embeddings: set model.input_dim > 0 and model.vocab_size = 0")
         if cfg.is_ql:
-            raise ValueError(
-                "Transformer-QL shifts whole groups of c ** (len(scales) - 1) states between scales and cannot step "
-                "one observation at a time; use a Transformer-XL or Compressive Transformer core"
-            )
+            raise ConfigError(f"model.ql: {QL_REFUSAL}")
         self.cfg = cfg
         self.model = build_model(cfg)
         self.features = cfg.d_model
@@ -161,6 +159,13 @@ def stack_rows(states: Sequence[MemoryState]) -> MemoryState:
     return MemoryState(tuple(layers))
 
 
+def join_states(states: Sequence[CoreState]) -> CoreState:
+    """One core state whose rows are those of ``states`` in order (memories, or the LSTM's (h, c))."""
+    if isinstance(states[0], MemoryState):
+        return stack_rows(states)
+    return tuple(torch.cat(parts) for parts in zip(*states))
+
+
 def detach_state(state: CoreState) -> CoreState:
     """The state with no graph behind it (the start of the next unroll)."""
     if isinstance(state, MemoryState):
@@ -168,4 +173,4 @@ def detach_state(state: CoreState) -> CoreState:
     return tuple(t.detach() for t in state)
 
 
-__all__ = ["CoreOutput", "CoreState", "LSTMCore", "TransformerCore", "detach_state", "stack_rows"]
+__all__ = ["CoreOutput", "CoreState", "LSTMCore", "TransformerCore", "detach_state", "join_states", "stack_rows"]

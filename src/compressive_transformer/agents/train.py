@@ -1,12 +1,20 @@
-"""Training an agent: actors step a gymnasium vector environment with the core's memory (no gradient), the learner
-recomputes the unroll and takes an IMPALA step (V-trace targets). A transformer core's learner processes the unroll
+"""Training an agent: actors step gymnasium vector environments with the core's memory (no gradient), the learner
+recomputes each unroll and takes an IMPALA step (V-trace targets). A transformer core's learner processes the unroll
 as one batch from the memories the actors read (memory is detached between steps, so nothing is lost); the LSTM's
 unrolls step by step from the state the actors started with (back-propagation through the unroll).
 
-Actors and learner share one process and one set of weights, so the behaviour policy differs from the learner's
-not at all (the same code on the same inputs; V-trace's importance weights are 1), and V-trace reduces to n-step
-returns; the weights matter once actors lag the learner. A checkpoint holds weights, optimizer, the actors' memory, the
-environments and every random generator, so a resumed run continues bit for bit.
+Two places to act, one learner:
+
+- ``train.actors = 0`` (the default): the actors share the learner's process and weights, so the behaviour policy
+  is the learner's (V-trace's importance weights are 1; V-trace reduces to n-step returns). A checkpoint holds
+  weights, optimizer, the actors' memory, the environments and every random generator, so a resumed run continues
+  bit for bit.
+- ``train.actors = N``: N actor processes (:mod:`compressive_transformer.agents.actors`) step ``n_envs / N``
+  environments each with weights that may lag the learner's by an update or two, while the learner learns; V-trace
+  corrects the lag, the metrics report it (``policy_lag``). A checkpoint holds the learner (weights, optimizer,
+  update count, episode statistics); a resumed run restarts the actors on fresh environments with the restored
+  weights, so it continues the learner exactly but not the actors' episodes: when an actor loads new weights depends
+  on how the processes are scheduled, so asynchronous acting cannot be replayed.
 """
 
 from __future__ import annotations
@@ -22,10 +30,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from compressive_transformer.agents.acting import (
+    Episodes,
+    Unroll,
+    actor_data,
+    collect,
+    restore_actors,
+    start_actors,
+)
 from compressive_transformer.agents.actor_critic import ActorCritic, Losses, Rollout, vtrace_losses
+from compressive_transformer.agents.actors import ActorPool
 from compressive_transformer.agents.config import RLConfig, RLTrainConfig, load_rl_config
 from compressive_transformer.agents.core import CoreState, detach_state
-from compressive_transformer.agents.envs import env_state, make_vector_env, restore_env_state
 from compressive_transformer.core.config import ConfigError, to_dict
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -46,67 +62,8 @@ class AgentSummary:
     seconds: float
 
 
-@dataclass
-class ActorState:
-    """What the actors carry from one unroll to the next."""
-
-    obs: torch.Tensor  # (B, obs_dim) the next observation
-    first: torch.Tensor  # (B,) bool: it starts an episode
-    memory: CoreState
-    episode_return: np.ndarray  # (B,) return so far of each environment's episode
-    returns: deque  # of the last ``window`` finished episodes
-    episodes: int = 0
-
-
 def config_text(cfg: RLConfig) -> str:
     return "# resolved config of this agent run (written by compressive-transformer rl train)\n" + dumps(to_dict(cfg))
-
-
-@torch.no_grad()
-def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> tuple[Rollout, CoreState, list[float]]:
-    """Step every environment ``unroll`` times; returns the rollout, the memory it started from and the returns of
-    the episodes that ended."""
-    start = actors.memory
-    obs, first = [actors.obs], [actors.first]
-    actions, logps, rewards, dones, reads, finished = [], [], [], [], [], []
-    for _ in range(unroll):
-        out, read = agent.step(actors.obs, actors.first, actors.memory)
-        reads.append(read)
-        dist = torch.distributions.Categorical(logits=out.logits)
-        action = dist.sample()
-        next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
-        done = terminated | truncated
-        actors.episode_return += reward
-        for i in np.flatnonzero(done):
-            finished.append(float(actors.episode_return[i]))
-            actors.returns.append(float(actors.episode_return[i]))
-            actors.episode_return[i] = 0.0
-        actors.episodes += int(done.sum())
-        actors.memory = out.state
-        actors.obs = torch.as_tensor(next_obs, dtype=torch.float32)
-        actors.first = torch.as_tensor(done)
-        obs.append(actors.obs)
-        first.append(actors.first)
-        actions.append(action)
-        logps.append(dist.log_prob(action))
-        rewards.append(torch.as_tensor(reward, dtype=torch.float32))
-        dones.append(torch.as_tensor(done))
-    if agent.can_replay:  # the memory the bootstrap step reads
-        reads.append(agent.core.read_state(actors.memory, actors.first))
-    roll = Rollout(
-        obs=torch.stack(obs),
-        first=torch.stack(first),
-        actions=torch.stack(actions),
-        behaviour_logp=torch.stack(logps),
-        rewards=torch.stack(rewards),
-        done=torch.stack(dones),
-        reads=reads if agent.can_replay else None,
-    )
-    return roll, start, finished
-
-
-def _success_rate(returns: deque | list) -> float:
-    return float(np.mean([r > 0 for r in returns])) if returns else math.nan
 
 
 def _run_config(cfg: RLConfig | None, run_dir: Path, resume: bool) -> tuple[RLConfig, Path | None]:
@@ -132,17 +89,24 @@ def _run_config(cfg: RLConfig | None, run_dir: Path, resume: bool) -> tuple[RLCo
 
 
 def _record(
-    update: int, env_steps: int, actors: ActorState, finished: list[float], losses: Losses, grad_norm: torch.Tensor
+    update: int,
+    env_steps: int,
+    episodes: Episodes,
+    finished: list[float],
+    losses: Losses,
+    grad_norm: torch.Tensor,
+    lags: list[int] | None,
 ) -> dict[str, Any]:
-    """One metrics line: progress, the episodes finished since the last line and the recent window, the losses."""
-    return {
+    """One metrics line: progress, the episodes finished since the last line and the recent window, the losses; with
+    actor processes, the mean policy lag (updates between the weights each unroll was acted with and the learner's)."""
+    record = {
         "step": update,
         "env_steps": env_steps,
-        "episodes": actors.episodes,
+        "episodes": episodes.count,
         "new_episodes": len(finished),
         "new_successes": sum(r > 0 for r in finished),
-        "success_rate": _success_rate(actors.returns),
-        "mean_return": float(np.mean(actors.returns)) if actors.returns else math.nan,
+        "success_rate": episodes.success_rate,
+        "mean_return": episodes.mean_return,
         "loss": float(losses.total.detach()),
         "policy_loss": float(losses.policy),
         "value_loss": float(losses.value),
@@ -150,46 +114,35 @@ def _record(
         "aux_loss": float(losses.aux),
         "grad_norm": float(grad_norm),
     }
+    if lags is not None:
+        record["policy_lag"] = float(np.mean(lags)) if lags else math.nan
+    return record
 
 
-def _actor_data(actors: ActorState, envs: Any) -> dict[str, Any]:
-    """What a checkpoint keeps of the actors besides their memory: the environments' state, the pending observation,
-    the running episode returns and the recent window, so a resumed run continues the same episodes."""
-    return {
-        "envs": env_state(envs),
-        "obs": actors.obs,
-        "first": actors.first,
-        "episode_return": actors.episode_return,
-        "returns": list(actors.returns),
-        "episodes": actors.episodes,
-    }
+class LocalActors:
+    """The actors of ``train.actors = 0``: every environment stepped in the learner's process with its own weights,
+    checkpointed with the run (environments, memory, running returns) so that a resumed run continues bit for bit.
+    The interface of :class:`~compressive_transformer.agents.actors.ActorPool`."""
 
+    def __init__(self, cfg: RLConfig) -> None:
+        self.envs, self.agent, self.actors = start_actors(cfg, cfg.train.n_envs, cfg.train.seed)
+        self.unroll = cfg.train.unroll
 
-def _restore_actors(actors: ActorState, envs: Any, data: dict[str, Any]) -> None:
-    """The inverse of :func:`_actor_data` (the actors' memory is restored by the core)."""
-    restore_env_state(envs, data["envs"])
-    actors.obs, actors.first = data["obs"], data["first"]
-    actors.episode_return = data["episode_return"]
-    actors.returns.extend(data["returns"])
-    actors.episodes = data["episodes"]
+    def next(self) -> Unroll:
+        return Unroll(*collect(self.agent, self.envs, self.actors, self.unroll))
 
+    def publish(self, agent: ActorCritic, version: int) -> None:
+        self.actors.memory = detach_state(self.actors.memory)  # the learner's weights are the actors' already
 
-def _start(cfg: RLConfig) -> tuple[Any, ActorCritic, ActorState]:
-    """The environments (reset with the run's seed), the agent and its actors at the first step of every episode."""
-    tc = cfg.train
-    envs = make_vector_env(cfg.env, tc.n_envs)
-    first_obs, _ = envs.reset(seed=tc.seed)
-    obs_dim, n_actions = int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n)
-    agent = ActorCritic(cfg, obs_dim, n_actions)
-    agent.train()  # actors too: no dropout in an agent, and no inference cache, so actors and learner agree exactly
-    actors = ActorState(
-        obs=torch.as_tensor(first_obs, dtype=torch.float32),
-        first=torch.ones(tc.n_envs, dtype=torch.bool),
-        memory=agent.initial_state(tc.n_envs),
-        episode_return=np.zeros(tc.n_envs),
-        returns=deque(maxlen=tc.window),
-    )
-    return envs, agent, actors
+    def checkpoint(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return self.agent.core.state_tensors(self.actors.memory), actor_data(self.actors, self.envs)
+
+    def restore(self, ckpt: Any) -> None:
+        restore_actors(self.actors, self.envs, ckpt.data_state)
+        self.actors.memory = self.agent.core.state_from_tensors(ckpt.memory)
+
+    def close(self) -> None:
+        self.envs.close()
 
 
 def _learn(
@@ -213,6 +166,97 @@ def _learn(
     return losses, grad_norm
 
 
+Actors = LocalActors | ActorPool  # where unrolls come from: next(), publish(), checkpoint(), close()
+
+
+@dataclass
+class Learner:
+    """What a checkpoint saves and a resumed run restores: the agent, its optimizer, the update count and the
+    episode statistics the metrics report."""
+
+    agent: ActorCritic
+    optimizer: torch.optim.Optimizer
+    episodes: Episodes
+    update: int = 0
+
+
+def _setup(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: bool) -> tuple[Learner, Actors]:
+    """The learner (restored from ``ckpt_path`` when resuming) and its actors, in the process or as processes (those
+    start with the learner's weights, restored ones included)."""
+    tc = cfg.train
+    local = LocalActors(cfg) if tc.actors == 0 else None
+    if local is None:  # the learner's agent: built as an actor's is, with the same seed (its environment unused)
+        envs, agent, _ = start_actors(cfg, 1, tc.seed)
+        envs.close()
+    else:
+        agent = local.agent
+    learner = Learner(agent, torch.optim.Adam(agent.parameters(), lr=tc.lr), Episodes(deque(maxlen=tc.window)))
+    if resume:
+        ckpt = load_checkpoint(ckpt_path, model=agent, optimizer=learner.optimizer)
+        learner.update = ckpt.step
+        learner.episodes.add(ckpt.data_state["returns"])
+        learner.episodes.count = ckpt.data_state["episodes"]
+        if local is not None:
+            local.restore(ckpt)
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(run_dir / CONFIG_FILE, config_text(cfg))
+    actors = local or ActorPool(cfg, agent, learner.update, lockstep=tc.actors_lockstep)
+    return learner, actors
+
+
+def _save(run_dir: Path, cfg: RLConfig, learner: Learner, actors: Actors) -> Path:
+    memory, data = actors.checkpoint()
+    episodes = learner.episodes
+    return save_checkpoint(
+        run_dir,
+        learner.update,
+        model=learner.agent,
+        optimizer=learner.optimizer,
+        memory=memory,
+        data_state={**data, "returns": list(episodes.returns), "episodes": episodes.count},
+        config_toml=config_text(cfg),
+        extra={"env_steps": learner.update * cfg.train.n_envs * cfg.train.unroll},
+    )
+
+
+def _train(cfg: RLConfig, run_dir: Path, learner: Learner, actors: Actors, progress: bool) -> Path | None:
+    """The learner's loop: an unroll of every environment, an update, the weights published; metrics and
+    checkpoints on schedule. Returns the last checkpoint written (None if none was)."""
+    tc = cfg.train
+    metrics = MetricsLogger(run_dir)  # TensorBoard too where it is installed
+    metrics.truncate_after(learner.update)
+    per_update = tc.n_envs * tc.unroll
+    total = math.ceil(tc.env_steps / per_update)
+    bar = tqdm(total=total * per_update, initial=learner.update * per_update, unit="step", disable=not progress)
+    since_log: list[float] = []
+    lags: list[int] | None = [] if tc.actors else None
+    path = None
+    try:
+        while learner.update < total:
+            unroll = actors.next()
+            if lags is not None:
+                lags.extend(learner.update - v for v in unroll.versions)
+            losses, grad_norm = _learn(learner.agent, learner.optimizer, unroll.roll, unroll.start, tc)
+            learner.update += 1
+            actors.publish(learner.agent, learner.update)
+            learner.episodes.add(unroll.finished)
+            since_log.extend(unroll.finished)
+            bar.update(per_update)
+            if learner.update % tc.log_every == 0 or learner.update == total:
+                step = learner.update
+                record = _record(step, step * per_update, learner.episodes, since_log, losses, grad_norm, lags)
+                metrics.log(record)
+                since_log, lags = [], ([] if lags is not None else None)
+                bar.set_postfix(ret=f"{record['mean_return']:.2f}", success=f"{record['success_rate']:.2f}")
+            if learner.update % tc.checkpoint_every == 0 or learner.update == total:
+                path = _save(run_dir, cfg, learner, actors)
+    finally:
+        bar.close()
+        metrics.close()
+    return path
+
+
 def train_agent(
     cfg: RLConfig | None, run_dir: str | Path, *, resume: bool = False, progress: bool = True
 ) -> AgentSummary:
@@ -224,65 +268,20 @@ def train_agent(
     torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     np.random.seed(tc.seed)
-
-    envs, agent, actors = _start(cfg)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=tc.lr)
-    update = 0
-    if resume:
-        ckpt = load_checkpoint(ckpt_path, model=agent, optimizer=optimizer)
-        update = ckpt.step
-        _restore_actors(actors, envs, ckpt.data_state)
-        actors.memory = agent.core.state_from_tensors(ckpt.memory)
-    else:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(run_dir / CONFIG_FILE, config_text(cfg))
-
-    metrics = MetricsLogger(run_dir)  # TensorBoard too where it is installed
-    metrics.truncate_after(update)
-    per_update = tc.n_envs * tc.unroll
-    total = math.ceil(tc.env_steps / per_update)
     start_time = time.perf_counter()
-    bar = tqdm(total=total * per_update, initial=update * per_update, unit="step", disable=not progress)
-    since_log: list[float] = []
-    path = ckpt_path
-
-    def save() -> Path:
-        return save_checkpoint(
-            run_dir,
-            update,
-            model=agent,
-            optimizer=optimizer,
-            memory=agent.core.state_tensors(actors.memory),
-            data_state=_actor_data(actors, envs),
-            config_toml=config_text(cfg),
-            extra={"env_steps": update * per_update},
-        )
-
-    try:
-        while update < total:
-            roll, start, finished = collect(agent, envs, actors, tc.unroll)
-            losses, grad_norm = _learn(agent, optimizer, roll, start, tc)
-            actors.memory = detach_state(actors.memory)
-            update += 1
-            since_log.extend(finished)
-            bar.update(per_update)
-            if update % tc.log_every == 0 or update == total:
-                record = _record(update, update * per_update, actors, since_log, losses, grad_norm)
-                metrics.log(record)
-                since_log = []
-                bar.set_postfix(ret=f"{record['mean_return']:.2f}", success=f"{record['success_rate']:.2f}")
-            if update % tc.checkpoint_every == 0 or update == total:
-                path = save()
+    learner, actors = _setup(cfg, run_dir, ckpt_path, resume)
+    try:  # actor processes stop however this is left: finished, failed or interrupted
+        path = _train(cfg, run_dir, learner, actors, progress) or ckpt_path or _save(run_dir, cfg, learner, actors)
     finally:
-        bar.close()
-        metrics.close()
+        actors.close()
+    episodes = learner.episodes
     return AgentSummary(
-        updates=update,
-        env_steps=update * per_update,
-        episodes=actors.episodes,
-        success_rate=_success_rate(actors.returns),
-        mean_return=float(np.mean(actors.returns)) if actors.returns else math.nan,
-        checkpoint=path if path is not None else save(),
+        updates=learner.update,
+        env_steps=learner.update * tc.n_envs * tc.unroll,
+        episodes=episodes.count,
+        success_rate=episodes.success_rate,
+        mean_return=episodes.mean_return,
+        checkpoint=path,
         seconds=time.perf_counter() - start_time,
     )
 
