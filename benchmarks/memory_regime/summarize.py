@@ -56,13 +56,17 @@ def machine_line(result: dict[str, Any]) -> str:
 CUTS = ("half", "quarter", "eighth")
 
 
+STAGE1_SPECS = ("stage1.toml", "stage1-long.toml")  # the cells up to 1.54M training bytes, and at 4.1M
+
+
 def stage1(out: Path, split: str = "validation") -> str:
-    """From the screen's files (``screen/CELL.json``) and the cells' configs in ``stage1.toml``."""
+    """From the screen's files (``screen/CELL.json``) and the cells' configs in the stage-1 specs."""
     from compressive_transformer.experiments.study import load_study
 
-    study = load_study(HERE / "stage1.toml")
+    specs = [load_study(HERE / name) for name in STAGE1_SPECS]
+    owner = {name: spec for spec in specs for name in spec.configs}  # cell -> the spec that defines it
     cells = {}
-    for name in study.configs:
+    for name in owner:
         path = HERE / "screen" / f"{name}.json"
         if path.is_file():
             cells[name] = json.loads(path.read_text(encoding="utf-8"))
@@ -81,8 +85,8 @@ def stage1(out: Path, split: str = "validation") -> str:
     ]
     rows = []
     for name, r in cells.items():
-        cfg = study.configs[name]
-        mems = [study.lengths(name, ev)[1] for ev in ("train",) + CUTS]
+        cfg = owner[name].configs[name]
+        mems = [owner[name].lengths(name, ev)[1] for ev in ("train",) + CUTS]
         bpb = [r["memories"][str(m)]["bits_per_byte"] for m in mems]
         costs = [b - bpb[0] for b in bpb[1:]]
         rows.append((name, costs))
@@ -105,8 +109,8 @@ def stage1(out: Path, split: str = "validation") -> str:
         names = list(first["memories"][str(first["train_mem_len"])]["lookback"]["buckets"])
         lines += ["| cell | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for name, r in cells.items():
-            full_mem = str(study.lengths(name, "train")[1])
-            cut_mem = str(study.lengths(name, "eighth")[1])
+            full_mem = str(owner[name].lengths(name, "train")[1])
+            cut_mem = str(owner[name].lengths(name, "eighth")[1])
             full = r["memories"][full_mem]["lookback"]["buckets"]
             cut = r["memories"][cut_mem]["lookback"]["buckets"]
             txt = []
@@ -119,17 +123,17 @@ def stage1(out: Path, split: str = "validation") -> str:
             "",
             f"Machine: {m.get('cpu', '?')} ({' '.join(m.get('cpu_flags') or [])}), torch {m.get('torch', '?')}.",
         ]
-    missing = [n for n in study.configs if n not in cells]
+    missing = [n for n in owner if n not in cells]
     if missing:
         lines += ["", f"Not run: {', '.join(missing)}."]
     text = "\n".join(lines) + "\n"
     write_text_atomic(out / "summary.md", text)
     if cells:
-        _plot_stage1(study, cells, out / "screen.png")
+        _plot_stage1(owner, cells, out / "screen.png")
     return text
 
 
-def _plot_stage1(study, cells: dict[str, dict[str, Any]], path: Path) -> None:
+def _plot_stage1(owner: dict[str, Any], cells: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,10 +142,10 @@ def _plot_stage1(study, cells: dict[str, dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for name, r in cells.items():
         order = ("train",) + CUTS
-        mems = [study.lengths(name, ev)[1] for ev in order]
+        mems = [owner[name].lengths(name, ev)[1] for ev in order]
         full = r["memories"][str(mems[0])]["bits_per_byte"]
         costs = [r["memories"][str(m)]["bits_per_byte"] - full for m in mems]
-        ax.plot(mems, costs, marker="o", label=name, ls="-" if "w128" in name else "--")
+        ax.plot(mems, costs, marker="o", label=name, ls="-" if "w128" in name or "4M" in name else "--")
     ax.set_xscale("log", base=2)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xlabel("memory at evaluation (slots)")
