@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +71,36 @@ def test_cache_is_reused_then_rebuilt_when_source_or_tokenizer_changes(
 
     corpus = load_corpus(cfg, "test", ByteTokenizer(), tmp_path / "cache")
     assert builds == ["test", "test", "test"] and corpus.num_tokens == len("seven eight nine")
+
+
+def test_processes_sharing_a_cache_build_each_split_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two loads of one split racing on one cache directory (a study's parallel runs): the second waits for the first
+    build and reads it. Unlocked, it rebuilt the split and deleted the first loader's fresh index under it."""
+    cfg = make_dir_corpus(tmp_path / "data")
+    tok = WordTokenizer.train(read_split(cfg, "train").documents)
+    builds: list[str] = []
+    building = threading.Event()
+    real_build = cache_module._build
+
+    def slow_build(*args: object) -> None:
+        builds.append(args[1])
+        building.set()
+        time.sleep(0.3)  # the other loader arrives while this build is under way
+        real_build(*args)
+
+    monkeypatch.setattr(cache_module, "_build", slow_build)
+    results: dict[str, object] = {}
+
+    def load(name: str) -> None:
+        results[name] = load_corpus(cfg, "train", tok, tmp_path / "cache")
+
+    first = threading.Thread(target=load, args=("first",))
+    first.start()
+    assert building.wait(5)
+    load("second")
+    first.join()
+    assert builds == ["train"]
+    assert results["first"].num_tokens == results["second"].num_tokens == 5
 
 
 def test_interrupted_build_leaves_no_valid_looking_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterator
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 from compressive_transformer.core.config import ConfigError
 
@@ -59,4 +66,22 @@ def require_writable(path: Path) -> None:
         ) from None
 
 
-__all__ = ["write_text_atomic", "require_writable"]
+@contextlib.contextmanager
+def exclusive(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` for the block, waiting for any other holder: processes that fill one
+    shared directory (a token cache, a results file) take turns. The directory itself is the lock (``flock`` on its
+    descriptor), so no lock file is left beside the data, and the kernel drops it however the holder exits. Without
+    ``fcntl`` (Windows) it does not lock."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+__all__ = ["exclusive", "write_text_atomic", "require_writable"]

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.fileio import exclusive, write_text_atomic
 from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, read_split, source_files
 from compressive_transformer.data.tokenizers import Tokenizer, prepare_tokenizer
@@ -98,8 +98,11 @@ def load_corpus(cfg: DataConfig, split: str, tokenizer: Tokenizer, cache_dir: st
     stem = cache_dir / f"{cfg.format}-{split}-{hashlib.sha256(key['path'].encode()).hexdigest()[:10]}"
     corpus = _open(stem, key)
     if corpus is None:
-        _build(cfg, split, tokenizer, stem, key)
-        corpus = _open(stem, key)
+        with exclusive(cache_dir):  # processes sharing a cache (a study's parallel runs) build each split once
+            corpus = _open(stem, key)  # another process may have built it while this one waited
+            if corpus is None:
+                _build(cfg, split, tokenizer, stem, key)
+                corpus = _open(stem, key)
         assert corpus is not None, f"cache at {stem} unreadable right after writing it"
     return corpus
 

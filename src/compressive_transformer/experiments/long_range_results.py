@@ -4,12 +4,11 @@ processes can add their runs to one file."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from compressive_transformer.core.fileio import exclusive
 from compressive_transformer.experiments.runner import write_json
 
 RESULTS_FILE = "results.json"
@@ -19,16 +18,12 @@ RESULTS_FILE = "results.json"
 def locked_results(out: Path) -> Iterator[dict[str, Any]]:
     """Read results.json under an exclusive lock, let the caller change it, write it back atomically."""
     path = out / RESULTS_FILE
-    fd = os.open(out, os.O_RDONLY)  # the directory itself is the lock: no stray lock file beside the results
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive(out):
         results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         before = json.dumps(results, sort_keys=True)
         yield results
         if json.dumps(results, sort_keys=True) != before:
             write_json(path, results)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["RESULTS_FILE", "locked_results"]
