@@ -196,6 +196,26 @@ def merge_tables(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str,
     return out
 
 
+def flatten(tables: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested tables as one mapping of dotted keys (``model.compression.rate``), as overrides write them."""
+    out: dict[str, Any] = {}
+    for key, value in tables.items():
+        out |= {f"{key}.{k}": v for k, v in flatten(value).items()} if isinstance(value, Mapping) else {key: value}
+    return out
+
+
+def unflatten(dotted: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`flatten`: dotted keys as nested tables."""
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        *tables, name = key.split(".")
+        node = out
+        for t in tables:
+            node = node.setdefault(t, {})
+        node[name] = value
+    return out
+
+
 def _deepcopy(d: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _deepcopy(v) if isinstance(v, Mapping) else v for k, v in d.items()}
 
@@ -205,6 +225,7 @@ __all__ = [
     "Log",
     "apply_overrides",
     "check_types",
+    "flatten",
     "from_dict",
     "load_toml",
     "merge_tables",
@@ -212,4 +233,5 @@ __all__ = [
     "require",
     "to_dict",
     "tomllib",
+    "unflatten",
 ]

@@ -40,12 +40,13 @@ from compressive_transformer.core.config import (
     ConfigError,
     Log,
     RunConfig,
+    apply_run_overrides,
     eval_lengths,
     from_dict,
     load_toml,
-    model_override_path,
     require,
 )
+from compressive_transformer.core.config_base import flatten, unflatten
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.models import model_kind
 from compressive_transformer.data import read_documents
@@ -316,21 +317,9 @@ def stored_identity(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _current_keys(config: dict[str, Any]) -> dict[str, Any]:
-    """A stored identity's dotted keys as this version names them: the flat [model] keys of the earlier layout in
-    their sections (a kind's empty list, which meant "not this kind", dropped with its section) and a table value
-    (``model.adaptive``) as one key per entry."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        parts = key.split(".")
-        parts = model_override_path(parts, value)
-        if isinstance(value, dict):
-            out |= {f"{'.'.join(parts)}.{k}": v for k, v in _current_keys(value).items()}
-        else:
-            out[".".join(parts)] = value
-    for section, selects in (("model.ql", "scales"), ("model.wavenet", "dilations")):
-        if out.get(f"{section}.{selects}") == []:
-            out = {k: v for k, v in out.items() if not k.startswith(section + ".")}
-    return out
+    """A stored identity's dotted keys as this version names them: its [model] table read as any [model] table is
+    (the flat keys of the earlier layout in their sections), a table value (``model.adaptive``) one key per entry."""
+    return flatten(apply_run_overrides(unflatten(config), ()))
 
 
 def read_result(path: Path) -> dict[str, Any] | None:

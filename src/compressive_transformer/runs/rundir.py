@@ -24,6 +24,7 @@ from compressive_transformer.core.config import (
     to_dict,
     tomllib,
 )
+from compressive_transformer.core.config_base import flatten
 from compressive_transformer.core.models import MemoryModel, build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.data.readers import data_root_path
@@ -86,14 +87,7 @@ def build_config(path: str | Path | None, overrides: list[str] | tuple[str, ...]
 
 def flat(cfg: RunConfig) -> dict[str, Any]:
     """Every key of the config by its dotted name (``model.compression.rate``), as overrides write them."""
-
-    def walk(prefix: str, table: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in table.items():
-            out |= walk(f"{prefix}{key}.", value) if isinstance(value, dict) else {prefix + key: value}
-        return out
-
-    return walk("", to_dict(cfg))
+    return flatten(to_dict(cfg))
 
 
 def config_difference(old: RunConfig, new: RunConfig, *, ignore: tuple[str, ...] = ()) -> str | None:
