@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from compressive_transformer.core.attention import additive_mask, attention_mask, make_positions
+from compressive_transformer.core.attention import key_mask, make_positions, relative_attention
 from compressive_transformer.core.models import CompressiveTransformerLM
 
 
@@ -40,8 +40,9 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
             cmem = torch.stack(cmems[i], 0)[None] if cmems[i] else h.new_zeros(1, 0, cfg.d_model)
             ones = lambda t: torch.ones(t.shape[:2], dtype=torch.bool)  # noqa: E731
             window = cfg.memory.mem_len if cfg.positions.same_length else 0
-            mask = additive_mask(attention_mask(ones(h), ones(mem), ones(cmem), same_length_window=window), h.dtype)
-            result = block(h, mem, cmem, positions, mask, need_weights=False)
+            mask = key_mask(ones(h), ones(mem), ones(cmem), window=window)
+            kv = block.attn.keys_values(torch.cat([cmem, mem], dim=1))
+            result = block(h, kv, block.attn.tables(positions), mask, relative_attention)
             out, attn_in = result.h, result.attn_in
             fifo = mems[i] + list(attn_in[0])
             if cfg.memory.cmem_len > 0:

@@ -1,4 +1,5 @@
-"""Relative attention against the formula computed one score at a time, and positional invariance."""
+"""Relative attention against the formula computed one score at a time, positional invariance, and the kernels
+(the reference's tensor code, the CPU kernel's strided scores and SDPA with a bias) against each other."""
 
 from __future__ import annotations
 
@@ -7,16 +8,20 @@ import math
 import pytest
 import torch
 from conftest import tiny_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compressive_transformer.core.attention import (
+    AttentionInputs,
     RelativeAttention,
-    _shifted_view,
-    additive_mask,
-    attention_mask,
-    attention_scores,
+    key_mask,
     make_positions,
+    rel_shift,
+    relative_attention,
     sinusoid,
 )
+from compressive_transformer.core.kernels import KERNELS
+from compressive_transformer.core.kernels.explicit import _shifted_gradient, _shifted_view, explicit_attention, scores
 
 
 def setup(C=3, M=5, T=4, shared=False, same_length=False, seed=0):
@@ -56,7 +61,7 @@ def naive_weights(cfg, attn, x, mem, cmem, *, fill, mask_mem=None):
     return torch.softmax(out, -1)
 
 
-def call(attn, cfg, x, mem, cmem, mem_mask, fill, need_weights=True):
+def call(attn, cfg, x, mem, cmem, mem_mask, fill, kernel="explicit"):
     T, M, C = x.shape[1], mem.shape[1], cmem.shape[1]
     pos = make_positions(
         seg_len=T,
@@ -66,26 +71,29 @@ def call(attn, cfg, x, mem, cmem, mem_mask, fill, need_weights=True):
         d_model=cfg.d_model,
         clamp_len=0,
         device="cpu",
-        dtype=torch.float64,
+        dtype=x.dtype,
     )
     ones = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
     window = M if cfg.positions.same_length else 0
-    mask = additive_mask(attention_mask(ones(T), mem_mask, ones(C), same_length_window=window), x.dtype)
-    out = attn(x, mem, cmem, pos, mask, need_weights=need_weights)
+    spec = KERNELS[kernel]
+    mask = spec.prepare(key_mask(ones(T), mem_mask, ones(C), window=window), T, x.dtype)
+    out = attn(x, attn.keys_values(torch.cat([cmem, mem], 1)), attn.tables(pos), mask, spec.run)
     return out.y, out.weights
 
 
+@pytest.mark.parametrize("kernel", ["reference", "explicit"])
 @pytest.mark.parametrize("shared", [False, True])
-def test_scores_match_the_formula(shared):
+def test_scores_match_the_formula(shared, kernel):
     cfg, attn, x, mem, cmem = setup(shared=shared)
-    _, w = call(attn, cfg, x, mem, cmem, torch.ones(1, 5, dtype=torch.bool), fill=5)
+    _, w = call(attn, cfg, x, mem, cmem, torch.ones(1, 5, dtype=torch.bool), fill=5, kernel=kernel)
     torch.testing.assert_close(w[0], naive_weights(cfg, attn, x, mem, cmem, fill=5), rtol=1e-10, atol=1e-12)
 
 
-def test_partly_filled_memory_matches_the_formula():
+@pytest.mark.parametrize("kernel", ["reference", "explicit"])
+def test_partly_filled_memory_matches_the_formula(kernel):
     cfg, attn, x, mem, cmem = setup()
     mask = torch.tensor([[False, False, True, True, True]])
-    _, w = call(attn, cfg, x, mem, cmem, mask, fill=3)
+    _, w = call(attn, cfg, x, mem, cmem, mask, fill=3, kernel=kernel)
     torch.testing.assert_close(
         w[0], naive_weights(cfg, attn, x, mem, cmem, fill=3, mask_mem=mask[0]), rtol=1e-10, atol=1e-12
     )
@@ -105,13 +113,16 @@ def test_same_distance_same_positional_term_however_full_memory_is():
         torch.testing.assert_close(lf - lf[:, -1:], lp - lp[:, -1:], rtol=1e-9, atol=1e-9)
 
 
-def test_fused_kernel_matches_explicit_weights():
+@pytest.mark.parametrize("kernel", ["explicit", "sdpa-bias"])
+def test_every_kernel_gives_the_references_output(kernel):
     cfg, attn, x, mem, cmem = setup()
+    tol = 1e-10
     mask = torch.tensor([[False, True, True, True, True]])
-    a, _ = call(attn, cfg, x, mem, cmem, mask, fill=4, need_weights=True)
-    b, none = call(attn, cfg, x, mem, cmem, mask, fill=4, need_weights=False)
-    assert none is None
-    torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    with torch.no_grad():
+        a, _ = call(attn, cfg, x, mem, cmem, mask, fill=4, kernel="reference")
+        b, w = call(attn, cfg, x, mem, cmem, mask, fill=4, kernel=kernel)
+    assert (w is None) == (not KERNELS[kernel].weights)
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
 
 
 def test_same_length_gives_every_query_the_same_window():
@@ -129,61 +140,90 @@ def test_clamp_len_caps_the_distance():
     torch.testing.assert_close(pos.mem, sinusoid(dist.clamp(max=4), 8))
 
 
-def naive_positional_bias(qv, r, qc, rc, mask, C):
-    """bias[b, h, i, j] one entry at a time: the distance of key j from query i picks the column of its table."""
-    B, T, H, _ = qv.shape
-    K = mask.shape[-1]
-    out = torch.empty(B, H, T, K, dtype=qv.dtype)
+def naive_scores(a: AttentionInputs) -> torch.Tensor:
+    """Every score one entry at a time: the distance of key j from query i picks the row of its table."""
+    B, H, T, _ = a.qu.shape
+    K, C = a.k.shape[2], a.mask.n_cmem
+    allowed = a.mask.allowed(T)
+    out = torch.full((B, H, T, K), float("-inf"), dtype=a.qu.dtype)
     for i in range(T):
         for j in range(K):
-            q_, r_, col = (qc, rc, j + T - 1 - i) if j < C else (qv, r, (j - C) + T - 1 - i)
-            if col >= r_.shape[-1]:  # a future key past the end of the table: masked in every real use
-                out[:, :, i, j] = float("-inf")
-                continue
-            out[:, :, i, j] = torch.einsum("bhd,hd->bh", q_[:, i], r_[:, :, col]) + mask[:, 0, i, j, None]
+            q_, r_, row = (a.qc, a.rc, j + T - 1 - i) if j < C else (a.qv, a.r, (j - C) + T - 1 - i)
+            for b in range(B):
+                if allowed[b, 0, i, j]:
+                    pos = torch.einsum("hd,hd->h", q_[b, :, i], r_[:, row])
+                    out[b, :, i, j] = torch.einsum("hd,hd->h", a.qu[b, :, i], a.k[b, :, j]) + pos
     return out
 
 
-@pytest.mark.parametrize("pad", [0, 5])  # tables wider than the keys need (make_positions aligns them)
-@pytest.mark.parametrize("B,T,C,M", [(2, 4, 3, 5), (1, 1, 2, 3), (2, 3, 0, 4), (1, 5, 4, 0)])
-@pytest.mark.parametrize("content", [False, True])  # the positional bias alone, or the whole scores
-def test_scores_are_the_formula_with_an_exact_gradient(B, T, C, M, pad, content):
-    torch.manual_seed(0)
+def random_inputs(B, T, C, M, pad, window=0, seed=0) -> AttentionInputs:
+    torch.manual_seed(seed)
     H, dh = 2, 3
     K = C + M + T
     kw = dict(dtype=torch.float64, requires_grad=True)
-    qv, qc = torch.randn(B, T, H, dh, **kw), torch.randn(B, T, H, dh, **kw)
-    r, rc = torch.randn(H, dh, M + T + 1 + pad, **kw), torch.randn(H, dh, C + T - 1 + pad, **kw)
-    qc, rc = (qc, rc) if C > 0 else (None, None)
-    # keys as the attention makes them: a (B*H, K, dh) view of a time-major (K, B*H, dh) projection
-    qu, k = torch.randn(B * H, T, dh, **kw), torch.randn(K, B * H, dh, **kw)
-    content_args = (qu, k.transpose(0, 1)) if content else ()
-    allowed = attention_mask(torch.ones(B, T, dtype=torch.bool), torch.rand(B, M) > 0.3, torch.rand(B, C) > 0.3)
-    mask = additive_mask(allowed, torch.float64)
-    got = attention_scores(qv, r, qc, rc, mask, C, *content_args).view(B, H, T, K)
-    want = naive_positional_bias(qv, r, qc, rc, mask, C)
-    if content:
-        want = want + torch.einsum("btd,kbd->btk", qu, k).view(B, H, T, K)
-    torch.testing.assert_close(got[allowed.expand_as(got)], want[allowed.expand_as(want)], rtol=1e-12, atol=1e-12)
-    assert torch.isneginf(got[~allowed.expand_as(got)]).all()
-    # The gradient through a softmax (every real use) equals autograd's through the naive gather.
-    probe = torch.randn(B, H, T, K, dtype=torch.float64)
-    inputs = [t for t in (qv, r, qc, rc) + ((qu, k) if content else ()) if t is not None]
-    g_got = torch.autograd.grad((torch.softmax(got, -1) * probe).sum(), inputs)
-    g_want = torch.autograd.grad((torch.softmax(want, -1) * probe).sum(), inputs)
-    for a, b in zip(g_got, g_want):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
-    zero = torch.zeros_like(mask)  # with nothing masked the function is its own gradcheck
+    mask = key_mask(torch.ones(B, T, dtype=torch.bool), torch.rand(B, M) > 0.3, torch.rand(B, C) > 0.3, window=window)
+    return AttentionInputs(
+        qu=torch.randn(B, H, T, dh, **kw),
+        qv=torch.randn(B, H, T, dh, **kw),
+        qc=torch.randn(B, H, T, dh, **kw) if C > 0 else None,
+        k=torch.randn(B, H, K, dh, **kw),
+        v=torch.randn(B, H, K, dh, **kw),
+        r=torch.randn(H, M + T + 1 + pad, dh, **kw),
+        rc=torch.randn(H, C + T + pad, dh, **kw) if C > 0 else None,
+        mask=mask.with_dense(T, torch.float64),
+    )
 
-    def scores(*t: torch.Tensor) -> torch.Tensor:
-        pos = list(t[:4] if C > 0 else t[:2] + (None, None))
-        rest = t[4:] if C > 0 else t[2:]
-        return attention_scores(*pos, zero, C, *((rest[0], rest[1].transpose(0, 1)) if content else ()))
 
-    torch.autograd.gradcheck(scores, inputs)
-    # without autograd (evaluation) the same values
-    with torch.no_grad():
-        torch.testing.assert_close(attention_scores(qv, r, qc, rc, mask, C, *content_args).view(B, H, T, K), got)
+def leaves(a: AttentionInputs) -> list[torch.Tensor]:
+    return [t for t in (a.qu, a.qv, a.qc, a.k, a.v, a.r, a.rc) if t is not None]
+
+
+@pytest.mark.parametrize("pad", [0, 5])  # tables longer than the keys need (make_positions aligns them)
+@pytest.mark.parametrize("B,T,C,M", [(2, 4, 3, 5), (1, 1, 2, 3), (2, 3, 0, 4), (1, 5, 4, 0)])
+@pytest.mark.parametrize("window", [0, 3])
+def test_both_weight_kernels_are_the_formula_with_exact_gradients(B, T, C, M, pad, window):
+    a = random_inputs(B, T, C, M, pad, window)
+    want = naive_scores(a)
+    got = scores(a)  # the explicit kernel's strided scores
+    allowed = a.mask.allowed(T).expand_as(got)
+    torch.testing.assert_close(got[allowed], want[allowed], rtol=1e-12, atol=1e-12)
+    assert torch.isneginf(got[~allowed]).all()
+    y_want = torch.softmax(want, -1) @ a.v
+    probe = torch.randn_like(y_want)
+    g_want = torch.autograd.grad((y_want * probe).sum(), leaves(a))
+    for name in ("reference", "explicit"):
+        y, weights = KERNELS[name].run(a)
+        torch.testing.assert_close(y, y_want, rtol=1e-10, atol=1e-12, msg=name)
+        torch.testing.assert_close(weights, torch.softmax(want, -1), rtol=1e-10, atol=1e-12, msg=name)
+        g_got = torch.autograd.grad((y * probe).sum(), leaves(a))
+        for x, y_ in zip(g_got, g_want):
+            torch.testing.assert_close(x, y_, rtol=1e-10, atol=1e-12, msg=name)
+    with torch.no_grad():  # without autograd (evaluation) the same values
+        torch.testing.assert_close(explicit_attention(a)[0], y_want, rtol=1e-10, atol=1e-12)
+
+
+def test_the_reference_passes_gradcheck():
+    a = random_inputs(2, 3, 2, 3, 1)
+
+    def y(*t: torch.Tensor) -> torch.Tensor:
+        qu, qv, qc, k, v, r, rc = t
+        return relative_attention(AttentionInputs(qu, qv, qc, k, v, r, rc, a.mask))[0]
+
+    torch.autograd.gradcheck(y, leaves(a))
+
+
+@settings(max_examples=40, deadline=None)
+@given(T=st.integers(1, 7), extra=st.integers(1, 6), n=st.integers(1, 9))
+def test_rel_shift_puts_each_keys_distance_in_its_column(T, extra, n):
+    """out[i, j] = x[i, j - i + T - 1] wherever that row exists (elsewhere a future key, masked in every use)."""
+    L = n + extra
+    x = torch.randn(2, T, L)
+    out = rel_shift(x, n)
+    assert out.shape == (2, T, n)
+    for i in range(T):
+        for j in range(n):
+            if j - i + T - 1 < L:
+                assert torch.equal(out[:, i, j], x[:, i, j - i + T - 1])
 
 
 @pytest.mark.parametrize(
@@ -201,13 +241,11 @@ def test_scores_are_the_formula_with_an_exact_gradient(B, T, C, M, pad, content)
 def test_shifted_gradient_writes_every_entry_the_view_does_not(monkeypatch, H, B, T, n, W):
     """The backward zeroes only what the shifted view leaves (not the whole buffer first): every entry of an
     uninitialised buffer is either the view's gradient or zero, as if it had started from zeros."""
-    import compressive_transformer.core.attention as attention
-
     grad = torch.randn(B, H, T, n, dtype=torch.float64)
     expected = torch.zeros(H, B, T, W, dtype=torch.float64)
     _shifted_view(expected, n).copy_(grad)
     monkeypatch.setattr(
         torch.Tensor, "new_empty", lambda self, *shape, dtype=None: torch.full(shape, float("nan"), dtype=dtype)
     )
-    got = attention._shifted_gradient(grad, H, W, torch.float64)
+    got = _shifted_gradient(grad, H, W, torch.float64)
     assert torch.equal(got, expected)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compressive_transformer.core.compression import DilatedConvCompressor, MostUsedCompressor, PoolCompressor
-from compressive_transformer.core.kv_cache import SlotCache
 from compressive_transformer.core.memory import KEY_ALIGN, LayerMemory, MemoryState, empty_layer, update_layer
 
 
@@ -215,21 +213,6 @@ def test_only_bptt_tracks_recent_compressed_slots_and_never_more_than_its_horizo
             bptt_horizon=3,
         )
     assert state.young == (2, 2, 2)
-
-
-def test_slot_cache_appends_in_place_copies_for_a_second_branch_and_voids_windows_it_moves_over():
-    slots = lambda a, b: torch.arange(a, b, dtype=torch.float64).view(1, 1, -1, 1).expand(1, 1, -1, 2)  # noqa: E731
-    base = SlotCache.of(slots(0, 4), room=4)
-    a = base.extend(slots(4, 6))  # past the window: in place
-    assert a.buf is base.buf and torch.equal(a.kv, slots(0, 6)) and torch.equal(base.kv, slots(0, 4))
-    b = base.extend(slots(10, 11))  # base was extended already: its own buffer, a untouched
-    assert b.buf is not base.buf and torch.equal(b.kv, torch.cat([slots(0, 4), slots(10, 11)], dim=2))
-    assert torch.equal(a.kv, slots(0, 6))
-    c = a.last(3).extend(slots(6, 9))  # full: the window [3, 6) moves to the front of the same buffer, then 6..8
-    assert c.buf is base.buf and c.start == 0 and torch.equal(c.kv, slots(3, 9))
-    assert c.valid and not a.valid and not base.valid and b.valid  # a and base were overwritten; b has its own buffer
-    with pytest.raises(RuntimeError, match="voided"):
-        a.extend(slots(9, 10))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -143,13 +143,13 @@ def _unroll(core: TransformerCore | LSTMCore, x: Tensor, state: CoreState, first
 
 
 def stack_rows(states: Sequence[MemoryState]) -> MemoryState:
-    """One memory whose rows are those of ``states`` in order (the same fill and lengths; no inference cache)."""
+    """One memory whose rows are those of ``states`` in order (the same fill and lengths)."""
     first = states[0]
     layers = []
     for i, layer in enumerate(first.layers):
         parts = [s.layers[i] for s in states]
-        if any(p.fill != layer.fill or p.young != layer.young or p.kv is not None for p in parts):
-            raise ValueError("stack_rows: memories of different fill, or with an inference cache, cannot share a batch")
+        if any(p.fill != layer.fill or p.young != layer.young for p in parts):
+            raise ValueError("stack_rows: memories of different fill cannot share a batch")
         joined = {
             name: torch.cat([getattr(p, name) for p in parts])
             for name in ROW_TENSORS

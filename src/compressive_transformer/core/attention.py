@@ -1,27 +1,31 @@
-"""Relative-position multi-head attention over ``[compressed memory; memory; segment]``.
+"""Relative-position multi-head attention over ``[compressed memory; memory; segment]``, as the papers write it.
 
-Scores follow Transformer-XL: ``(q + u)·k`` (content) plus ``(q + v)·W_r R_dist`` (position), with sinusoidal
-encodings R of the relative distance. The compressed memory has its own positional stream (its own projection and v
-bias, as the authors' code) or, optionally, shares the regular one. Distances come from slot order, so the same
-distance gets the same positional term however full memory is.
+For query i and key j the score is Transformer-XL's (Dai et al. 2019, section 3.3, with the u and v biases)
+
+    s_ij = (q_i + u)·k_j  +  (q_i + v)·W_r R_{i-j}          (content + position)
+
+scaled by 1/sqrt(d_h), where R holds sinusoidal encodings of the relative distance. The compressed memory has its
+own positional stream (its own W_r and v, as the authors' code), or shares the regular one; a slot's distance counts
+slots within its stream, so a key's positional term does not depend on how full memory is. Empty slots and future
+keys are masked; ``same_length`` limits every query to the same number of earlier positions.
+
+:func:`relative_attention` is that math in plain tensor code: the reference every kernel is tested against. The
+module projects queries, keys, values and positions, and hands them as one :class:`AttentionInputs` to a kernel
+(:mod:`compressive_transformer.core.kernels`), which is this reference or a faster function computing the same thing.
+The module holds parameters only.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.core.attention_backends import choose_backend, flex_relative_attention, positional_table
 from compressive_transformer.core.config import ModelConfig
-from compressive_transformer.core.dtypes import compute_dtype
-from compressive_transformer.core.kv_cache import KVCache, SlotCache, spare_slots
-from compressive_transformer.core.stamps import ContentStamp
 
 
 def sinusoid(distances: Tensor, d_model: int) -> Tensor:
@@ -31,218 +35,131 @@ def sinusoid(distances: Tensor, d_model: int) -> Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
-@dataclass
-class AttentionOutput:
-    y: Tensor  # (B, T, d)
-    weights: Tensor | None  # (B, H, T, C+M+T) on the explicit path
-    q: Tensor  # (B, H, T, dh) the queries (the reconstruction loss reuses them)
-    k: Tensor  # (B, H, C+M+T, dh) keys of [cmem; mem; x] (a view; the reconstruction loss reuses the evicted ones)
-    v: Tensor  # (B, H, C+M+T, dh) values
-    cache: KVCache | None  # inference: keys | values per head of [cmem] and of [mem; x]; None with grads
+# Tables get a multiple of 8 rows, so the CPU kernel's (H, B*T, dh) x (H, dh, L) positional matmul writes rows whose
+# length BLAS tiles without a ragged edge (odd lengths such as 255 or 385 are markedly slower with MKL).
+TABLE_ALIGN = 8
 
 
 @dataclass(frozen=True)
 class Positions:
-    """Sinusoids shared by all layers of one forward (each layer projects them with its own W_r)."""
+    """The sinusoids of one forward, shared by all layers (each projects them with its own W_r). Rows run from the
+    largest distance down: row m of ``mem`` is distance (M + T - 1) - m, so key j' of [memory; segment] is read by
+    query i at row j' - i + T - 1 (M memory slots, T queries); ``cmem`` likewise for the compressed stream, whose
+    distances start at ``offset`` + 1 (0 for a separate stream; the memory's fill when the streams are shared)."""
 
-    mem: Tensor  # (>= cap + T + 1, d): distances cap+T-1, cap+T-2, ... down to -1 or lower, for memory + segment keys
-    cmem: Tensor  # (>= C + T - 1, d): distances offset+C+T-1, ... down to offset+1 or lower, for compressed keys
-    key: tuple[int, ...] = ()  # identifies the tables (their distance ranges), for the inference-time cache
-
-
-# Positional tables get a multiple of 8 columns, so the (H, B*T, dh) x (H, dh, W) positional matmul writes rows whose
-# length the BLAS kernels tile without a ragged edge (odd widths such as 255 or 385 are markedly slower with MKL).
-TABLE_ALIGN = 8
-
-
-@functools.lru_cache(maxsize=64)
-def _encodings(hi: int, lo: int, clamp_len: int, d_model: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """Encodings of distances hi, hi-1, ..., lo (constants, so each table is built once per shape)."""
-    dist = torch.arange(hi, lo - 1, -1, device=device, dtype=torch.float32)  # descending
-    if clamp_len > 0:
-        dist = dist.clamp(max=clamp_len)
-    return sinusoid(dist, d_model).to(dtype)
+    mem: Tensor  # (>= M + T + 1, d): distances M+T-1 down to -1 or lower (rows past 0 are read only at masked keys)
+    cmem: Tensor  # (>= C + T, d) or (0, d) without a compressed memory
 
 
 def make_positions(
     *, seg_len: int, mem_capacity: int, cmem_len: int, cmem_offset: int, d_model: int, clamp_len: int, device, dtype
 ) -> Positions:
-    def enc(hi: int, lo: int) -> Tensor:
-        return _encodings(hi, lo, clamp_len, d_model, torch.device(device), dtype)
+    """The two streams' sinusoids for ``seg_len`` queries over ``cmem_len`` + ``mem_capacity`` + ``seg_len`` keys."""
 
-    def aligned(hi: int, lo: int) -> Tensor:  # down to lo or further, a multiple of TABLE_ALIGN distances in all
-        return enc(hi, hi + 1 - -(-(hi + 1 - lo) // TABLE_ALIGN) * TABLE_ALIGN)
+    def table(hi: int, lo: int) -> Tensor:  # distances hi, hi - 1, ... down to lo or lower, TABLE_ALIGN rows at a time
+        rows = -(-(hi + 1 - lo) // TABLE_ALIGN) * TABLE_ALIGN
+        dist = torch.arange(hi, hi - rows, -1, device=device, dtype=torch.float32)
+        return sinusoid(dist.clamp(max=clamp_len) if clamp_len > 0 else dist, d_model).to(dtype)
 
     T = seg_len
-    # One spare column (distance -1, always a masked future key) keeps the shifted view free of overlaps; the
-    # columns past it are read only at blocked keys, if at all.
-    mem = aligned(mem_capacity + T - 1, -1)
-    cmem = aligned(cmem_offset + cmem_len + T - 1, cmem_offset + 1) if cmem_len > 0 else mem.new_zeros(0, d_model)
-    return Positions(mem=mem, cmem=cmem, key=(mem_capacity, T, cmem_len, cmem_offset, clamp_len))
+    mem = table(mem_capacity + T - 1, -1)
+    cmem = table(cmem_offset + cmem_len + T - 1, cmem_offset) if cmem_len > 0 else mem.new_zeros(0, d_model)
+    return Positions(mem=mem, cmem=cmem)
 
 
-def attention_mask(x_mask: Tensor, mem_mask: Tensor, cmem_mask: Tensor, *, same_length_window: int = 0) -> Tensor:
-    """Which keys of ``[cmem; mem; segment]`` each query may read: (B, 1, T, C+M+T) bool.
+@dataclass(frozen=True)
+class KeyMask:
+    """Which keys of ``[cmem; mem; segment]`` each query may read, in the form every kernel can use: the slots'
+    validity and the rule. A compressed key is read when valid; a memory or segment key at distance
+    d = (query's position) - (key's position) when valid, 0 <= d (causal) and, with ``window`` > 0, d <= window; a
+    query always reads itself, so no row is empty. Kernels that want the whole pattern read :attr:`dense`."""
 
-    Valid slots, no future key, and always the query itself (so a padded row is never empty). With
-    ``same_length_window`` > 0 every query sees only that many previous positions of memory + segment.
-    """
-    B, T = x_mask.shape
-    M = mem_mask.shape[1]
-    i = torch.arange(T, device=x_mask.device)[:, None]
-    j = torch.arange(M + T, device=x_mask.device)[None, :]
-    dist = M + i - j  # (T, M+T) distance from query i to key j
-    causal = dist >= 0
-    if same_length_window > 0:
-        causal = causal & (dist <= same_length_window)
-    keys = torch.cat([mem_mask, x_mask], dim=1)  # (B, M+T)
-    allowed = (keys[:, None, :] & causal) | (dist == 0)  # (B, T, M+T)
-    if cmem_mask.shape[1] > 0:
-        allowed = torch.cat([cmem_mask[:, None, :].expand(B, T, -1), allowed], dim=-1)
-    return allowed.unsqueeze(1)
+    valid: Tensor  # (B, K) bool: the slot holds a state of the row's current document
+    n_cmem: int  # C: the first C keys are the compressed memory
+    window: int = 0  # same_length: how many earlier memory + segment positions a query reads (0: all)
+    dense: Tensor | None = None  # (B, 1, T, K) additive (0 / -inf) in the compute dtype, for kernels that read one
 
+    def allowed(self, T: int) -> Tensor:
+        """(B, 1, T, K) bool: the rule applied to every query of a T-position segment."""
+        B, K = self.valid.shape
+        C, n = self.n_cmem, K - self.n_cmem
+        i = torch.arange(T, device=self.valid.device)[:, None]
+        j = torch.arange(n, device=self.valid.device)[None, :]
+        dist = (n - T) + i - j  # (T, M + T)
+        causal = (dist >= 0) & (dist <= self.window) if self.window > 0 else dist >= 0
+        allowed = (self.valid[:, None, C:] & causal) | (dist == 0)  # (B, T, M + T)
+        if C > 0:
+            allowed = torch.cat([self.valid[:, None, :C].expand(B, T, C), allowed], dim=-1)
+        return allowed.unsqueeze(1)
 
-def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
-    """0 where a key may be read, -inf elsewhere: adding it is several times faster on CPU than a boolean fill."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
-
-
-def attention_backend(
-    cfg: ModelConfig, device: torch.device, dtype: torch.dtype, *, need_weights: bool, training: bool
-) -> str:
-    """The backend (:mod:`~.attention_backends`) that runs this forward: ``cfg.attn_impl`` resolved for the device,
-    the phase (gradients recorded or not), the compute dtype and whether attention weights are read."""
-    grad = torch.is_grad_enabled()
-    return choose_backend(
-        cfg.attn_impl,
-        device=device,
-        grad=grad,
-        dtype=compute_dtype(device, dtype),
-        need_weights=need_weights or cfg.needs_attention_weights,
-        dropout=cfg.attn_dropout if training else 0.0,
-    )
+    def with_dense(self, T: int, dtype: torch.dtype) -> "KeyMask":
+        """The same mask with :attr:`dense` filled in (0 where a key may be read, -inf elsewhere)."""
+        additive = torch.zeros(self.valid.shape[0], 1, T, self.valid.shape[1], dtype=dtype, device=self.valid.device)
+        return replace(self, dense=additive.masked_fill_(~self.allowed(T), float("-inf")))
 
 
-def _shifted_view(raw: Tensor, n_keys: int) -> Tensor:
-    """out[b, h, i, j] = raw[h, b, i, j + T - 1 - i] as a strided view of raw (H, B, T, W), no copy.
-
-    Column m of raw holds distance (W - 1 - m) + const, so the view puts distance (i - j) + const at (i, j). Needs
-    W - 1 >= n_keys (or T = 1) so that no two outputs share an element; entries that read past the end of a row are
-    future keys, which the mask blocks.
-    """
-    H, B, T, W = raw.shape
-    assert raw.is_contiguous() and (W - 1 >= n_keys or T == 1)
-    return raw.as_strided((B, H, T, n_keys), (T * W, B * T * W, W - 1, 1), raw.storage_offset() + T - 1)
+def key_mask(x_mask: Tensor, mem_mask: Tensor, cmem_mask: Tensor, *, window: int = 0) -> KeyMask:
+    """The :class:`KeyMask` of a segment (x_mask (B, T)) over a layer's memory (mem_mask (B, M), cmem_mask (B, C))."""
+    return KeyMask(torch.cat([cmem_mask, mem_mask, x_mask], dim=1), cmem_mask.shape[1], window)
 
 
-def _shifted_gradient(grad: Tensor, H: int, W: int, dtype: torch.dtype) -> Tensor:
-    """The gradient of ``raw`` (H, B, T, W) from that of its shifted view (B, H, T, n): the view's entries, zero
-    elsewhere. In each (h, b) plane the view's row i covers offsets [T - 1 + i (W - 1), ... + n); what it leaves are
-    the first T - 1 offsets, a gap of W - 1 - n after each row and the last offset, so only those are zeroed rather
-    than the whole buffer first (W - 1 - n is small: the tables' spare columns)."""
-    B, _, T, n = grad.shape
-    g_raw = grad.new_empty(H, B, T, W, dtype=dtype)
-    _shifted_view(g_raw, n).copy_(grad)
-    if W - 1 < n:  # T = 1 and W = n: the view is the whole buffer
-        return g_raw
-    planes = g_raw.view(H * B, T * W)
-    planes[:, : T - 1].zero_()
-    planes[:, -1:].zero_()
-    if W - 1 > n:
-        g_raw.as_strided((H * B, T, W - 1 - n), (T * W, W - 1, 1), g_raw.storage_offset() + T - 1 + n).zero_()
-    return g_raw
+@dataclass(frozen=True)
+class AttentionInputs:
+    """Everything a kernel needs, the biases and the 1/sqrt(d_h) scale already applied to the queries."""
+
+    qu: Tensor  # (B, H, T, dh) (q + u) / sqrt(dh): against the keys
+    qv: Tensor  # (B, H, T, dh) (q + v) / sqrt(dh): against the memory + segment stream's positions
+    qc: Tensor | None  # (B, H, T, dh) (q + v_c) / sqrt(dh) against the compressed stream's; None when C = 0
+    k: Tensor  # (B, H, K, dh) keys of [cmem; mem; segment], K = C + M + T
+    v: Tensor  # (B, H, K, dh) values
+    r: Tensor  # (H, Lm, dh) W_r R, rows as Positions.mem
+    rc: Tensor | None  # (H, Lc, dh) W_rc R_c, rows as Positions.cmem; None when C = 0
+    mask: KeyMask
+    dropout: float = 0.0  # attention dropout in force (training only)
 
 
-class _Scores(torch.autograd.Function):
-    """The attention scores before the softmax, written once into a (B * H, T, K) buffer: the positional term of every
-    score plus the additive mask and, given queries ``qu`` and keys ``k``, the content term.
-
-    scores[..., :C] = shift((q + v_c) W_rc R_c) and scores[..., C:] = shift((q + v) W_r R), plus ``mask`` (0 or -inf),
-    plus (q + u) k^T. Composing this from autograd ops cost more than the matmuls on CPU (slice copies, a masked fill
-    and their backward passes over (B, H, T, K)); here the forward is one matmul and one add per stream and one
-    accumulating matmul, the backward one zeroed buffer, one strided copy and two matmuls per stream and two for the
-    content. The keys' gradient is computed as grad^T (q + u), in the keys' own (B * H, K, dh) layout: autograd's
-    (q + u)^T grad is its transpose, which cost a transposing copy as long as the matmul. The incoming gradient is
-    used as is at blocked keys: after a softmax (or SDPA) it is exactly zero there.
-    """
-
-    @staticmethod
-    def forward(ctx, qv, r, qc, rc, mask, C: int, qu, k) -> Tensor:  # type: ignore[override]
-        out, qh, qch, ctx.dtype = _positional_bias(qv, r, qc, rc, mask, C)
-        if qu is not None:
-            qu, k = qu.to(out.dtype), k.to(out.dtype)
-            out.baddbmm_(qu, k.transpose(1, 2))
-        ctx.save_for_backward(qh, r, qch, rc, qu, k)
-        ctx.C = C
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        qh, r, qch, rc, qu, k = ctx.saved_tensors
-        H, (BH, T, K), C = r.shape[0], grad.shape, ctx.C
-        B = BH // H
-        grads = []
-        for qh_, r_, cols in ((qh, r, slice(C, K)), (qch, rc, slice(0, C))):
-            if qh_ is None:  # no compressed memory
-                grads += [None, None]
-                continue
-            W, dt = r_.shape[-1], ctx.dtype
-            g_raw = _shifted_gradient(grad.view(B, H, T, K)[..., cols], H, W, dt)
-            g_raw, qh_, r_ = g_raw.view(H, B * T, W), qh_.to(dt), r_.to(dt)
-            g_q = torch.bmm(g_raw, r_.transpose(1, 2)).view(H, B, T, -1).permute(1, 2, 0, 3)  # (B, T, H, dh)
-            g_r = torch.bmm(qh_.transpose(1, 2), g_raw)  # (H, dh, W)
-            grads += [g_q, g_r]
-        g_qu = g_k = None
-        if qu is not None:
-            grad = grad.to(qu.dtype)
-            g_qu = torch.bmm(grad, k)  # (B*H, T, dh)
-            g_k = torch.bmm(grad.transpose(1, 2), qu)  # (B*H, K, dh)
-        return grads[0], grads[1], grads[2], grads[3], None, None, g_qu, g_k
+Kernel = Callable[[AttentionInputs], "tuple[Tensor, Tensor | None]"]  # -> y (B, H, T, dh), weights (B, H, T, K)?
 
 
-def _positional_bias(qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None, mask: Tensor, C: int):
-    """The positional part of :class:`_Scores`' forward: the bias, the head-major queries the backward needs, the
-    matmuls' dtype (under autocast, the backward runs its matmuls in it too)."""
-    B, T, H, dh = qv.shape
-    K = mask.shape[-1]
-    out = qv.new_empty(B * H, T, K)  # 3-D so the content matmul can accumulate into it (baddbmm_) in place
-    bias = out.view(B, H, T, K)
-    saved, dtype = [], out.dtype
-    for q_, r_, cols, n in ((qv, r, slice(C, K), K - C), (qc, rc, slice(0, C), C)):
-        if n == 0:
-            saved.append(None)
-            continue
-        qh, raw = positional_table(q_, r_)  # (H, B, T, W) one column per distance
-        torch.add(_shifted_view(raw, n), mask[..., cols], out=bias[..., cols])
-        saved.append(qh)
-        dtype = raw.dtype
-        del raw  # before the next stream's matmul: lower peak memory
-    return out, saved[0], saved[1], dtype
+def rel_shift(x: Tensor, n: int) -> Tensor:
+    """One column per table row -> one column per key: (..., T, L) -> (..., T, n), out[..., i, j] = x[..., i, j - i +
+    T - 1], so that key j' of a stream gets the encoding of its distance to query i (needs n <= L - 1). Rows are cut
+    out of the flattened table with a stride of L - 1 (Transformer-XL's shift); entries a row reads past its end
+    belong to future keys, which the mask removes."""
+    *lead, T, L = x.shape
+    flat = x.reshape(*lead, T * L)[..., T - 1 : T - 1 + T * (L - 1)]
+    return flat.reshape(*lead, T, L - 1)[..., :n]
 
 
-def attention_scores(
-    qv: Tensor,
-    r: Tensor,
-    qc: Tensor | None,
-    rc: Tensor | None,
-    mask: Tensor,
-    C: int,
-    qu: Tensor | None = None,
-    k: Tensor | None = None,
-) -> Tensor:
-    """(B * H, T, C+M+T) scores of ``[cmem; mem; segment]``: positional terms plus the additive ``mask`` and, given
-    ``qu`` (B * H, T, dh) and ``k`` (B * H, K, dh), the content term; see :class:`_Scores` (qv/qc: (B, T, H, dh),
-    r: (H, dh, >= M+T+1), rc: (H, dh, >= C+T-1) or None when C = 0; tables may have more columns than the keys need,
-    see :func:`make_positions`). Without gradients (evaluation, generation) the autograd function's overhead is
-    skipped."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (qv, r, qc, rc, qu, k)):
-        return _Scores.apply(qv, r, qc, rc, mask, C, qu, k)
-    out = _positional_bias(qv, r, qc, rc, mask, C)[0]
-    if qu is None:
-        return out
-    kt = k.transpose(1, 2)
-    # in place where the dtypes agree (keys from an fp32 cache under autocast do not)
-    return out.baddbmm_(qu, kt) if out.dtype == qu.dtype == k.dtype else torch.baddbmm(out, qu, kt)
+def relative_attention(a: AttentionInputs) -> tuple[Tensor, Tensor]:
+    """The reference: softmax over the masked scores of :mod:`this module <.attention>`, then the values.
+    Returns the output (B, H, T, dh) and the attention weights (B, H, T, K)."""
+    T, K, C = a.qu.shape[2], a.k.shape[2], a.mask.n_cmem
+    content = a.qu @ a.k.transpose(-1, -2)  # (B, H, T, K): (q + u)·k_j
+    position = rel_shift(a.qv @ a.r.transpose(-1, -2), K - C)  # (B, H, T, M + T): (q + v)·W_r R_{i-j}
+    if C > 0:
+        position = torch.cat([rel_shift(a.qc @ a.rc.transpose(-1, -2), C), position], dim=-1)  # compressed first
+    scores = (content + position).masked_fill(~a.mask.allowed(T), float("-inf"))
+    weights = scores.softmax(dim=-1)
+    dropped = F.dropout(weights, a.dropout) if a.dropout > 0 else weights
+    return dropped @ a.v, weights
+
+
+@dataclass
+class AttentionOutput:
+    y: Tensor  # (B, T, d)
+    weights: Tensor | None  # (B, H, T, K) when the kernel gives them
+    q: Tensor  # (B, H, T, dh) the queries (the reconstruction loss reuses them)
+    k: Tensor  # (B, H, K, dh) keys of [cmem; mem; segment] (the reconstruction loss reuses the evicted ones)
+    v: Tensor  # (B, H, K, dh) values
+
+
+@dataclass(frozen=True)
+class Tables:
+    """A layer's projected positions: what :meth:`RelativeAttention.tables` makes of a :class:`Positions`."""
+
+    r: Tensor  # (H, Lm, dh)
+    rc: Tensor | None  # (H, Lc, dh)
 
 
 def share_positions(layers: Sequence["RelativeAttention"], mode: str) -> None:
@@ -275,34 +192,10 @@ class RelativeAttention(nn.Module):
         self.out = nn.Linear(H * dh, d, bias=False)
         self.attn_dropout = cfg.attn_dropout
         self.scale = 1.0 / math.sqrt(dh)
-        # Inference only: W_r R for the position tables already seen, keyed on the projection's content stamp (so a
-        # weight written by any means, a fused optimizer step included, can never be served an older projection).
-        self._projected: dict[tuple, Tensor] = {}
-        self._stamps = {"pos": ContentStamp(), "cpos": ContentStamp(), "kv": ContentStamp()}
 
-    def _project_positions(self, proj: nn.Linear, stream: str, table: Tensor, key: tuple) -> Tensor:
-        """W_r R as (H, dh, L). At inference the projection of a table is reused while the weight holds the same
-        values (:class:`~.stamps.ContentStamp`), so a generated token does not re-project every distance."""
-        H, dh = self.n_heads, self.d_head
-        if self.training or torch.is_grad_enabled():
-            return proj(table).view(-1, H, dh).permute(1, 2, 0)
-        w, device = proj.weight, proj.weight.device.type
-        amp = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None  # the product's dtype
-        full_key = (id(proj), self._stamps[stream].current(w), table.dtype, amp) + key
-        if full_key not in self._projected:
-            if len(self._projected) >= 16:
-                self._projected.clear()
-            self._projected[full_key] = proj(table).view(-1, H, dh).permute(1, 2, 0).contiguous()
-        return self._projected[full_key]
-
-    def positional_streams(self, positions: Positions) -> tuple[Tensor, Tensor | None, Tensor]:
-        """W_r R of memory + segment (H, dh, M+T+1); W_rc R_c of the compressed memory (H, dh, C+T-1), None without
-        one; and the compressed stream's position bias (H, dh)."""
-        r = self._project_positions(self.pos, "pos", positions.mem, ("mem",) + positions.key)
-        cpos, stream, cv = (self.cpos, "cpos", self.cv) if self.cpos is not None else (self.pos, "pos", self.v)
-        if positions.cmem.shape[0] == 0:
-            return r, None, cv
-        return r, self._project_positions(cpos, stream, positions.cmem, ("cmem",) + positions.key), cv
+    @property
+    def w_q(self) -> Tensor:
+        return self.qkv.weight[: self.n_heads * self.d_head]
 
     @property
     def w_k(self) -> Tensor:
@@ -313,122 +206,50 @@ class RelativeAttention(nn.Module):
     def w_v(self) -> Tensor:
         return self.qkv.weight[2 * self.n_heads * self.d_head :]
 
-    def project_kv(self, states: Tensor) -> Tensor:
-        """Keys and values of memory states, (B, S, d) -> (B, H, S, 2 dh) (each head's key, then its value): what a
-        memory's key/value cache holds. Head-major rows let the attention read keys and values as strided views."""
-        B, S, _ = states.shape
+    def heads(self, t: Tensor) -> Tensor:
+        """(B, S, H * dh) -> (B, H, S, dh)."""
+        B, S, _ = t.shape
+        return t.view(B, S, self.n_heads, self.d_head).transpose(1, 2)
+
+    def tables(self, positions: Positions) -> Tables:
+        """W_r R of each stream as (H, L, dh); without a separate compressed stream its rows come from W_r."""
         H, dh = self.n_heads, self.d_head
-        return self.kv_heads(F.linear(states, self.qkv.weight[H * dh :])).reshape(B, H, S, 2 * dh)
+        project = lambda proj, table: proj(table).view(-1, H, dh).transpose(0, 1)  # noqa: E731
+        if positions.cmem.shape[0] == 0:
+            return Tables(project(self.pos, positions.mem), None)
+        cpos = self.cpos if self.cpos is not None else self.pos
+        return Tables(project(self.pos, positions.mem), project(cpos, positions.cmem))
 
-    def kv_heads(self, kv: Tensor) -> Tensor:
-        """(B, S, 2 H dh) projected keys then values -> (B, H, S, 2, dh) view: the cache's per-head layout."""
-        B, S, _ = kv.shape
-        return kv.view(B, S, 2, self.n_heads, self.d_head).permute(0, 3, 1, 2, 4)
-
-    @property
-    def kv_version(self) -> int:
-        """The content stamp of the key/value weights: a memory's cached keys and values are used only while it is
-        unchanged, however the weights were written (:class:`~.stamps.ContentStamp`)."""
-        return self._stamps["kv"].current(self.qkv.weight[self.n_heads * self.d_head :])
-
-    @property
-    def w_q(self) -> Tensor:
-        return self.qkv.weight[: self.n_heads * self.d_head]
+    def keys_values(self, states: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of memory states (B, S, d): (B, H, S, dh) each."""
+        n = self.n_heads * self.d_head
+        k, v = F.linear(states, self.qkv.weight[n:]).split(n, dim=-1)
+        return self.heads(k), self.heads(v)
 
     def forward(
-        self,
-        x: Tensor,
-        mem: Tensor,
-        cmem: Tensor,
-        positions: Positions,
-        mask: Tensor,
-        *,
-        need_weights: bool,
-        kv_cache: KVCache | None = None,
-        backend: str = "sdpa-bias",
+        self, x: Tensor, memory_kv: tuple[Tensor, Tensor], tables: Tables, mask: KeyMask, kernel: Kernel
     ) -> AttentionOutput:
-        """x: (B, T, d) queries' inputs; mem: (B, M, d); cmem: (B, C, d); mask: (B, 1, T, C+M+T) additive, -inf
-        where a query may not read a key (:func:`additive_mask`); kv_cache: keys and values of ``[cmem]`` and ``[mem]``
-        from earlier steps (a valid cache of the current weights), or None to project them; need_weights: take the
-        explicit path, which returns the weights; else ``backend`` (:mod:`~.attention_backends`) runs it."""
-        B, T, d = x.shape
-        M, C, H, dh = mem.shape[1], cmem.shape[1], self.n_heads, self.d_head
-        n, K = H * dh, C + M + T
-        cache = None
-        if kv_cache is not None or not torch.is_grad_enabled():  # inference: the layout the cache keeps
-            q = F.linear(x, self.w_q).view(B, T, H, dh)
-            cache = self._extend_cache(x, mem, cmem, kv_cache)
-            kv = torch.cat([cache.cmem.kv, cache.mem.kv], dim=2) if C > 0 else cache.mem.kv  # (B, H, K, 2 dh)
-            k, v = kv.reshape(B * H, K, 2 * dh).split(dh, dim=-1)  # strided views, (B*H, K, dh) each
-        else:
-            q, k, v = self._project(x, cmem, mem)
-
-        # Positional scores, scaled, plus the mask: the additive bias of the content scores.
-        # Each biased, scaled query in one pass over q: (q + b) * s as b * s + s * q (the decoder's formula too).
-        # Everything stays in the queries' dtype (bf16 under autocast): an fp32 bias or mask beside bf16 products would
-        # promote the (B, H, T, K) buffers to fp32 and convert them back and forth, forward and backward.
-        r, rc, cv = self.positional_streams(positions)
-        s, dt = self.scale, q.dtype
-        mask = mask.to(dt)  # no copy when the model made it in the compute dtype (:func:`compute_dtype`)
-        qc = torch.add((cv * s).to(dt), q, alpha=s) if rc is not None else None
-        qv = torch.add((self.v * s).to(dt), q, alpha=s)
-        qu = torch.add((self.u * s).to(dt), q, alpha=s).transpose(1, 2)  # (B, H, T, dh)
-        if need_weights:
-            scores = attention_scores(qv, r, qc, rc, mask, C, qu.reshape(B * H, T, dh), k).view(B, H, T, K)
-            # Without autograd the softmax overwrites the scores: no second (B, H, T, K) buffer.
-            weights = torch.softmax(scores, dim=-1, out=None if torch.is_grad_enabled() else scores)
-            del scores
-            dropped = (
-                F.dropout(weights, self.attn_dropout, True) if self.training and self.attn_dropout > 0 else weights
-            )
-            y = torch.bmm(dropped.view(B * H, T, K), v)  # (B*H, T, dh)
-        elif backend == "flex":
-            weights = None
-            y = flex_relative_attention(qu, k.view(B, H, K, dh), v.view(B, H, K, dh), qv, r, qc, rc, mask, C)
-        else:
-            weights = None
-            bias = attention_scores(qv, r, qc, rc, mask, C)  # (B * H, T, K)
-            y = F.scaled_dot_product_attention(
-                qu,
-                k.view(B, H, K, dh),
-                v.view(B, H, K, dh),
-                attn_mask=bias.view(B, H, T, K),
-                dropout_p=self.attn_dropout if self.training else 0.0,
-                scale=1.0,
-            )
-        y = self.out(y.reshape(B, H, T, dh).transpose(1, 2).reshape(B, T, n))
-        return AttentionOutput(
-            y=y, weights=weights, q=q.transpose(1, 2), k=k.view(B, H, K, dh), v=v.view(B, H, K, dh), cache=cache
-        )
-
-    def _extend_cache(self, x: Tensor, mem: Tensor, cmem: Tensor, kv_cache: KVCache | None) -> KVCache:
-        """Keys | values of ``[cmem]`` and of ``[mem; x]``: only x is projected when the memory's are cached, and
-        written after them in their buffer (:meth:`SlotCache.extend`)."""
-        T = x.shape[1]
-        if kv_cache is None:
-            return KVCache(
-                cmem=SlotCache.of(self.project_kv(cmem), room=0),
-                mem=SlotCache.of(self.project_kv(torch.cat([mem, x], dim=1)), room=spare_slots(T, mem.shape[1])),
-                version=self.kv_version,
-            )
-        return KVCache(cmem=kv_cache.cmem, mem=kv_cache.mem.extend(self.project_kv(x)), version=kv_cache.version)
-
-    def _project(self, x: Tensor, cmem: Tensor, mem: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Training: queries (B, T, H, dh) and the keys and values of ``[cmem; mem; x]``, head-major (B*H, K, dh).
-
-        The weight is cast to the compute dtype once per call: under autocast every slice of it would be cast again
-        at each use (a copy forward and another backward). x's queries, keys and values are one matmul. Keys and
-        values come out of one concatenation straight into the head-major layout the batched matmuls read without a
-        copy (oneDNN's bf16 kernels read a time-major view or its transpose ~4x slower). The memories are detached
-        (apart from BPTT's recomputed slots), so they are projected apart from x and get no input gradient.
-        """
+        """x: (B, T, d) the layer's attention input; memory_kv: keys and values of [cmem; mem] (B, H, C + M, dh)
+        (:meth:`keys_values` of the memory states, or a decoder's copy of them); tables: :meth:`tables`."""
         B, T, _ = x.shape
-        H, dh = self.n_heads, self.d_head
-        n = H * dh
-        w = self.qkv.weight.to(compute_dtype(x.device, x.dtype))
-        qkv = F.linear(x, w).view(B, T, 3, H, dh)
-        parts = [F.linear(m, w[n:]).view(B, -1, 2, H, dh) for m in (cmem, mem) if m.shape[1] > 0] + [qkv[:, :, 1:]]
-        # one concatenation each (their backward passes are views; one for both would stack or zero-fill gradients)
-        k, v = (torch.cat([p[:, :, i].transpose(1, 2) for p in parts], dim=2) for i in (0, 1))  # (B, H, K, dh)
-        K = k.shape[2]
-        return qkv[:, :, 0], k.view(B * H, K, dh), v.view(B * H, K, dh)
+        q, k_x, v_x = F.linear(x, self.qkv.weight).split(self.n_heads * self.d_head, dim=-1)
+        q = self.heads(q)
+        k = torch.cat([memory_kv[0].to(q.dtype), self.heads(k_x)], dim=2)  # (B, H, K, dh)
+        v = torch.cat([memory_kv[1].to(q.dtype), self.heads(v_x)], dim=2)
+        s, dt = self.scale, q.dtype
+        bias = lambda b: (b * s).to(dt)[:, None, :]  # noqa: E731  (H, 1, dh): each bias pre-scaled, in q's dtype
+        cv = self.cv if self.cv is not None else self.v
+        inputs = AttentionInputs(
+            qu=torch.add(bias(self.u), q, alpha=s),
+            qv=torch.add(bias(self.v), q, alpha=s),
+            qc=torch.add(bias(cv), q, alpha=s) if tables.rc is not None else None,
+            k=k,
+            v=v,
+            r=tables.r.to(dt),
+            rc=tables.rc.to(dt) if tables.rc is not None else None,
+            mask=mask,
+            dropout=self.attn_dropout if self.training else 0.0,
+        )
+        y, weights = kernel(inputs)
+        y = self.out(y.transpose(1, 2).reshape(B, T, -1))
+        return AttentionOutput(y=y, weights=weights, q=q, k=k, v=v)

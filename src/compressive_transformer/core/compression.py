@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.core.attention import additive_mask
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.dtypes import full_precision
 from compressive_transformer.core.registry import compressor_spec, register_compression_loss, register_compressor
@@ -180,7 +179,8 @@ def content_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor) -> Tens
     if q.device.type == "cpu" and torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
         # The reconstruction's read of the few compressed slots: on CPU the fused kernel's backward took 2.6x the
         # time of these three ops (forward + backward, 32 keys); without gradients the fused kernel is the faster.
-        bias = additive_mask(key_mask, q.dtype)[:, None, None, :]
+        bias = torch.zeros(key_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~key_mask, float("-inf"))
+        bias = bias[:, None, None, :]
         scores = torch.matmul(q * dh**-0.5, k.transpose(-1, -2)) + bias  # (B, H, T, S)
         y = torch.matmul(torch.softmax(scores, dim=-1), v)
     else:

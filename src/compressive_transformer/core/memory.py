@@ -24,8 +24,6 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from compressive_transformer.core.kv_cache import KVCache
-
 Compress = Callable[[Tensor, "Tensor | None"], Tensor]  # (windows (B,G,k,d), usage (B,G*c) | None) -> (B,G,d)
 
 
@@ -44,18 +42,11 @@ class LayerMemory:
     young: tuple[int, ...] = ()  # bptt: compressed slots pushed by each of the last segments, newest last
     history: Tensor | None = None  # (B, h, d) the last h evicted states, oldest first (compressors with context)
     history_mask: Tensor | None = None  # (B, h) bool: which of them belong to the row's current document
-    kv: KVCache | None = None  # inference only: keys/values of [cmem] and [mem], so only new slots are projected
     rate: int = 0  # compression rate of the model that made it (0: not recorded); a model refuses another rate
 
     @property
     def batch_size(self) -> int:
         return self.mem.shape[0]
-
-    def usable_kv(self, version: int) -> "KVCache | None":
-        """The key/value cache if it can stand in for projecting the memory again: made with key/value weights of
-        ``version`` and not voided by a newer state."""
-        kv = self.kv
-        return kv if kv is not None and kv.valid and kv.version == version else None
 
     @property
     def cmem_len(self) -> int:
@@ -134,8 +125,7 @@ class MemoryState:
         return MemoryState(tuple(_map_tensors(layer, move) for layer in self.layers))
 
     def to_tensors(self) -> dict[str, Tensor]:
-        """Flat name -> tensor mapping (ints as 0-dim tensors) for safetensors checkpoints; the inference key/value
-        cache is left out (it is rebuilt from the memory)."""
+        """Flat name -> tensor mapping (ints as 0-dim tensors) for safetensors checkpoints."""
         out: dict[str, Tensor] = {}
         for i, layer in enumerate(self.layers):
             p = f"layers.{i}."
@@ -243,8 +233,6 @@ def update_layer(
     compress: Compress | None,
     attn_usage: Tensor | None = None,
     bptt_horizon: int = 0,
-    kv: KVCache | None = None,
-    project_kv: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[LayerMemory, Eviction | None]:
     """Algorithm 1, lines 8-11: push the layer inputs ``x``, evict the oldest states, compress them in groups of c.
     Each group's window is preceded by the h states evicted before it (``history``, for a compressor with context h),
@@ -252,8 +240,6 @@ def update_layer(
 
     x: (B, T, d) the layer's attention inputs for this segment; x_mask: (B, T) False for padding.
     attn_usage: (B, capacity) attention the memory slots received in this segment (most_used only).
-    kv: this step's keys/values of [cmem] and of [mem; x] (inference): the next state keeps the newest ``capacity``
-    of the latter and the former extended by ``project_kv`` of the new compressed slots only (no copy of either).
     """
     B, T, _ = x.shape
     c = compression_rate
@@ -273,8 +259,6 @@ def update_layer(
         usage = usage_all[:, combined.shape[1] - cap :]
 
     cmem, cmem_mask, cmem_src, young = state.cmem, state.cmem_mask, state.cmem_src, state.young
-    n_cm = state.cmem_len
-    kv_cmem = kv.cmem if kv is not None else None
     history, history_mask = state.history, state.history_mask
     eviction = None
     if compressing and n_evict > 0:
@@ -285,19 +269,16 @@ def update_layer(
         old_usage = None if usage is None else usage_all[:, start : start + n_evict]
         eviction = _compress(combined, combined_mask, start, n_evict, c, windows, compress, old_usage)
         new_slots = eviction.compressed.detach().masked_fill(~eviction.compressed_mask.unsqueeze(-1), 0.0)
-        cmem = torch.cat([cmem, new_slots], dim=1)[:, -n_cm:]
-        cmem_mask = torch.cat([cmem_mask, eviction.compressed_mask], dim=1)[:, -n_cm:]
+        cmem = push(cmem, new_slots)
+        cmem_mask = push(cmem_mask, eviction.compressed_mask)
         if cmem_src is not None:
-            cmem_src = torch.cat([cmem_src, windows], dim=1)[:, -n_cm:]
-        if kv_cmem is not None:
-            kv_cmem = kv_cmem.extend(project_kv(new_slots)).last(n_cm)
+            cmem_src = push(cmem_src, windows)
     if cmem_src is not None:  # only BPTT tracks how recent each compressed slot is
         young = (young + (groups if eviction is not None else 0,))[-max(bptt_horizon, 1) :]
 
     mem, mem_mask = _kept_slots(combined, combined_mask, cap, new_fill)
     if usage is not None:
         usage = usage * mem_mask
-    new_kv = None if kv is None else KVCache(cmem=kv_cmem, mem=kv.mem.last(cap), version=kv.version)
     new_state = replace(
         state,
         mem=mem,
@@ -310,9 +291,16 @@ def update_layer(
         young=young,
         history=history,
         history_mask=history_mask,
-        kv=new_kv,
     )
     return new_state, eviction
+
+
+def push(fifo: Tensor, new: Tensor) -> Tensor:
+    """A FIFO (B, n, ...) after ``new`` (B, g, ...) entered at its new end and as many left at its old end: a new
+    contiguous tensor (a slice of a concatenation would keep the longer buffer's strides, which vary from step to step
+    and would make ``torch.compile`` specialise on each)."""
+    n, g = fifo.shape[1], new.shape[1]
+    return torch.cat([fifo[:, g:], new], dim=1) if g <= n else new[:, g - n :].contiguous()
 
 
 def _compression_windows(
@@ -336,9 +324,9 @@ def _compression_windows(
         h = history.shape[1]
         span_mask = combined_mask[:, start : start + n_evict + extra_width]
         span = torch.cat([history, span.masked_fill(~span_mask.unsqueeze(-1), 0.0)], dim=1)  # (B, h + G*c + e, d)
-        history = span[:, n_evict : n_evict + h]  # the newest h evicted (or, while few, earlier history) states
+        history = span[:, n_evict : n_evict + h].contiguous()  # the newest h evicted (or, while few, earlier) states
         old_mask = combined_mask[:, start : start + n_evict]
-        history_mask = torch.cat([history_mask, old_mask], dim=1)[:, n_evict : n_evict + h]
+        history_mask = push(history_mask, old_mask)
     windows = span.unfold(1, span.shape[1] - n_evict + c, c).transpose(2, 3)  # (B, G, h + c + e, d)
     return windows, history, history_mask
 
@@ -407,7 +395,6 @@ def _reset_layer(layer: LayerMemory, keep: Tensor) -> LayerMemory:
         cmem_src=zero_rows(layer.cmem_src),
         history=zero_rows(layer.history),
         history_mask=None if layer.history_mask is None else layer.history_mask & keep.unsqueeze(1),
-        kv=None if layer.kv is None else layer.kv.map(zero_rows),
     )
 
 
@@ -422,5 +409,4 @@ def _map_tensors(layer: LayerMemory, fn: Callable[[Tensor], Tensor]) -> LayerMem
         cmem_src=None if layer.cmem_src is None else fn(layer.cmem_src),
         history=None if layer.history is None else fn(layer.history),
         history_mask=None if layer.history_mask is None else fn(layer.history_mask),
-        kv=None if layer.kv is None else layer.kv.map(fn),
     )

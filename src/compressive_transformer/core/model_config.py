@@ -12,8 +12,8 @@ from typing import Any, Mapping
 from compressive_transformer.core.config_base import ConfigError, check_types, from_dict, require
 from compressive_transformer.core.registry import COMPRESSION_LOSSES, COMPRESSORS, find_model_kind
 
-# attention backends (core/attention_backends.py); "math" and "sdpa" are the earlier names of "explicit" and "sdpa-bias"
-ATTENTION_IMPLS = ("auto", "explicit", "sdpa-bias", "flex", "math", "sdpa")
+# attention kernels (core/kernels); "math", "sdpa" and "flex" are earlier names of "explicit", "sdpa-bias" and "fused"
+ATTENTION_IMPLS = ("auto", "reference", "explicit", "sdpa-bias", "fused", "math", "sdpa", "flex")
 NORMS = ("pre", "post")
 CMEM_POSITIONS = ("separate", "shared")
 SHARE_POSITIONS = ("none", "biases", "all")  # what the layers' attention shares: nothing, u/v, u/v and W_r
@@ -252,7 +252,7 @@ class ModelConfig:
     dropout: float = 0.1
     attn_dropout: float = 0.0
     input_dim: int = 0  # > 0: continuous inputs through a linear projection instead of a token embedding
-    attn_impl: str = "auto"  # explicit (returns weights), sdpa-bias, flex; auto: attention_backends.AUTO
+    attn_impl: str = "auto"  # reference, explicit (both return weights), sdpa-bias, fused; auto: kernels.auto_choice
     ql: QLConfig | None = None  # Transformer-QL ([model.ql]); None: not this kind
     wavenet: WaveNetConfig | None = None  # WaveNet ([model.wavenet]); None: not this kind
     init_std: float = 0.02
@@ -346,7 +346,7 @@ class ModelConfig:
         comp = self.compression
         spec = COMPRESSORS[comp.function]
         require(
-            not (spec.needs_usage and self.attn_impl not in ("auto", "explicit", "math")),
+            not (spec.needs_usage and self.attn_impl not in ("auto", "reference", "explicit", "math")),
             p + "attn_impl",
             f"compression {comp.function!r} needs attention weights, which {self.attn_impl!r} does not give; use 'explicit' or 'auto'",
         )

@@ -13,9 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.core.attention import AttentionOutput, Positions, RelativeAttention
+from compressive_transformer.core.attention import AttentionOutput, Kernel, KeyMask, RelativeAttention, Tables
 from compressive_transformer.core.config import ModelConfig
-from compressive_transformer.core.kv_cache import KVCache
 from compressive_transformer.core.models.io import dropout
 
 
@@ -59,22 +58,11 @@ class Block(nn.Module):
         self.gate2 = GRUGate(d, cfg.gate_bias) if cfg.gating else None
 
     def forward(
-        self,
-        h: Tensor,
-        mem: Tensor,
-        cmem: Tensor,
-        positions: Positions,
-        mask: Tensor,
-        *,
-        need_weights: bool,
-        kv_cache: KVCache | None = None,
-        backend: str = "sdpa-bias",
+        self, h: Tensor, memory_kv: tuple[Tensor, Tensor], tables: Tables, mask: KeyMask, kernel: Kernel
     ) -> BlockOutput:
-        """h: (B, T, d); mask: (B, 1, T, C+M+T) additive attention mask; kv_cache: see RelativeAttention."""
+        """h: (B, T, d); memory_kv, tables, mask, kernel: see :meth:`RelativeAttention.forward`."""
         attn_in = self.attn_input(h)
-        attn = self.attn(
-            attn_in, mem, cmem, positions, mask, need_weights=need_weights, kv_cache=kv_cache, backend=backend
-        )
+        attn = self.attn(attn_in, memory_kv, tables, mask, kernel)
         return BlockOutput(h=self.finish(h, attn.y), attn_in=attn_in, attn=attn)
 
     def attn_input(self, h: Tensor) -> Tensor:

@@ -1,8 +1,10 @@
 """Checks at the models' API boundary: inputs, targets and memories that cannot be right fail in one line here,
 instead of deep inside torch or (worse) giving a wrong loss silently.
 
-They are cheap: shape and dtype checks are Python on metadata; the value-range check of token ids costs one
-reduction and one device sync per forward pass, and is skipped while ``torch.compile`` traces.
+Inside ``forward`` they read metadata only (shapes, dtypes, devices), so a forward never waits on the device and
+compiles as one graph. Token ids are range-checked where their values are on the host: in ``forward`` for CPU
+tensors in eager mode, and by :func:`check_token_ids` where data enters (batches, prompts) before it is moved to a
+device; on a GPU an id out of range that slips past reaches the embedding's own device-side assert.
 """
 
 from __future__ import annotations
@@ -55,27 +57,21 @@ def check_inputs(cfg: ModelConfig, inputs: Tensor, targets: Tensor | None, input
     if input_mask is not None and (not isinstance(input_mask, Tensor) or tuple(input_mask.shape) != (B, T)):
         got = tuple(input_mask.shape) if isinstance(input_mask, Tensor) else type(input_mask).__name__
         raise ValueError(f"input_mask: expected shape (B, T) = {(B, T)}, got {got}")
-    if _tracing():
+    if _tracing() or inputs.device.type != "cpu":
         return
+    check_token_ids(cfg, inputs if cfg.input_dim == 0 else None, targets)
+
+
+def check_token_ids(cfg: ModelConfig, inputs: Tensor | None, targets: Tensor | None) -> None:
+    """Input ids in [0, vocab) and targets in [0, vocab) or -100, for tensors whose values are on the host (one
+    reduction each; call it before moving a batch or a prompt to a device)."""
     V = cfg.vocab_size
-    if cfg.input_dim == 0:
-        bad = (inputs < 0) | (inputs >= V)
-        if targets is not None:
-            bad_t = ((targets < 0) & (targets != IGNORE_INDEX)) | (targets >= V)
-            flags = torch.stack([bad.any(), bad_t.any()]).tolist()  # one sync for both
-        else:
-            flags = [bool(bad.any()), False]
-        if flags[0]:
-            raise ValueError(
-                f"inputs: token ids must be in [0, {V}), got min {int(inputs.min())}, max {int(inputs.max())}"
-            )
-        if flags[1]:
-            raise ValueError(
-                f"targets: token ids must be in [0, {V}) or {IGNORE_INDEX} (ignored), got min {int(targets.min())}, max {int(targets.max())}"
-            )
-    elif targets is not None and V > 0:
-        if bool((((targets < 0) & (targets != IGNORE_INDEX)) | (targets >= V)).any()):
-            raise ValueError(f"targets: token ids must be in [0, {V}) or {IGNORE_INDEX} (ignored)")
+    if inputs is not None and bool(((inputs < 0) | (inputs >= V)).any()):
+        raise ValueError(f"inputs: token ids must be in [0, {V}), got min {int(inputs.min())}, max {int(inputs.max())}")
+    if targets is not None and V > 0 and bool((((targets < 0) & (targets != IGNORE_INDEX)) | (targets >= V)).any()):
+        raise ValueError(
+            f"targets: token ids must be in [0, {V}) or {IGNORE_INDEX} (ignored), got min {int(targets.min())}, max {int(targets.max())}"
+        )
 
 
 def check_batch_size(batch_size: object) -> None:

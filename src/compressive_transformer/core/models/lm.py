@@ -7,15 +7,15 @@ side effects: memory comes in as a :class:`MemoryState` and the next one goes ou
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from compressive_transformer.core.attention import (
+    AttentionOutput,
     Positions,
-    additive_mask,
-    attention_backend,
-    attention_mask,
+    Tables,
     make_positions,
     share_positions,
 )
@@ -26,7 +26,7 @@ from compressive_transformer.core.compression import (
     build_compressor,
 )
 from compressive_transformer.core.config import ModelConfig
-from compressive_transformer.core.dtypes import compute_dtype
+from compressive_transformer.core.kernels import plan
 from compressive_transformer.core.memory import (
     Eviction,
     LayerMemory,
@@ -38,8 +38,8 @@ from compressive_transformer.core.memory import (
 from compressive_transformer.core.models.block import Block, BlockOutput
 from compressive_transformer.core.models.checks import check_batch_size, check_inputs, check_memory
 from compressive_transformer.core.models.io import InputLayer, OutputLayer, dropout, init_weights
+from compressive_transformer.core.models.weight_watch import DeclaresWrites
 from compressive_transformer.core.registry import compression_loss_spec, compressor_spec
-from compressive_transformer.core.stamps import DeclaresWrites
 
 
 @dataclass
@@ -51,6 +51,28 @@ class LMOutput:
     memory: MemoryState
     hidden: Tensor  # (B, T, d_model) final hidden states
     attentions: list[Tensor] | None = None  # per layer (B, H, T, C + M + T) over [cmem; mem; segment]
+
+
+class LayerCache(Protocol):
+    """A decoder's inference state for one layer (:class:`~compressive_transformer.core.models.decode.LayerCache`):
+    the positional tables it derived from the weights and the keys and values of the layer's memory slots."""
+
+    tables: Tables
+    k: Tensor  # (B, H, C + M, dh) keys of [cmem; mem]
+    v: Tensor
+
+    def advance(self, attn: AttentionOutput, state: LayerMemory, eviction: Eviction | None, module) -> "LayerCache":
+        """The cache of ``state``, the memory that followed the step whose attention was ``attn``."""
+        ...
+
+
+@dataclass
+class LayersOutput:
+    h: Tensor  # (B, T, d) the last block's output
+    memory: MemoryState
+    aux: list[Tensor]  # per layer compression loss (when asked for)
+    attentions: list[Tensor]  # per layer attention weights (when asked for)
+    caches: list[LayerCache] | None  # moved on with the memory, when given
 
 
 def label(cfg: ModelConfig) -> str:
@@ -172,25 +194,55 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         )
         if input_mask is None:
             input_mask = torch.ones(B, T, dtype=torch.bool, device=inputs.device)
-        input_mask = input_mask.bool()
-
-        h = self.drop(self.input(inputs))
-
-        positions, mask = self._positions_and_mask(memory.layers[0], input_mask, h)
-        backend = attention_backend(cfg, h.device, h.dtype, need_weights=need_weights, training=self.training)
-        caching = not self.training and not torch.is_grad_enabled()  # inference: keep keys/values of memory slots
         want_aux = torch.is_grad_enabled() if compression_loss is None else compression_loss
-        new_layers: list[LayerMemory] = []
-        aux: list[Tensor] = []
-        attentions: list[Tensor] = []
+        out = self.layers(
+            self.drop(self.input(inputs)), memory, input_mask.bool(), need_weights=need_weights, want_aux=want_aux
+        )
+        h, logits, loss = self.output(out.h, targets)
+        aux_losses = torch.stack(out.aux) if out.aux else h.new_zeros(cfg.n_layers)
+        return LMOutput(
+            logits=logits,
+            loss=loss,
+            aux_loss=aux_losses.mean(),
+            aux_losses=aux_losses.detach(),
+            memory=out.memory,
+            hidden=h,
+            attentions=out.attentions if need_weights else None,
+        )
+
+    def layers(
+        self,
+        h: Tensor,
+        memory: MemoryState,
+        input_mask: Tensor,
+        *,
+        need_weights: bool = False,
+        want_aux: bool = False,
+        caches: Sequence[LayerCache] | None = None,
+    ) -> LayersOutput:
+        """The blocks over their memories and Algorithm 1's update of each: what :meth:`forward` and the
+        token-by-token :class:`~compressive_transformer.core.models.decode.Decoder` share. h: (B, T, d) embedded
+        inputs; caches: a decoder's per-layer positional tables and memory keys/values (None: made from the weights
+        and the memory, as training does), returned moved on with the memory."""
+        cfg, first = self.cfg, memory.layers[0]
+        p = cfg.positions
+        window = first.mem_len - p.same_length_self if p.same_length else 0
+        kernel, mask = plan(
+            cfg, input_mask, first, window=window, h=h, need_weights=need_weights, training=self.training
+        )
+        positions = self.positions(first, h.shape[1], device=h.device, dtype=h.dtype) if caches is None else None
+        bptt = cfg.compression.bptt_horizon if compression_loss_spec(cfg.compression.loss).bptt else 0
+        new_layers, new_caches, aux, attentions = [], [], [], []
         for i, block in enumerate(self.blocks):
             state = memory.layers[i]
             compress = self.compressors[i] if self.compressors is not None else None
-            cmem = compressed_for_attention(state, compress)
-            cache = state.usable_kv(block.attn.kv_version) if caching else None
-            out = block(
-                h, state.mem, cmem, positions, mask, need_weights=backend == "explicit", kv_cache=cache, backend=backend
-            )
+            if caches is None:
+                tables = block.attn.tables(positions)
+                kv = block.attn.keys_values(torch.cat([compressed_for_attention(state, compress), state.mem], dim=1))
+            else:
+                tables, kv = caches[i].tables, (caches[i].k, caches[i].v)
+            out = block(h, kv, tables, mask, kernel)
+            usage = self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None
             new_state, eviction = update_layer(
                 state,
                 out.attn_in,
@@ -198,56 +250,33 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
                 compression_rate=cfg.compression.rate,
                 extra_width=cfg.compression.extra_width,
                 compress=compress,
-                attn_usage=self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None,
-                bptt_horizon=cfg.compression.bptt_horizon if compression_loss_spec(cfg.compression.loss).bptt else 0,
-                kv=out.attn.cache if caching else None,
-                project_kv=block.attn.project_kv,
+                attn_usage=usage,
+                bptt_horizon=bptt,
             )
             new_layers.append(new_state)
+            if caches is not None:
+                new_caches.append(caches[i].advance(out.attn, new_state, eviction, block.attn))
             if want_aux:
                 aux.append(self._compression_loss(i, out, input_mask, eviction, state.cmem_len))
             if need_weights:
                 attentions.append(out.attn.weights)
             h = out.h
             del out, eviction  # this layer's attention buffers are not kept while the next layer runs
+        return LayersOutput(h, MemoryState(tuple(new_layers)), aux, attentions, new_caches if caches else None)
 
-        h, logits, loss = self.output(h, targets)
-        aux_losses = torch.stack(aux) if aux else h.new_zeros(cfg.n_layers)
-        return LMOutput(
-            logits=logits,
-            loss=loss,
-            aux_loss=aux_losses.mean(),
-            aux_losses=aux_losses.detach(),
-            memory=MemoryState(tuple(new_layers)),
-            hidden=h,
-            attentions=attentions if need_weights else None,
-        )
-
-    def _positions_and_mask(self, first: LayerMemory, input_mask: Tensor, h: Tensor) -> tuple[Positions, Tensor]:
-        """The relative positions and the additive attention mask of this segment's keys [cmem; mem; x]. Every layer
-        pushes the same positions and resets the same rows, so the first layer's memory serves all layers."""
-        positions = make_positions(
-            seg_len=h.shape[1],
+    def positions(self, first: LayerMemory, seg_len: int, *, device, dtype) -> Positions:
+        """The relative positions of a ``seg_len``-query segment over memories shaped as ``first``."""
+        p = self.cfg.positions
+        return make_positions(
+            seg_len=seg_len,
             mem_capacity=first.capacity,
             cmem_len=first.cmem_len,
-            cmem_offset=first.fill if self.cfg.positions.cmem == "shared" else 0,
+            cmem_offset=first.fill if p.cmem == "shared" else 0,
             d_model=self.cfg.d_model,
-            clamp_len=self.cfg.positions.clamp_len,
-            device=h.device,
-            dtype=h.dtype,
+            clamp_len=p.clamp_len,
+            device=device,
+            dtype=dtype,
         )
-        mask = additive_mask(
-            attention_mask(
-                input_mask,
-                first.mem_mask,
-                first.cmem_mask,
-                same_length_window=first.mem_len - self.cfg.positions.same_length_self
-                if self.cfg.positions.same_length
-                else 0,
-            ),
-            compute_dtype(h.device, h.dtype),
-        )
-        return positions, mask
 
     @staticmethod
     def _usage(weights: Tensor, input_mask: Tensor, state: LayerMemory) -> Tensor:

@@ -19,22 +19,16 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
-from compressive_transformer.core.attention import (
-    additive_mask,
-    attention_backend,
-    attention_mask,
-    make_positions,
-    share_positions,
-)
+from compressive_transformer.core.attention import make_positions, share_positions
 from compressive_transformer.core.config import ModelConfig, require
-from compressive_transformer.core.dtypes import compute_dtype
+from compressive_transformer.core.kernels import plan
 from compressive_transformer.core.memory import LayerMemory, MemoryState, empty_layer, update_layer
 from compressive_transformer.core.models.block import Block
 from compressive_transformer.core.models.checks import check_batch_size, check_inputs, check_memory
 from compressive_transformer.core.models.io import InputLayer, OutputLayer, dropout, init_weights
 from compressive_transformer.core.models.lm import LMOutput
+from compressive_transformer.core.models.weight_watch import DeclaresWrites
 from compressive_transformer.core.registry import COMPRESSION_LOSSES, COMPRESSORS, compressor_spec
-from compressive_transformer.core.stamps import DeclaresWrites
 
 
 @dataclass(frozen=True)
@@ -306,16 +300,13 @@ class TransformerQL(DeclaresWrites, nn.Module):
             dtype=x.dtype,
         )
         window = first.mem_len if self.cfg.positions.same_length else 0
-        mask = additive_mask(
-            attention_mask(x_mask, first.mem_mask, first.cmem_mask, same_length_window=window),
-            compute_dtype(x.device, x.dtype),
+        kernel, mask = plan(
+            self.cfg, x_mask, first, window=window, h=x, need_weights=need_weights, training=self.training
         )
-        backend = attention_backend(self.cfg, x.device, x.dtype, need_weights=need_weights, training=self.training)
         for li in layers:
-            state = states[li]
-            out = self.blocks[li](
-                x, state.mem, state.cmem, positions, mask, need_weights=backend == "explicit", backend=backend
-            )
+            state, attn = states[li], self.blocks[li].attn
+            kv = attn.keys_values(torch.cat([state.cmem, state.mem], dim=1))
+            out = self.blocks[li](x, kv, attn.tables(positions), mask, kernel)
             states[li], _ = update_layer(
                 state, out.attn_in[:, :shift], x_mask[:, :shift], compression_rate=1, extra_width=0, compress=None
             )

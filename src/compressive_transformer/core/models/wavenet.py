@@ -23,7 +23,7 @@ from compressive_transformer.core.constants import IGNORE_INDEX
 from compressive_transformer.core.context import receptive_field
 from compressive_transformer.core.memory import LayerMemory, MemoryState
 from compressive_transformer.core.models.lm import LMOutput
-from compressive_transformer.core.stamps import DeclaresWrites
+from compressive_transformer.core.models.weight_watch import DeclaresWrites
 
 
 def check_config(cfg: ModelConfig) -> None:

@@ -1,0 +1,148 @@
+"""The kernels that compute :func:`~compressive_transformer.core.attention.relative_attention` (``model.attn_impl``),
+and the choice among them.
+
+Every kernel is a function of one :class:`~compressive_transformer.core.attention.AttentionInputs` to the output
+(B, H, T, dh) and, where it has them, the attention weights; they differ only in what they write to memory:
+
+- ``reference``: the readable math (:func:`~compressive_transformer.core.attention.relative_attention`).
+- ``explicit``: the same scores in one buffer through a hand-written backward, for the CPU in eager mode.
+- ``sdpa-bias``: ``F.scaled_dot_product_attention`` with the positional scores and the mask as its float bias.
+- ``fused``: one Triton kernel forward and backward that computes the positional scores inside its tiles, never
+  writing a (B, H, T, K) buffer; CUDA (or Triton's CPU interpreter).
+
+A kernel that cannot do what a step asks is replaced, with one warning naming why: weights wanted -> ``explicit`` (or
+``reference`` under ``torch.compile``); attention dropout -> ``sdpa-bias``; ``fused`` without Triton or off CUDA ->
+``sdpa-bias``; ``explicit`` under ``torch.compile`` -> ``reference``. The earlier ``flex`` kernel (FlexAttention with
+the positional scores in a ``score_mod``) read a (B, H, T, K) table and gave NaN for padded rows when compiled on the
+CPU; ``fused`` does its job without the table, and configs naming ``flex`` get it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from compressive_transformer.core.attention import Kernel, KeyMask, key_mask, relative_attention
+from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.dtypes import compute_dtype
+from compressive_transformer.core.kernels.explicit import explicit_attention
+from compressive_transformer.core.kernels.torch_kernels import sdpa_bias_attention
+from compressive_transformer.core.memory import LayerMemory
+
+ALIASES = {"math": "explicit", "sdpa": "sdpa-bias", "flex": "fused"}  # names configs and checkpoints used before
+
+
+def _with_dense(mask: KeyMask, T: int, dtype: torch.dtype) -> KeyMask:
+    return mask.with_dense(T, dtype)
+
+
+def _as_is(mask: KeyMask, T: int, dtype: torch.dtype) -> KeyMask:
+    return mask
+
+
+def _fused(a):
+    # imported on first use: Triton's import costs seconds and only CUDA runs (or the interpreter) reach here
+    from compressive_transformer.core.kernels.fused_triton import fused_relative_attention
+
+    m = a.mask
+    return fused_relative_attention(
+        a.qu, a.k, a.v, a.qv, a.r, a.qc, a.rc, m.valid, n_cmem=m.n_cmem, window=m.window
+    ), None
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    run: Kernel
+    prepare: Callable[[KeyMask, int, torch.dtype], KeyMask]  # once per forward: what the kernel reads of the mask
+    weights: bool  # returns the attention weights
+    dropout: bool  # applies attention dropout
+    traceable: bool  # torch.compile traces it without a graph break
+
+
+KERNELS: dict[str, KernelSpec] = {
+    "reference": KernelSpec(relative_attention, _as_is, weights=True, dropout=True, traceable=True),
+    "explicit": KernelSpec(explicit_attention, _with_dense, weights=True, dropout=True, traceable=False),
+    "sdpa-bias": KernelSpec(sdpa_bias_attention, _with_dense, weights=False, dropout=True, traceable=True),
+    "fused": KernelSpec(_fused, _as_is, weights=False, dropout=False, traceable=True),
+}
+
+
+def canonical(impl: str) -> str:
+    """The kernel name of a configured ``attn_impl`` (``auto`` stays ``auto``)."""
+    return ALIASES.get(impl, impl)
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def fused_runs_on(device: torch.device) -> bool:
+    """Where the fused kernel can run: CUDA with Triton, or the CPU through Triton's interpreter."""
+    if not triton_available():
+        return False
+    return device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
+
+
+def auto_choice(device: torch.device, *, compiling: bool) -> tuple[str, str]:
+    """``auto``'s kernel and the reason for it."""
+    if device.type == "cuda":
+        if fused_runs_on(device):
+            return "fused", "no (B, H, T, K) buffer in memory, forward or backward"
+        return "sdpa-bias", "Triton is not installed: the fused kernel with the positional scores as its bias"
+    if compiling:
+        return "reference", "torch.compile fuses the reference's plain tensor code"
+    return "explicit", "on the CPU the scores in one buffer beat a bias read by SDPA (benchmarks/results/backends)"
+
+
+@functools.cache
+def _say_once(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
+def choose_kernel(impl: str, *, device: torch.device, need_weights: bool, dropout: float, grad: bool) -> str:
+    """The kernel that runs one forward. ``need_weights``: the caller or the compressor reads the attention weights;
+    ``dropout``: the attention dropout in force (0 in evaluation); ``grad``: gradients are recorded."""
+    compiling = torch.compiler.is_compiling()
+    name = canonical(impl)
+    if name == "auto":
+        name = auto_choice(device, compiling=compiling)[0]
+    spec = KERNELS[name]
+    if need_weights and not spec.weights:
+        name = "reference" if compiling else "explicit"
+    elif dropout > 0 and not spec.dropout:
+        _say_once(f"attn_impl {name!r} has no attention dropout: using 'sdpa-bias' while attn_dropout > 0 in training")
+        name = "sdpa-bias"
+    elif name == "fused" and not fused_runs_on(device):
+        _say_once("attn_impl 'fused' needs Triton and a CUDA device: using 'sdpa-bias'")
+        name = "sdpa-bias"
+    if name == "explicit" and compiling:
+        name = "reference"  # its strided views do not trace; compile fuses the reference
+    return name
+
+
+def plan(
+    cfg: ModelConfig, x_mask: Tensor, first: LayerMemory, *, window: int, h: Tensor, need_weights: bool, training: bool
+) -> tuple[Kernel, KeyMask]:
+    """The kernel of one forward and the mask it reads, over the keys [cmem; mem; x] of memories shaped as ``first``
+    (every layer pushes the same positions and resets the same rows, so the first layer's masks serve all layers).
+    h: the first block's input (device, dtype); x_mask: (B, T) the segment's valid positions."""
+    name = choose_kernel(
+        cfg.attn_impl,
+        device=h.device,
+        need_weights=need_weights or cfg.needs_attention_weights,
+        dropout=cfg.attn_dropout if training else 0.0,
+        grad=torch.is_grad_enabled(),
+    )
+    spec = KERNELS[name]
+    mask = key_mask(x_mask, first.mem_mask, first.cmem_mask, window=window)
+    return spec.run, spec.prepare(mask, x_mask.shape[1], compute_dtype(h.device, h.dtype))
+
+
+__all__ = ["ALIASES", "KERNELS", "KernelSpec", "auto_choice", "canonical", "choose_kernel", "fused_runs_on", "plan"]
