@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compressive_transformer.core.config import AdaptiveConfig, ConfigError, ModelConfig, RunConfig
+from compressive_transformer.core.constants import IGNORE_INDEX
 from compressive_transformer.core.models import build_model
 from compressive_transformer.core.models.adaptive import AdaptiveInput, AdaptiveLogSoftmax
 from compressive_transformer.runs.toml_writer import config_text
@@ -216,3 +217,20 @@ def test_whole_model_under_autocast_with_div_val_above_one(dtype):
             logp = model(tokens).logits
     assert out.loss.dtype == torch.float32 and logp.dtype == torch.float32
     torch.testing.assert_close(logp.logsumexp(-1), torch.zeros(2, 6), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("adaptive", [dict(cutoffs=(10, 30)), dict(cutoffs=(5, 20, 40), div_val=2)])
+def test_the_static_shape_loss_equals_the_data_dependent_one(adaptive):
+    """What a traced or captured step computes (every row scored by every cluster) is the eager loss, gradients too."""
+    _, out = heads(cfg_of(**adaptive))
+    h = torch.randn(40, 16, dtype=torch.float64, requires_grad=True)
+    out = out.double()
+    targets = torch.randint(0, V, (40,))
+    targets[::7] = IGNORE_INDEX
+    eager, static = out.nll(h, targets), out._nll_static(h, targets)
+    torch.testing.assert_close(static, eager, rtol=1e-12, atol=1e-12)
+    g_eager = torch.autograd.grad(eager.sum(), [h, *out.parameters()], allow_unused=True)
+    g_static = torch.autograd.grad(static.sum(), [h, *out.parameters()], allow_unused=True)
+    for a, b in zip(g_eager, g_static):
+        if a is not None or b is not None:
+            torch.testing.assert_close(b if b is not None else torch.zeros_like(a), a if a is not None else 0 * b)

@@ -1,5 +1,5 @@
 """The torch.compile path (the trainer's train.compile) on CPU: same outputs and gradients as eager mode, also
-when the compile caches are warm (run it twice)."""
+when the compile caches are warm (run it twice); and every model kind's training step as one graph."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import eager_and_compiled_steps, tiny_config
 
-from compressive_transformer import CompressiveTransformerLM
+from compressive_transformer import CompressiveTransformerLM, build_model
 
 
 @pytest.mark.slow
@@ -20,3 +20,43 @@ def test_compiled_model_matches_eager_through_memory_filling_and_compression():
         assert len(compiled[2]) == len(eager[2])
         for g_compiled, g_eager in zip(compiled[2], eager[2]):
             torch.testing.assert_close(g_compiled, g_eager, rtol=1e-4, atol=1e-6)
+
+
+ONE_GRAPH = {
+    "transformer-xl": dict(cmem_len=0),
+    "conv+attention": dict(),
+    "conv+autoencoder": dict(compression_loss="autoencoder"),
+    "conv+bptt": dict(compression_loss="bptt"),
+    "dilated_conv+attention": dict(compression="dilated_conv", compression_extra_width=1),
+    "max_pool": dict(compression="max_pool", compression_loss="none"),
+    "mean_pool": dict(compression="mean_pool", compression_loss="none", cmem_positions="shared"),
+    "most_used": dict(compression="most_used", compression_loss="none"),
+    "same_length+clamp": dict(same_length=True, mem_len=6, clamp_len=5),
+    "pre-norm+gating+dropout": dict(norm="pre", gating=True, dropout=0.1, attn_dropout=0.1),
+    "transformer-ql": dict(
+        scales=(1, 1), output_layers=1, n_layers=3, cmem_len=0, compression="max_pool", compression_loss="none"
+    ),
+    "wavenet": dict(vocab_size=256, mem_len=0, cmem_len=0, n_layers=3, wavenet_dilations=(1, 2, 4)),
+    "adaptive softmax": dict(cmem_len=0, adaptive=dict(cutoffs=(10, 20), div_val=2)),
+}
+
+
+@pytest.mark.parametrize("kind", ONE_GRAPH)
+def test_the_training_step_is_one_graph(kind):
+    """Forward, task loss and compression loss over a full memory trace as one graph: no graph break (so no host
+    synchronisation and nothing dynamo cannot follow), whatever the model kind, compressor or loss."""
+    torch.manual_seed(0)
+    model = build_model(tiny_config(**ONE_GRAPH[kind])).train()
+    V = model.cfg.vocab_size
+    tokens = torch.randint(0, V, (2, 8))
+    memory = model.init_memory(2)
+    for _ in range(3):  # full memories: the steady state a captured step runs in
+        memory = model(tokens, memory=memory, targets=tokens).memory
+
+    def step(tokens, memory):
+        out = model(tokens, memory=memory, targets=tokens)
+        return out.loss + out.aux_loss, out.memory
+
+    explained = torch._dynamo.explain(step)(tokens, memory)
+    assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+    assert explained.graph_count == 1

@@ -75,6 +75,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     amp: str = "auto"  # auto | none | bf16 | fp16: autocast of the matmuls (weights, memory, losses stay fp32)
     compile: bool = False  # torch.compile the training forward (meant for GPUs; benchmarks/ compares it on CPU)
+    cuda_graphs: bool = False  # replay the steady-state update as one CUDA graph (CUDA, one process, fp32 or bf16)
     num_threads: int = 0  # CPU threads for torch; 0: PyTorch's default (fewer can be faster where cores are shared)
     progress: bool = True
     init_from: str = ""  # a run or export directory whose weights start this run (`train --init-from`)

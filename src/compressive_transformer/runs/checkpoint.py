@@ -179,7 +179,13 @@ def _split_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], An
                 tensors[f"{pid}.{key}"] = value
             else:
                 plain.setdefault(int(pid), {})[key] = value
-    return tensors, encode({"param_groups": state["param_groups"], "state": plain})
+    # A captured run's learning rates are device tensors and its groups capturable: the checkpoint keeps the values, so
+    # it resumes anywhere (a captured resume makes them tensors again).
+    groups = [
+        {k: float(v) if isinstance(v, torch.Tensor) else (False if k == "capturable" else v) for k, v in g.items()}
+        for g in state["param_groups"]
+    ]
+    return tensors, encode({"param_groups": groups, "state": plain})
 
 
 def _join_optimizer(tensors: dict[str, torch.Tensor], meta: Any) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from compressive_transformer.runs.precision import (
     resolve_amp,
 )
 from compressive_transformer.runs.toml_writer import config_text
+from compressive_transformer.training.captured import CapturedUpdate, capture_reason, make_capturable, set_lr
 from compressive_transformer.training.distributed import (
     all_reduce_sum,
     gather_rows,
@@ -190,6 +191,7 @@ class Trainer:
         self.forward = compile_model(wrapped) if t.compile else wrapped
         self.optimizer = build_optimizer(self.model, t)
         self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
+        self.captured = self._captured_update(log)
         self.eval_amp = inference_amp(cfg, self.device)
         self.amp_dtype = amp_dtype(self.amp)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == "fp16")
@@ -211,6 +213,19 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.max_loss = loss_bound(cfg)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
+
+    def _captured_update(self, log: Callable[[str], None]) -> CapturedUpdate | None:
+        """``train.cuda_graphs``: the update as a CUDA graph where this run allows it (else one line and eager)."""
+        t = self.cfg.train
+        if not t.cuda_graphs:
+            return None
+        reason = capture_reason(self.device, self.amp, self.dist.active)
+        if reason is not None or t.compile:
+            if self.dist.is_main:
+                log(f"train.cuda_graphs: training eagerly: {reason or 'train.compile compiles the forward instead'}")
+            return None
+        make_capturable(self.optimizer)
+        return CapturedUpdate(self.forward, self.optimizer, amp=self.amp, grad_clip=t.grad_clip)
 
     # ----------------------------------------------------------------------------------------------------------
     # checkpoints
@@ -254,6 +269,8 @@ class Trainer:
                 self.metrics.truncate_after(0)
                 return 0
         path = ckpt.path
+        if self.captured is not None:  # the loaded groups hold plain learning rates
+            make_capturable(self.optimizer)
         self.step = ckpt.step
         self.tokens_seen = int(ckpt.extra.get("tokens_seen", 0))
         if ckpt.extra.get("scaler"):
@@ -320,8 +337,10 @@ class Trainer:
         n_batches = t.accumulation_at(self.step)
         lr = learning_rate(t, self.step)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr * group["lr_scale"]
+            set_lr(group, lr * group["lr_scale"])
         self.model.train()
+        if self.captured is not None and n_batches == 1:
+            return self._captured_step(lr)
         loss_sum, aux_sum, tokens = 0.0, 0.0, 0
         aux_layers = torch.zeros(self.cfg.model.n_layers)
         for _ in range(n_batches):
@@ -347,13 +366,7 @@ class Trainer:
             )
             loss_value = float(totals[0]) / self.dist.world_size
             aux_value = float(totals[1]) / self.dist.world_size
-            if not math.isfinite(loss_value):
-                raise self._diverged("the loss", loss_value)
-            if loss_value > self.max_loss:
-                bound = f"{t.divergence_factor:g} x ln(vocab) = {self.max_loss:.3g}, train.divergence_factor"
-                raise self._diverged("the loss", f"{loss_value:.4g} (above {bound})")
-            if not math.isfinite(aux_value):
-                raise self._diverged("the compression loss", aux_value)
+            self._check_losses(loss_value, aux_value)
             total = (loss * share + aux) / n_batches
             if self.dist.active:  # a parameter this step leaves unused would stall DDP's gradient reduction
                 total = with_every_parameter(total, self.model)
@@ -372,24 +385,57 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        return self._finish_step(
+            loss_sum / n_batches, aux_sum / n_batches, aux_layers, lr, grad_norm, tokens, n_batches
+        )
+
+    def _check_losses(self, loss: float, aux: float) -> None:
+        if not math.isfinite(loss):
+            raise self._diverged("the loss", loss)
+        if loss > self.max_loss:
+            bound = f"{self.cfg.train.divergence_factor:g} x ln(vocab) = {self.max_loss:.3g}, train.divergence_factor"
+            raise self._diverged("the loss", f"{loss:.4g} (above {bound})")
+        if not math.isfinite(aux):
+            raise self._diverged("the compression loss", aux)
+
+    def _finish_step(
+        self, loss: float, aux: float, aux_layers: torch.Tensor, lr: float, grad_norm: float, tokens: int, n: int
+    ) -> dict[str, Any]:
+        """Count the update and return its metrics (aux_layers: the per-layer compression losses summed over the n
+        batches of the update)."""
         self.step += 1
         self.tokens_seen += tokens
-        loss = loss_sum / n_batches
         mem_fill, cmem_fill = memory_fill(self.memory)
         return {
             "step": self.step,
             "loss": loss,
             "bits_per_token": loss / math.log(2),
             "ppl": math.exp(min(loss, 700.0)),
-            "aux_loss": aux_sum / n_batches,
-            "aux_losses": [float(x) / n_batches for x in aux_layers],
+            "aux_loss": aux,
+            "aux_losses": [float(x) / n for x in aux_layers],
             "lr": lr,
             "grad_norm": grad_norm,
-            "accumulate": n_batches,
+            "accumulate": n,
             "tokens": self.tokens_seen,
             "mem_fill": mem_fill,
             "cmem_fill": cmem_fill,
         }
+
+    def _captured_step(self, lr: float) -> dict[str, Any]:
+        """One update through :class:`~.captured.CapturedUpdate` (one batch, one process): the same update as
+        :meth:`train_step`'s, with one read of its results from the device."""
+        batch = next(self.batches)
+        if bool(batch.reset.any()):
+            self.memory = self.memory.reset(batch.reset.to(self.device))
+        on = lambda x: x.to(self.device, non_blocking=True)  # noqa: E731
+        (stats, aux_layers), self.memory = self.captured(
+            on(batch.tokens), on(batch.targets), on(batch.input_mask), self.memory
+        )
+        loss, aux, grad_norm = stats.tolist()
+        self._check_losses(loss, aux)
+        if not math.isfinite(grad_norm):
+            raise self._diverged("the gradient norm", grad_norm)
+        return self._finish_step(loss, aux, aux_layers.cpu(), lr, grad_norm, batch.num_tokens, 1)
 
     # ----------------------------------------------------------------------------------------------------------
     # loop

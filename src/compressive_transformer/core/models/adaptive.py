@@ -129,7 +129,11 @@ class AdaptiveLogSoftmax(nn.Module):
         return torch.cat(parts, dim=-1).view(*shape, -1)
 
     def nll(self, h: Tensor, targets: Tensor) -> Tensor:
-        """(N, d), (N,) -> (N,) fp32 negative log-likelihoods; 0 where the target is IGNORE_INDEX."""
+        """(N, d), (N,) -> (N,) fp32 negative log-likelihoods; 0 where the target is IGNORE_INDEX. Each tail cluster
+        is scored at its own targets' rows only; traced or captured, where shapes must not depend on the data, every
+        row is scored (:meth:`_nll_static`, the same values)."""
+        if torch.compiler.is_compiling() or (h.is_cuda and torch.cuda.is_current_stream_capturing()):
+            return self._nll_static(h, targets)
         head = F.log_softmax(self._logits(h, 0), dim=-1)
         shortlist = self.bounds[1]
         in_head = (targets >= 0) & (targets < shortlist)
@@ -144,6 +148,19 @@ class AdaptiveLogSoftmax(nn.Module):
             tail = F.log_softmax(self._logits(h[rows], i), dim=-1)
             lp = head[rows, shortlist + i - 1] + tail.gather(1, (targets[rows] - lo)[:, None]).squeeze(1)
             nll = nll.index_put((rows,), -lp)
+        return nll
+
+    def _nll_static(self, h: Tensor, targets: Tensor) -> Tensor:
+        """:meth:`nll` with static shapes: every cluster's log-probabilities for every row, each row's target picked."""
+        head = F.log_softmax(self._logits(h, 0), dim=-1)
+        shortlist = self.bounds[1]
+        in_head = (targets >= 0) & (targets < shortlist)
+        nll = torch.where(in_head, -head.gather(1, targets.clamp(0, shortlist - 1)[:, None]).squeeze(1), 0.0)
+        for i in range(1, self.n_clusters + 1):
+            lo, hi = self.bounds[i], self.bounds[i + 1]
+            tail = F.log_softmax(self._logits(h, i), dim=-1)  # (N, hi - lo)
+            lp = head[:, shortlist + i - 1] + tail.gather(1, (targets - lo).clamp(0, hi - lo - 1)[:, None]).squeeze(1)
+            nll = torch.where((targets >= lo) & (targets < hi), -lp, nll)
         return nll
 
     def loss(self, h: Tensor, targets: Tensor) -> Tensor:

@@ -14,12 +14,13 @@ c graphs (captured on first use, over one set of static buffers) serve the whole
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
 from compressive_transformer.core.attention import AttentionOutput, RelativeAttention, Tables
+from compressive_transformer.core.graphs import StaticGraphs, copied, rebuild, tensors_of
 from compressive_transformer.core.memory import Eviction, LayerMemory, MemoryState, compressed_for_attention
 from compressive_transformer.core.models.lm import CompressiveTransformerLM
 from compressive_transformer.core.models.weight_watch import WriteWatch
@@ -79,7 +80,7 @@ class Decoder:
             raise ValueError("decode in eval mode: call model.eval() first")
         self.model = model
         self._tables: dict[int, list[Tables]] = {}  # per compressed-stream offset (the fill, for shared positions)
-        memory = _rebuild(memory, [t.contiguous() for t in _tensors(memory)])  # the layout every later step has
+        memory = rebuild(memory, [t.contiguous() for t in tensors_of(memory)])  # the layout every later step has
         with torch.no_grad():
             kv = [
                 block.attn.keys_values(torch.cat([compressed_for_attention(layer, comp), layer.mem], dim=1))
@@ -91,7 +92,7 @@ class Decoder:
         self._watch = WriteWatch(model.parameters())
         self._ones = torch.ones(memory.batch_size, 1, dtype=torch.bool, device=memory.layers[0].mem.device)
         run = torch.compile(self._run, fullgraph=True) if compile else self._run
-        self._graphs = CapturedSteps(run) if cuda_graphs else None
+        self._graphs = StaticGraphs(lambda inputs, state: run(inputs[0], *state)) if cuda_graphs else None
         self._step = run
 
     def _compressors(self) -> list:
@@ -111,12 +112,12 @@ class Decoder:
 
     def _run(
         self, tokens: Tensor, memory: MemoryState, caches: list[LayerCache]
-    ) -> tuple[Tensor, MemoryState, list[LayerCache]]:
+    ) -> tuple[Tensor, tuple[MemoryState, list[LayerCache]]]:
         """One token per row, tokens (B, 1): the model's layers over the caches; the next-token logits (B, V)."""
         model = self.model
         out = model.layers(model.input(tokens), memory, self._ones, caches=caches)
         _, logits, _ = model.output(out.h, None)
-        return logits[:, -1], out.memory, out.caches
+        return logits[:, -1], (out.memory, out.caches)
 
     @torch.no_grad()
     def step(self, tokens: Tensor) -> Tensor:
@@ -127,100 +128,12 @@ class Decoder:
         caches = [replace(c, tables=t) for c, t in zip(self._caches, tables)]
         tokens = tokens.reshape(-1, 1)
         if self._graphs is not None:
-            logits, self._memory, self._caches = self._graphs(tokens, self._memory, caches)
-        else:
-            logits, self._memory, self._caches = self._step(tokens, self._memory, caches)
+            logits, (self._memory, self._caches) = self._graphs((tokens,), (self._memory, caches))
+            return logits.clone()  # a static buffer: the next replay overwrites it
+        logits, (self._memory, self._caches) = self._step(tokens, self._memory, caches)
         return logits
 
     def memory(self) -> MemoryState:
         """The model's memory after the tokens fed so far, as ``model.forward`` returns it (a copy when CUDA graphs
         run the steps: theirs is overwritten in place by the next one)."""
-        if self._graphs is None:
-            return self._memory
-        return _rebuild(self._memory, [t.clone() for t in _tensors(self._memory)])
-
-
-def _tensors(obj) -> list[Tensor]:
-    """Every tensor of a state (dataclasses, tuples and lists of them), in a fixed order; tables are constants."""
-    if isinstance(obj, Tables):
-        return []
-    if isinstance(obj, Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for item in obj for t in _tensors(item)]
-    if hasattr(obj, "__dataclass_fields__"):
-        return [t for f in fields(obj) for t in _tensors(getattr(obj, f.name))]
-    return []
-
-
-def _ints(obj) -> tuple:
-    """Everything in a state that is not a tensor (fills, counters) and which tables it reads: what a captured graph
-    is specialised on."""
-    if isinstance(obj, Tables):
-        return ("tables", id(obj))
-    if isinstance(obj, Tensor):
-        return ("T", tuple(obj.shape))
-    if isinstance(obj, (list, tuple)):
-        return tuple(_ints(item) for item in obj)
-    if hasattr(obj, "__dataclass_fields__"):
-        return tuple(_ints(getattr(obj, f.name)) for f in fields(obj))
-    return (obj,)
-
-
-def _rebuild(obj, tensors: list[Tensor]):
-    """``obj`` with its tensors replaced, in :func:`_tensors`' order, by ``tensors`` (consumed from the front)."""
-    if isinstance(obj, Tables):
-        return obj
-    if isinstance(obj, Tensor):
-        return tensors.pop(0)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_rebuild(item, tensors) for item in obj)
-    if hasattr(obj, "__dataclass_fields__"):
-        return replace(obj, **{f.name: _rebuild(getattr(obj, f.name), tensors) for f in fields(obj) if f.init})
-    return obj
-
-
-class CapturedSteps:
-    """A decoding step ``run(tokens, memory, caches)`` replayed as CUDA graphs, one per memory fill (and per table
-    set), all over one set of static buffers: each graph reads the state from them and writes the next state back
-    into them, so a replay is one launch and the state never leaves the GPU."""
-
-    def __init__(self, run) -> None:
-        self.run = run
-        self.graphs: dict[tuple, tuple] = {}  # ints of the state -> (graph, logits, the state it leaves)
-        self.state: list[Tensor] | None = None  # the static buffers, in _tensors order
-        self.tokens: Tensor | None = None
-        self.pool = None
-
-    def __call__(self, tokens: Tensor, memory: MemoryState, caches: list[LayerCache]):
-        state = (memory, caches)
-        if self.state is None:
-            self.state = [t.clone() for t in _tensors(state)]
-            self.tokens = tokens.clone()
-            self.pool = torch.cuda.graph_pool_handle()
-        else:  # the state handed back last time is the static buffers; a state from elsewhere is copied in
-            for dst, src in zip(self.state, _tensors(state)):
-                if dst.data_ptr() != src.data_ptr():
-                    dst.copy_(src)
-        self.tokens.copy_(tokens)
-        key = _ints(state)
-        if key not in self.graphs:
-            self.graphs[key] = self._capture(_rebuild(state, list(self.state)))
-        graph, logits, after = self.graphs[key]
-        graph.replay()
-        memory, caches = _rebuild(after, list(self.state))
-        return logits.clone(), memory, caches
-
-    def _capture(self, state) -> tuple:
-        memory, caches = state
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up off the capture (lazy initialisations, autotuning)
-            self.run(self.tokens.clone(), memory, caches)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            logits, new_memory, new_caches = self.run(self.tokens, memory, caches)
-            for dst, src in zip(self.state, _tensors((new_memory, new_caches))):
-                dst.copy_(src)
-        return graph, logits, (new_memory, new_caches)
+        return self._memory if self._graphs is None else copied(self._memory)
