@@ -1,8 +1,8 @@
-"""Attention backends as benchmark members: ``ours+explicit``, ``ours+sdpa-bias``, ``ours+flex`` (any of our
-adapters, ``+`` a ``model.attn_impl``), and the table of the issue's targets per backend.
+"""Attention kernels as benchmark members: ``ours+explicit``, ``ours+sdpa-bias``, ``ours+fused`` (any of our
+adapters, ``+`` a ``model.attn_impl``), and the table of the issue's targets per kernel.
 
     python -m benchmarks.bench --workload reference --impl ours,lucidrains,labml \\
-        --backends explicit,sdpa-bias,flex --precisions fp32,bf16 --phases train,eval
+        --backends explicit,sdpa-bias,reference --precisions fp32,bf16 --phases train,eval
 
 The targets compare each backend with the shipped peers, in each precision and with every member at its faster
 precision per phase (the issue's "each implementation's best precision").
@@ -29,7 +29,7 @@ def split_key(key: str) -> tuple[str, str]:
 
 
 def backend_variant(impl: str, build_kw: dict) -> tuple[str, dict]:
-    """The adapter module and its build() keywords of a member name: ``ours+flex`` -> ours, attn_impl = flex."""
+    """The adapter module and its build() keywords of a member name: ``ours+fused`` -> ours, attn_impl = fused."""
     name, _, backend = impl.partition(SEP)
     return name, ({**build_kw, "attn_impl": backend} if backend else build_kw)
 
@@ -46,12 +46,8 @@ def expand(impls: list[str], backends: list[str], ours: tuple[str, ...]) -> list
 
 
 def allowed_phases(impl: str, phases, only: dict[str, tuple[str, ...]], device: str = "cpu") -> tuple[str, ...]:
-    """The phases a member runs: its adapter's (``only``), and no CPU training for flex (no CPU backward: the
-    step would fall back to sdpa-bias and time that)."""
-    out = tuple(only.get(base(impl), phases))
-    if impl.endswith(SEP + "flex") and device == "cpu":
-        out = tuple(p for p in out if p != "train")
-    return out
+    """The phases a member runs: its adapter's (``only``)."""
+    return tuple(only.get(base(impl), phases))
 
 
 def _value(r: dict, phase: str, key: str):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from benchmarks import workloads
 from benchmarks.bench import SHIPPED_PEERS, child, fmt, get, machine_info, python_for
-from compressive_transformer.core.attention_backends import BACKENDS
+from compressive_transformer.core.kernels import KERNELS
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,8 +35,10 @@ HERE = Path(__file__).resolve().parent
 ENTRIES = {
     "ours": ("ours", {}),
     "ours+compile": ("ours", {"compile": True}),
-    **{f"ours+{b}": ("ours", {"attn_impl": b}) for b in BACKENDS},
-    **{f"ours+{b}+compile": ("ours", {"attn_impl": b, "compile": True}) for b in BACKENDS},
+    "ours+graphs": ("ours", {"graphs": True}),
+    **{f"ours+{b}": ("ours", {"attn_impl": b}) for b in KERNELS},
+    **{f"ours+{b}+graphs": ("ours", {"attn_impl": b, "graphs": True}) for b in KERNELS},
+    **{f"ours+{b}+compile": ("ours", {"attn_impl": b, "compile": True}) for b in KERNELS},
     "ours_txl": ("ours_txl", {}),
     "lucidrains": ("lucidrains", {}),
     "lucidrains_fixed": ("lucidrains_fixed", {}),

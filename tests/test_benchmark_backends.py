@@ -9,21 +9,14 @@ backends = pytest.importorskip("benchmarks.backends")
 
 
 def test_members_name_their_backend_and_build_with_it():
-    names = backends.expand(["ours", "lucidrains"], ["explicit", "flex"], ("ours", "ours_txl"))
-    assert names == ["ours+explicit", "ours+flex", "lucidrains"]
+    names = backends.expand(["ours", "lucidrains"], ["explicit", "fused"], ("ours", "ours_txl"))
+    assert names == ["ours+explicit", "ours+fused", "lucidrains"]
     assert backends.expand(["ours"], [], ("ours",)) == ["ours"]
     assert backends.backend_variant("ours+sdpa-bias", {"mem_len": 4}) == (
         "ours",
         {"mem_len": 4, "attn_impl": "sdpa-bias"},
     )
     assert backends.backend_variant("labml", {}) == ("labml", {})
-
-
-def test_flex_is_not_timed_training_on_a_cpu():
-    phases = ("train", "eval", "generate")
-    assert backends.allowed_phases("ours+flex", phases, {}) == ("eval", "generate")
-    assert backends.allowed_phases("ours+flex", phases, {}, device="cuda") == phases
-    assert backends.allowed_phases("ours_compiled+explicit", phases, {"ours_compiled": ("generate",)}) == ("generate",)
 
 
 def result(train, evaluate, rss, mfu=None):

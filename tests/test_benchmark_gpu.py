@@ -43,15 +43,16 @@ def test_mfu_is_model_flops_over_the_measured_rate_and_absent_without_either():
     assert gpu.mfu(None, 2e6, 4.0) is None and gpu.mfu(1000.0, 2e6, None) is None
 
 
-def test_the_default_run_has_every_backend_eager_and_compiled():
+def test_the_default_run_has_every_kernel_eager_graphed_and_compiled():
     keys = set(gpu.ENTRIES)
-    for backend in ("explicit", "sdpa-bias", "flex"):
-        assert {f"ours+{backend}", f"ours+{backend}+compile"} <= keys
-        assert gpu.ENTRIES[f"ours+{backend}+compile"] == ("ours", {"attn_impl": backend, "compile": True})
-    assert {"ours", "ours+compile", "lucidrains", "labml"} <= keys
+    for kernel in ("reference", "explicit", "sdpa-bias", "fused"):
+        assert {f"ours+{kernel}", f"ours+{kernel}+graphs", f"ours+{kernel}+compile"} <= keys
+        assert gpu.ENTRIES[f"ours+{kernel}+compile"] == ("ours", {"attn_impl": kernel, "compile": True})
+        assert gpu.ENTRIES[f"ours+{kernel}+graphs"] == ("ours", {"attn_impl": kernel, "graphs": True})
+    assert {"ours", "ours+graphs", "ours+compile", "lucidrains", "labml"} <= keys
 
 
-ENTRIES = ("ours", "ours+sdpa-bias", "ours+flex+compile", "labml")  # the default run is all of gpu.ENTRIES
+ENTRIES = ("ours", "ours+graphs", "ours+reference+compile", "labml")  # the default run is all of gpu.ENTRIES
 
 
 def test_the_benchmark_is_one_command_with_backends_eager_and_compiled_in_each_precision(tmp_path):
@@ -90,11 +91,11 @@ def test_the_benchmark_is_one_command_with_backends_eager_and_compiled_in_each_p
             assert ours["amp"] == amp and ours["device"] == "cpu", key
             assert ours["train"]["tokens_per_s"] > 0 and ours["eval"]["tokens_per_s"] > 0, key
             assert len(ours["generate"]["per_prompt"]) == 2
-        flex = res["runs"][amp]["ours+flex+compile"]["config"]
-        assert flex["attn_impl"] == "flex" and flex["compiled_steps"]
-        assert res["runs"][amp]["ours+sdpa-bias"]["config"]["attn_impl"] == "sdpa-bias"
+        compiled = res["runs"][amp]["ours+reference+compile"]["config"]
+        assert compiled["attn_impl"] == "reference" and compiled["compiled_steps"]
+        assert res["runs"][amp]["ours+graphs"]["config"]["cuda_graphs"]
     md = (tmp_path / "tiny.md").read_text()
-    assert md.count("| ours | ") == 2 and md.count("| ours+flex+compile | ") == 2
+    assert md.count("| ours | ") == 2 and md.count("| ours+reference+compile | ") == 2
     labml = res["runs"]["none"]["labml"]
     if "error" in labml:  # the peers' venv is not this one: the row says so instead of failing the run
         assert "| labml | none | ERROR: " in md

@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 
 from compressive_transformer import CompressionConfig, CompressiveTransformerLM, MemoryConfig, ModelConfig
+from compressive_transformer.core import graphs
+from compressive_transformer.core.graphs import StaticGraphs
 from compressive_transformer.core.models.decode import Decoder
+from compressive_transformer.training.captured import CapturedUpdate, make_capturable
 from compressive_transformer.training.trainer import compile_model
 
 from . import stamp
@@ -42,7 +45,7 @@ def model_config(
 
 
 class Impl:
-    def __init__(self, w, cfg: ModelConfig, *, compile: bool = False) -> None:
+    def __init__(self, w, cfg: ModelConfig, *, compile: bool = False, graphs: bool = False) -> None:
         self.w = w
         self.model = CompressiveTransformerLM(cfg)
         # compile: the training step through train.compile's torch.compile, as `train.compile = true` runs it
@@ -54,8 +57,27 @@ class Impl:
         self.config |= {"mem_len": cfg.memory.mem_len, "cmem_len": cfg.memory.cmem_len}
         self.config |= {"compression": cfg.compression.function, "compression_loss": cfg.compression.loss}
         self.config["compiled_steps"] = compile
+        self.config["cuda_graphs"] = graphs
         self.memory = None
         self.compile_decoder = False  # ours_compiled: the decoder's step under torch.compile
+        # graphs: training as train.cuda_graphs runs it (the update replayed as one CUDA graph, clipping off as the
+        # peers run), evaluation and the decoder's steps replayed likewise
+        self.graphs = graphs
+        self.update = self.eval_graphs = None
+
+    def _captured(self) -> None:
+        """Made on first use, once the model is on its device."""
+        if self.update is None:
+            if next(self.model.parameters()).device.type == "cpu":  # a dry run: the recorded stand-in
+                graphs.DEFAULT_GRAPH = graphs.RecordedGraph
+            make_capturable(self.opt)
+            self.update = CapturedUpdate(self.model, self.opt, amp="none", grad_clip=0.0)
+            self.eval_graphs = StaticGraphs(self._eval)
+
+    def _eval(self, inputs, memory):
+        x, y = inputs
+        out = self.model(x, memory=memory, targets=y)
+        return out.loss, out.memory
 
     def reset(self) -> None:
         self.memory = None
@@ -68,6 +90,10 @@ class Impl:
         self.model.train()
         if self.memory is None:
             self.memory = self.model.init_memory(x.shape[0])
+        if self.graphs:
+            self._captured()
+            (stats, _), self.memory = self.update(x, y, torch.ones_like(x, dtype=torch.bool), self.memory)
+            return float(stats[0])
         out = self.forward(x, memory=self.memory, targets=y)
         loss = out.loss + out.aux_loss
         self.opt.zero_grad(set_to_none=True)
@@ -82,6 +108,10 @@ class Impl:
         self.model.eval()
         if self.memory is None:
             self.memory = self.model.init_memory(x.shape[0])
+        if self.graphs:
+            self._captured()
+            loss, self.memory = self.eval_graphs((x, y), self.memory)
+            return float(loss)
         out = self.model(x, memory=self.memory, targets=y)
         self.memory = out.memory
         return float(out.loss)
@@ -95,9 +125,7 @@ class Impl:
             out = self.model(seg, memory=memory)
             memory, logits = out.memory, out.logits
         tok = logits[:, -1].argmax(-1)
-        decoder = Decoder(
-            self.model, memory, compile=self.compile_decoder
-        )  # what generate() uses: ring buffers advanced in place
+        decoder = Decoder(self.model, memory, compile=self.compile_decoder, cuda_graphs=self.graphs)  # generate()'s
         stamps = [stamp()]
         for _ in range(n_new - 1):  # then one token per step
             tok = decoder.step(tok).argmax(-1)

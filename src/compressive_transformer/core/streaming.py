@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.core.models.checks import check_token_ids
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ def stream(
                 kwargs["input_mask"] = mask.to(device)
             if with_targets:
                 kwargs["targets"] = batch.targets.to(device)
+            if device.type != "cpu" and not batch.tokens.is_floating_point():  # the forward checks CPU ids itself
+                check_token_ids(model.cfg, batch.tokens, batch.targets if with_targets else None)
             want = grad(batch) if callable(grad) else grad
             grad_mode = torch.set_grad_enabled(want) if want is not None else contextlib.nullcontext()
             with grad_mode, torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):

@@ -112,7 +112,9 @@ def evaluate(
     batcher = StreamBatcher(corpus, batch_size=batch_size, seg_len=seg_len, shuffle=False, repeat=False)
     total = len(batcher) if not max_batches else min(max_batches, len(batcher))
     complete = total == len(batcher)
-    total_nll, tokens, segments = 0.0, 0, 0
+    total_nll = torch.zeros((), dtype=torch.float64, device=device)  # summed on the device: no sync per segment
+    tokens = torch.zeros((), dtype=torch.long, device=device)
+    segments = 0
     start = time.perf_counter()
     bar = tqdm(total=total, desc=f"eval {split}", unit="seg", disable=not progress, leave=False)
     batches = itertools.islice(batcher, total)
@@ -125,15 +127,16 @@ def evaluate(
             nll = F.cross_entropy(
                 step.out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
             )
-            total_nll += float(nll)
-            tokens += int((targets != IGNORE_INDEX).sum())
+            total_nll += nll
+            tokens += (targets != IGNORE_INDEX).sum()
             segments += 1
             bar.update(1)
-            if tokens:
-                bar.set_postfix(bits_per_token=f"{total_nll / tokens / LN2:.3f}")
+            if progress and segments % 16 == 1:  # the running figure, read from the device now and then
+                bar.set_postfix(bits_per_token=f"{float(total_nll) / max(int(tokens), 1) / LN2:.3f}")
     finally:
         steps.close()
         bar.close()
+    total_nll, tokens = float(total_nll), int(tokens)
     size = size if size is not None else getattr(corpus, "size", None)
     if size is None:
         size = TextSize(words=int(getattr(corpus, "num_words", 0) or 0))

@@ -15,6 +15,7 @@ import torch
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.dtypes import autocast
 from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.core.models.checks import check_token_ids
 from compressive_transformer.core.models.decode import unsupported
 from compressive_transformer.core.registry import find_model_kind
 
@@ -120,10 +121,13 @@ class Generation:
 
 
 def _decoder(model: torch.nn.Module, memory: MemoryState, compile: bool) -> Any:
-    """The model kind's token-by-token decoder over ``memory``, or None (then each step runs ``model.forward``)."""
+    """The model kind's token-by-token decoder over ``memory``, or None (then each step runs ``model.forward``). On a
+    GPU its steps replay as CUDA graphs (a token is then one launch rather than a few hundred)."""
     kind = find_model_kind(model.cfg)
     make = kind.decoder if kind is not None and unsupported(model) is None else None
-    return make(model, memory, compile=compile) if make is not None else None
+    if make is None:
+        return None
+    return make(model, memory, compile=compile, cuda_graphs=memory.layers[0].mem.device.type == "cuda" and not compile)
 
 
 @torch.no_grad()
@@ -149,8 +153,8 @@ def generate(
     sampling: SamplingConfig | None = None,
 ) -> Generation:
     """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens, carrying memory throughout. ``compile``: run the
-    ring-buffer decoder's step under ``torch.compile`` (worth it for long generations: the first token waits for the
-    compilation, ~15 s on a small CPU, then each token costs about half as much; ignored for models without one).
+    decoder's step under ``torch.compile`` (worth it for long generations on a CPU: the first tokens wait for the
+    compilation, one graph per memory fill; ignored for models without a decoder).
 
     To continue an earlier generation, pass its ``memory`` and ``next_logits`` (from ``return_memory=True``): the
     prompt, which may then be empty, is read after that state. ``on_token`` sees each token as it is drawn and
@@ -177,7 +181,10 @@ def generate(
             else:
                 memory = memory.to(device)
                 last = next_logits.to(device).reshape(1, -1) if next_logits is not None else None
-            ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
+            ids = torch.tensor([prompt], dtype=torch.long)  # (1, P)
+            if cfg.input_dim == 0:
+                check_token_ids(cfg, ids, None)  # on the host, before the device sees them
+            ids = ids.to(device)
             for start in range(0, ids.size(1), seg_len):
                 out = model(ids[:, start : start + seg_len], memory=memory)
                 memory = out.memory
