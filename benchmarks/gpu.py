@@ -186,6 +186,7 @@ def main() -> None:
                 or f"train {fmt(get(r, 'train', 'tokens_per_s'))} tok/s, eval {fmt(get(r, 'eval', 'tokens_per_s'))} tok/s"
             )
             print(f"[gpu] {amp:4s} {key:17s} {time.perf_counter() - t0:6.1f}s  {summary}", flush=True)
+            workloads.write_report(Path(a.out), w.name, res, markdown(res, w).splitlines(), echo=False)  # so far
     workloads.write_report(Path(a.out), w.name, res, markdown(res, w).splitlines())
 
 

@@ -156,9 +156,10 @@ def in_process_script(
     return a, WORKLOADS[a.workload]
 
 
-def write_report(out: Path, name: str, result: dict, lines: list[str]) -> None:
-    """``name``.json and ``name``.md under ``out``, and the markdown on stdout."""
+def write_report(out: Path, name: str, result: dict, lines: list[str], *, echo: bool = True) -> None:
+    """``name``.json and ``name``.md under ``out``, and (``echo``) the markdown on stdout."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if echo:
+        print("\n".join(lines))

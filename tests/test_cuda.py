@@ -1,7 +1,8 @@
 """The CUDA paths, checked against the CPU and fp32 wherever a GPU is present (skipped elsewhere, so CI on CPU skips
 them; run them on a GPU machine with ``pytest tests/test_cuda.py``): the fused-attention path that ``attn_impl =
-"auto"`` picks on CUDA, bf16 / fp16 autocast (fp16 with its gradient scaler), compiled training and decoding with
-Triton kernels, and the trainer end to end with a checkpoint that resumes."""
+"auto"`` picks on CUDA (the fused Triton kernel), bf16 / fp16 autocast (fp16 with its gradient scaler), compiled
+training and decoding with Triton kernels, the update and the decoder's step replayed as CUDA graphs, and the trainer
+end to end with a checkpoint that resumes."""
 
 from __future__ import annotations
 
@@ -53,11 +54,11 @@ def stream(model, tokens: torch.Tensor, *, amp: torch.dtype | None = None, backw
     return outs, memory
 
 
-@pytest.mark.parametrize("attn_impl", ["auto", "explicit", "sdpa-bias", "flex"])
+@pytest.mark.parametrize("attn_impl", ["auto", "explicit", "sdpa-bias", "fused"])
 @pytest.mark.parametrize("variant", VARIANTS.values(), ids=VARIANTS.keys())
 def test_cuda_step_matches_the_cpu_forward_backward_and_memory(variant, attn_impl):
-    """On CUDA "auto" is the fused scaled_dot_product_attention path; on the CPU the explicit one. Same logits,
-    compression losses, memories and gradients of every weight."""
+    """On CUDA "auto" is the fused Triton kernel; on the CPU the explicit one. Same logits, compression losses,
+    memories and gradients of every weight."""
     torch.manual_seed(0)
     cpu = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4, **variant)).train()
     gpu = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4, attn_impl=attn_impl, **variant)).train()
@@ -98,11 +99,12 @@ def test_cuda_autocast_tracks_fp32_with_memory_and_loss_in_fp32(amp):
     )
 
 
-@pytest.mark.parametrize("amp", ["none", "bf16", "fp16"])
-def test_trainer_on_cuda_trains_checkpoints_and_resumes(tmp_path: Path, amp: str):
+@pytest.mark.parametrize("amp,graphs", [("none", False), ("bf16", False), ("fp16", False), ("bf16", True)])
+def test_trainer_on_cuda_trains_checkpoints_and_resumes(tmp_path: Path, amp: str, graphs: bool):
     """The trainer on the GPU, killed after step 4 (last checkpoint at 3) and resumed: the resumed run continues the
     uninterrupted one (within the non-associativity of the GPU's reductions), fp16 through its gradient scaler."""
     quiet = ["train.progress=false", "train.val_batches=2", 'train.device="cuda"', f'train.amp="{amp}"']
+    quiet.append(f"train.cuda_graphs={str(graphs).lower()}")
     cfg = config_from_text(
         TINY_TOML, [*quiet, "train.steps=6", "train.log_every=1", "train.checkpoint_every=3", "model.dropout=0.1"]
     )
@@ -119,6 +121,37 @@ def test_trainer_on_cuda_trains_checkpoints_and_resumes(tmp_path: Path, amp: str
     assert any("grad_norm" in r for r in read_metrics(tmp_path / "killed"))
 
 
+@pytest.mark.parametrize("variant", ["conv,attention", "txl"])
+def test_the_captured_update_on_cuda_follows_eager_training(variant):
+    """train.cuda_graphs' update (real CUDA graphs) against the same updates run eagerly: losses, weights, memory."""
+    from compressive_transformer.training.captured import CapturedUpdate, make_capturable
+    from compressive_transformer.training.trainer import adam
+
+    torch.manual_seed(0)
+    models = [CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4, **VARIANTS[variant])).to(CUDA)]
+    models.append(CompressiveTransformerLM(models[0].cfg).to(CUDA))
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [adam(m.parameters(), lr=1e-3) for m in models]
+    make_capturable(opts[1])
+    update = CapturedUpdate(models[1], opts[1], amp="none", grad_clip=0.1)
+    tokens = torch.randint(0, 32, (2, 8 * 12), device=CUDA)
+    mask = torch.ones(2, 8, dtype=torch.bool, device=CUDA)
+    memories = [m.init_memory(2) for m in models]
+    for t in range(0, tokens.shape[1] - 8, 8):
+        x, y = tokens[:, t : t + 8], tokens[:, t + 1 : t + 9]
+        out = models[0](x, memory=memories[0], targets=y)
+        (out.loss + out.aux_loss).backward()
+        torch.nn.utils.clip_grad_norm_(list(models[0].parameters()), 0.1)
+        opts[0].step()
+        opts[0].zero_grad(set_to_none=True)
+        memories[0] = out.memory
+        (stats, _), memories[1] = update(x, y, mask, memories[1])
+        torch.testing.assert_close(stats[0], out.loss.detach(), rtol=1e-4, atol=1e-5)
+    assert len(update.graphs.graphs) >= 1
+    for p, q in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-3, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_compiled_training_on_cuda_matches_eager():
     torch.manual_seed(0)
@@ -131,22 +164,22 @@ def test_compiled_training_on_cuda_matches_eager():
             torch.testing.assert_close(g_compiled, g_eager, rtol=1e-3, atol=1e-5)
 
 
-@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
-def test_cuda_decoder_equals_the_model_token_by_token(compile: bool):
-    """The ring-buffer decoder on the GPU (fp64 eager, fp32 under torch.compile's Triton kernels) gives the model's
-    logits and memory, through compression steps and ring wraps."""
+@pytest.mark.parametrize("mode", ["eager", "compiled", "graphs", "graphs-fp32"])
+def test_cuda_decoder_equals_the_model_token_by_token(mode: str):
+    """The decoder on the GPU (fp64 eager and replayed as CUDA graphs; fp32 under torch.compile's Triton kernels and
+    replayed with the fused kernel) gives the model's logits and memory, through compression steps."""
     model = tiny_model(compression_extra_width=1).to(CUDA)
-    if compile:
+    if mode in ("compiled", "graphs-fp32"):
         model = model.float()
     tokens = torch.randint(0, 32, (2, 50), device=CUDA)
     with torch.no_grad():
         memory = model(tokens[:, :11], memory=model.init_memory(2)).memory
-        decoder = Decoder(model, memory, compile=compile)
+        decoder = Decoder(model, memory, compile=mode == "compiled", cuda_graphs=mode.startswith("graphs"))
         for t in range(11, 50):
             got = decoder.step(tokens[:, t])
             out = model(tokens[:, t : t + 1], memory=memory)
             memory = out.memory
-            tol = 1e-4 if compile else 1e-10
+            tol = 1e-4 if next(model.parameters()).dtype == torch.float32 else 1e-10
             torch.testing.assert_close(got, out.logits[:, 0], rtol=tol, atol=tol)
     for a, b in zip(decoder.memory().layers, memory.layers):
         torch.testing.assert_close(a.mem, b.mem, rtol=tol, atol=tol)

@@ -124,9 +124,10 @@ def test_fallbacks_and_the_auto_choice(monkeypatch):
     assert auto_choice(cpu, compiling=False)[0] == "explicit" and auto_choice(cpu, compiling=True)[0] == "reference"
     monkeypatch.setattr("compressive_transformer.core.kernels.triton_available", lambda: True)
     assert auto_choice(cuda, compiling=False)[0] == "fused"
+    assert auto_choice(cuda, compiling=False, dtype=torch.float64)[0] == "sdpa-bias"  # no fp64 Triton kernel
     monkeypatch.setattr("compressive_transformer.core.kernels.triton_available", lambda: False)
     assert auto_choice(cuda, compiling=False)[0] == "sdpa-bias"
-    with pytest.warns(UserWarning, match="needs Triton"):
+    with pytest.warns(UserWarning, match="needs Triton, a CUDA device"):
         assert pick("fused") == "sdpa-bias" and pick("flex") == "sdpa-bias"  # flex's configs get the fused kernel
     for name, (kernel, reason) in ((n, auto_choice(torch.device(n), compiling=False)) for n in ("cpu", "cuda", "mps")):
         assert kernel in KERNELS and reason, name

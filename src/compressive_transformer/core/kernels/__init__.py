@@ -83,19 +83,22 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def fused_runs_on(device: torch.device) -> bool:
-    """Where the fused kernel can run: CUDA with Triton, or the CPU through Triton's interpreter."""
-    if not triton_available():
+FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def fused_runs_on(device: torch.device, dtype: torch.dtype = torch.float32) -> bool:
+    """Where the fused kernel can run: CUDA with Triton, or the CPU through Triton's interpreter; not in fp64."""
+    if not triton_available() or dtype not in FUSED_DTYPES:
         return False
     return device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
 
 
-def auto_choice(device: torch.device, *, compiling: bool) -> tuple[str, str]:
-    """``auto``'s kernel and the reason for it."""
+def auto_choice(device: torch.device, *, compiling: bool, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
+    """``auto``'s kernel and the reason for it (``dtype``: the compute dtype)."""
     if device.type == "cuda":
-        if fused_runs_on(device):
+        if fused_runs_on(device, dtype):
             return "fused", "no (B, H, T, K) buffer in memory, forward or backward"
-        return "sdpa-bias", "Triton is not installed: the fused kernel with the positional scores as its bias"
+        return "sdpa-bias", "without Triton (or in fp64): the fused kernel with the positional scores as its bias"
     if compiling:
         return "reference", "torch.compile fuses the reference's plain tensor code"
     return "explicit", "on the CPU the scores in one buffer beat a bias read by SDPA (benchmarks/results/backends)"
@@ -106,21 +109,30 @@ def _say_once(message: str) -> None:
     warnings.warn(message, stacklevel=3)
 
 
-def choose_kernel(impl: str, *, device: torch.device, need_weights: bool, dropout: float, grad: bool) -> str:
+def choose_kernel(
+    impl: str,
+    *,
+    device: torch.device,
+    need_weights: bool,
+    dropout: float,
+    grad: bool,
+    dtype: torch.dtype = torch.float32,
+) -> str:
     """The kernel that runs one forward. ``need_weights``: the caller or the compressor reads the attention weights;
-    ``dropout``: the attention dropout in force (0 in evaluation); ``grad``: gradients are recorded."""
+    ``dropout``: the attention dropout in force (0 in evaluation); ``grad``: gradients are recorded; ``dtype``: the
+    compute dtype."""
     compiling = torch.compiler.is_compiling()
     name = canonical(impl)
     if name == "auto":
-        name = auto_choice(device, compiling=compiling)[0]
+        name = auto_choice(device, compiling=compiling, dtype=dtype)[0]
     spec = KERNELS[name]
     if need_weights and not spec.weights:
         name = "reference" if compiling else "explicit"
     elif dropout > 0 and not spec.dropout:
         _say_once(f"attn_impl {name!r} has no attention dropout: using 'sdpa-bias' while attn_dropout > 0 in training")
         name = "sdpa-bias"
-    elif name == "fused" and not fused_runs_on(device):
-        _say_once("attn_impl 'fused' needs Triton and a CUDA device: using 'sdpa-bias'")
+    elif name == "fused" and not fused_runs_on(device, dtype):
+        _say_once("attn_impl 'fused' needs Triton, a CUDA device and fp32/bf16/fp16: using 'sdpa-bias'")
         name = "sdpa-bias"
     if name == "explicit" and compiling:
         name = "reference"  # its strided views do not trace; compile fuses the reference
@@ -139,6 +151,7 @@ def plan(
         need_weights=need_weights or cfg.needs_attention_weights,
         dropout=cfg.attn_dropout if training else 0.0,
         grad=torch.is_grad_enabled(),
+        dtype=compute_dtype(h.device, h.dtype),
     )
     spec = KERNELS[name]
     mask = key_mask(x_mask, first.mem_mask, first.cmem_mask, window=window)
