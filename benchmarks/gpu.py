@@ -40,6 +40,7 @@ ENTRIES = {
     **{f"ours+{b}+graphs": ("ours", {"attn_impl": b, "graphs": True}) for b in KERNELS},
     **{f"ours+{b}+compile": ("ours", {"attn_impl": b, "compile": True}) for b in KERNELS},
     "ours_txl": ("ours_txl", {}),
+    "ours_txl+graphs": ("ours_txl", {"graphs": True}),
     "lucidrains": ("lucidrains", {}),
     "lucidrains_fixed": ("lucidrains_fixed", {}),
     "labml": ("labml", {}),
@@ -138,6 +139,7 @@ def main() -> None:
         "--python", default=None, help="interpreter for the children (default: benchmarks/.venv-peers if present)"
     )
     ap.add_argument("--out", default=str(HERE / "results" / "gpu"))
+    ap.add_argument("--name", default=None, help="stem of the report files (default: the workload's name)")
     a = ap.parse_args()
     w = workloads.get(a.workload)
     keys = [k.strip() for k in a.impl.split(",") if k.strip()]
@@ -186,8 +188,8 @@ def main() -> None:
                 or f"train {fmt(get(r, 'train', 'tokens_per_s'))} tok/s, eval {fmt(get(r, 'eval', 'tokens_per_s'))} tok/s"
             )
             print(f"[gpu] {amp:4s} {key:17s} {time.perf_counter() - t0:6.1f}s  {summary}", flush=True)
-            workloads.write_report(Path(a.out), w.name, res, markdown(res, w).splitlines(), echo=False)  # so far
-    workloads.write_report(Path(a.out), w.name, res, markdown(res, w).splitlines())
+            workloads.write_report(Path(a.out), a.name or w.name, res, markdown(res, w).splitlines(), echo=False)
+    workloads.write_report(Path(a.out), a.name or w.name, res, markdown(res, w).splitlines())
 
 
 if __name__ == "__main__":

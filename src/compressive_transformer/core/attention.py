@@ -227,26 +227,30 @@ class RelativeAttention(nn.Module):
         return self.heads(k), self.heads(v)
 
     def forward(
-        self, x: Tensor, memory_kv: tuple[Tensor, Tensor], tables: Tables, mask: KeyMask, kernel: Kernel
+        self, x: Tensor, memory_kv: Sequence[tuple[Tensor, Tensor]], tables: Tables, mask: KeyMask, kernel: Kernel
     ) -> AttentionOutput:
-        """x: (B, T, d) the layer's attention input; memory_kv: keys and values of [cmem; mem] (B, H, C + M, dh)
-        (:meth:`keys_values` of the memory states, or a decoder's copy of them); tables: :meth:`tables`."""
+        """x: (B, T, d) the layer's attention input; memory_kv: keys and values (B, H, S, dh) of [cmem; mem] in slot
+        order, in one or more consecutive parts (:meth:`keys_values` of the memory states, or a decoder's copies of
+        them); tables: :meth:`tables`."""
         B, T, _ = x.shape
         q, k_x, v_x = F.linear(x, self.qkv.weight).split(self.n_heads * self.d_head, dim=-1)
-        q = self.heads(q)
-        k = torch.cat([memory_kv[0].to(q.dtype), self.heads(k_x)], dim=2)  # (B, H, K, dh)
-        v = torch.cat([memory_kv[1].to(q.dtype), self.heads(v_x)], dim=2)
-        s, dt = self.scale, q.dtype
-        bias = lambda b: (b * s).to(dt)[:, None, :]  # noqa: E731  (H, 1, dh): each bias pre-scaled, in q's dtype
-        cv = self.cv if self.cv is not None else self.v
+        q, dt = self.heads(q), q.dtype
+        as_q = lambda t: t if t.dtype == dt else t.to(dt)  # noqa: E731  (an fp32 copy under autocast)
+        k = torch.cat([*(as_q(kv[0]) for kv in memory_kv), self.heads(k_x)], dim=2)  # (B, H, K, dh)
+        v = torch.cat([*(as_q(kv[1]) for kv in memory_kv), self.heads(v_x)], dim=2)
+        # (q + u) s, (q + v) s and (q + v_c) s in one pass over q, each bias pre-scaled and in q's dtype
+        compressed = tables.rc is not None
+        biases = [self.u, self.v] + ([self.cv if self.cv is not None else self.v] if compressed else [])
+        scaled = (torch.stack(biases) * self.scale).to(dt)[:, None, :, None, :]  # (2 or 3, 1, H, 1, dh)
+        queries = torch.add(scaled, q, alpha=self.scale).unbind(0)  # each (B, H, T, dh)
         inputs = AttentionInputs(
-            qu=torch.add(bias(self.u), q, alpha=s),
-            qv=torch.add(bias(self.v), q, alpha=s),
-            qc=torch.add(bias(cv), q, alpha=s) if tables.rc is not None else None,
+            qu=queries[0],
+            qv=queries[1],
+            qc=queries[2] if compressed else None,
             k=k,
             v=v,
-            r=tables.r.to(dt),
-            rc=tables.rc.to(dt) if tables.rc is not None else None,
+            r=as_q(tables.r),
+            rc=as_q(tables.rc) if compressed else None,
             mask=mask,
             dropout=self.attn_dropout if self.training else 0.0,
         )

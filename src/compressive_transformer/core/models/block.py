@@ -8,6 +8,7 @@ residual additions with GTrXL's GRU-style gates (pre-norm only).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +59,7 @@ class Block(nn.Module):
         self.gate2 = GRUGate(d, cfg.gate_bias) if cfg.gating else None
 
     def forward(
-        self, h: Tensor, memory_kv: tuple[Tensor, Tensor], tables: Tables, mask: KeyMask, kernel: Kernel
+        self, h: Tensor, memory_kv: Sequence[tuple[Tensor, Tensor]], tables: Tables, mask: KeyMask, kernel: Kernel
     ) -> BlockOutput:
         """h: (B, T, d); memory_kv, tables, mask, kernel: see :meth:`RelativeAttention.forward`."""
         attn_in = self.attn_input(h)

@@ -38,27 +38,33 @@ def unsupported(model: torch.nn.Module) -> str | None:
 
 @dataclass(frozen=True)
 class LayerCache:
-    """One layer's inference state: positional tables at T = 1 and the keys and values of [cmem; mem]."""
+    """One layer's inference state: positional tables at T = 1 and the keys and values of [cmem] and of [mem]."""
 
     tables: Tables
-    k: Tensor  # (B, H, C + M, dh)
-    v: Tensor  # (B, H, C + M, dh)
+    k_cmem: Tensor  # (B, H, C, dh)
+    v_cmem: Tensor
+    k_mem: Tensor  # (B, H, M, dh)
+    v_mem: Tensor
+
+    @property
+    def parts(self) -> list[tuple[Tensor, Tensor]]:
+        return [(self.k_cmem, self.v_cmem), (self.k_mem, self.v_mem)]
 
     def advance(
         self, attn: AttentionOutput, state: LayerMemory, eviction: Eviction | None, module: RelativeAttention
     ) -> "LayerCache":
         """The keys and values of ``state``, the memory :func:`~compressive_transformer.core.memory.update_layer`
         made after the step whose attention read ``attn``'s keys [cmem; mem; x]: memory keeps the newest M of
-        [mem; x], the compressed memory gains the keys of its new slots (the only ones projected)."""
+        [mem; x] (a view of those keys), the compressed memory gains the keys of its new slots, the only ones
+        projected."""
         C, M, K = state.cmem_len, state.capacity, attn.k.shape[2]
-        k, v = attn.k[:, :, K - M :], attn.v[:, :, K - M :]
-        kc, vc = attn.k[:, :, :C], attn.v[:, :, :C]
+        kc, vc = self.k_cmem, self.v_cmem
         if eviction is not None and C > 0:
             g = min(eviction.compressed.shape[1], C)
             new_k, new_v = module.keys_values(state.cmem[:, C - g :])
             kc = torch.cat([kc[:, :, g:], new_k.to(kc.dtype)], dim=2)
             vc = torch.cat([vc[:, :, g:], new_v.to(vc.dtype)], dim=2)
-        return replace(self, k=torch.cat([kc, k], dim=2), v=torch.cat([vc, v], dim=2))
+        return replace(self, k_cmem=kc, v_cmem=vc, k_mem=attn.k[:, :, K - M :], v_mem=attn.v[:, :, K - M :])
 
 
 class Decoder:
@@ -82,13 +88,13 @@ class Decoder:
         self._tables: dict[int, list[Tables]] = {}  # per compressed-stream offset (the fill, for shared positions)
         memory = rebuild(memory, [t.contiguous() for t in tensors_of(memory)])  # the layout every later step has
         with torch.no_grad():
-            kv = [
-                block.attn.keys_values(torch.cat([compressed_for_attention(layer, comp), layer.mem], dim=1))
-                for block, layer, comp in zip(model.blocks, memory.layers, self._compressors())
-            ]
             tables = self._tables_for(memory)
+            self._caches = []
+            for block, layer, comp, t in zip(model.blocks, memory.layers, self._compressors(), tables):
+                kc, vc = block.attn.keys_values(compressed_for_attention(layer, comp))
+                km, vm = block.attn.keys_values(layer.mem)
+                self._caches.append(LayerCache(t, *(x.contiguous() for x in (kc, vc, km, vm))))
         self._memory = memory
-        self._caches = [LayerCache(t, k.contiguous(), v.contiguous()) for t, (k, v) in zip(tables, kv)]
         self._watch = WriteWatch(model.parameters())
         self._ones = torch.ones(memory.batch_size, 1, dtype=torch.bool, device=memory.layers[0].mem.device)
         run = torch.compile(self._run, fullgraph=True) if compile else self._run

@@ -58,8 +58,7 @@ class LayerCache(Protocol):
     the positional tables it derived from the weights and the keys and values of the layer's memory slots."""
 
     tables: Tables
-    k: Tensor  # (B, H, C + M, dh) keys of [cmem; mem]
-    v: Tensor
+    parts: list[tuple[Tensor, Tensor]]  # keys and values (B, H, S, dh) of [cmem; mem] in slot order
 
     def advance(self, attn: AttentionOutput, state: LayerMemory, eviction: Eviction | None, module) -> "LayerCache":
         """The cache of ``state``, the memory that followed the step whose attention was ``attn``."""
@@ -238,9 +237,9 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             compress = self.compressors[i] if self.compressors is not None else None
             if caches is None:
                 tables = block.attn.tables(positions)
-                kv = block.attn.keys_values(torch.cat([compressed_for_attention(state, compress), state.mem], dim=1))
+                kv = [block.attn.keys_values(torch.cat([compressed_for_attention(state, compress), state.mem], dim=1))]
             else:
-                tables, kv = caches[i].tables, (caches[i].k, caches[i].v)
+                tables, kv = caches[i].tables, caches[i].parts
             out = block(h, kv, tables, mask, kernel)
             usage = self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None
             new_state, eviction = update_layer(

@@ -305,7 +305,7 @@ class TransformerQL(DeclaresWrites, nn.Module):
         )
         for li in layers:
             state, attn = states[li], self.blocks[li].attn
-            kv = attn.keys_values(torch.cat([state.cmem, state.mem], dim=1))
+            kv = [attn.keys_values(torch.cat([state.cmem, state.mem], dim=1))]
             out = self.blocks[li](x, kv, attn.tables(positions), mask, kernel)
             states[li], _ = update_layer(
                 state, out.attn_in[:, :shift], x_mask[:, :shift], compression_rate=1, extra_width=0, compress=None
