@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 from cli_helpers import assert_one_line_error, cli_run
+from conftest import AGENT_TINY
 
 pytest.importorskip("gymnasium")
 pytest.importorskip("torchrl")
@@ -26,33 +27,7 @@ from compressive_transformer.runs.runlock import RunLock  # noqa: E402
 
 torch.set_num_threads(1)
 NONMATCHING = Path("configs/agents/nonmatching.toml")
-TINY = [
-    "train.n_envs=2",
-    "train.unroll=4",
-    "train.env_steps=64",  # 8 updates
-    "train.log_every=2",
-    "train.checkpoint_every=4",
-    "env.delay=4",
-    "model.d_model=16",
-    "model.d_ff=16",
-    "model.mem_len=4",
-    "model.cmem_len=2",
-]
-SETS = [a for s in TINY for a in ("--set", s)]
-
-
-@pytest.fixture(scope="module")
-def agent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("agent") / "run"
-    train_agent(load_rl_config(NONMATCHING, TINY), run_dir, progress=False)
-    return run_dir
-
-
-@pytest.fixture
-def agent_copy(agent_run: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(agent_run, copy, ignore=shutil.ignore_patterns(".lock"))
-    return copy
+SETS = [a for s in AGENT_TINY for a in ("--set", s)]
 
 
 def cut_at_first_checkpoint(run_dir: Path) -> None:
@@ -61,12 +36,14 @@ def cut_at_first_checkpoint(run_dir: Path) -> None:
         shutil.rmtree(ckpt)
 
 
-def test_a_second_trainer_of_the_same_run_stops_in_one_line(agent_copy: Path, capsys: pytest.CaptureFixture) -> None:
-    cut_at_first_checkpoint(agent_copy)
-    with RunLock(agent_copy):  # the first `rl train --resume`, still running
-        code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_copy), "--resume", "--no-progress")
+def test_a_second_trainer_of_the_same_run_stops_in_one_line(
+    agent_run_copy: Path, capsys: pytest.CaptureFixture
+) -> None:
+    cut_at_first_checkpoint(agent_run_copy)
+    with RunLock(agent_run_copy):  # the first `rl train --resume`, still running
+        code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_run_copy), "--resume", "--no-progress")
     assert_one_line_error(code, err, "is in use by process")
-    assert [r["step"] for r in read_metrics(agent_copy)] == [2, 4, 6, 8]  # nothing written twice
+    assert [r["step"] for r in read_metrics(agent_run_copy)] == [2, 4, 6, 8]  # nothing written twice
 
 
 @pytest.mark.parametrize("kind", ["transformer", "lstm"])
@@ -154,15 +131,15 @@ def test_an_unknown_minigrid_environment_is_one_line(tmp_path: Path, capsys: pyt
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
-    agent_run: Path, agent_copy: Path, capsys: pytest.CaptureFixture
+    agent_run: Path, agent_run_copy: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    newest = list_checkpoints(agent_copy)[-1]
+    newest = list_checkpoints(agent_run_copy)[-1]
     weights = newest / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])  # truncated on disk
-    code, out, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_copy), "--resume", "--no-progress")
+    code, out, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_run_copy), "--resume", "--no-progress")
     assert code == 0, err
     assert "falling back to an older checkpoint" in out and str(newest) in out
-    assert read_metrics(agent_copy) == read_metrics(agent_run)
+    assert read_metrics(agent_run_copy) == read_metrics(agent_run)
     same = list_checkpoints(agent_run)[-1] / "model.safetensors"
     assert weights.read_bytes() == same.read_bytes(), "continued from step 4 exactly as the uninterrupted run"
 
@@ -171,7 +148,14 @@ def test_minigrid_environments_replay_exactly_on_resume(tmp_path: Path) -> None:
     pytest.importorskip("minigrid")
     cfg = load_rl_config(
         Path("configs/agents/minigrid-memory.toml"),
-        [*TINY[:5], "train.env_steps=48", "model.mem_len=4", "model.cmem_len=4", "model.d_model=16", "model.d_ff=16"],
+        [
+            *AGENT_TINY[:5],
+            "train.env_steps=48",
+            "model.mem_len=4",
+            "model.cmem_len=4",
+            "model.d_model=16",
+            "model.d_ff=16",
+        ],
     )
     full, cut = tmp_path / "full", tmp_path / "cut"
     train_agent(cfg, full, progress=False)

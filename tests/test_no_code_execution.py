@@ -15,12 +15,11 @@ import pytest
 import torch
 from cli_helpers import assert_one_line_error, cli_run
 
-from compressive_transformer import cli
 from compressive_transformer.analysis.report import summarize_run
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.experiments.long_range_results import locked_results
 from compressive_transformer.experiments.study import read_result
-from compressive_transformer.runs.checkpoint import list_checkpoints
+from compressive_transformer.runs.checkpoint import RESUME_FILES, list_checkpoints
 from compressive_transformer.runs.integrity import write_manifest
 
 torch.set_num_threads(1)
@@ -66,15 +65,7 @@ def check(code: int, err: str, marker: Path, *, must_fail: bool) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # a text run: its checkpoint files and its own files, under every command that reads them
 
-CHECKPOINT_FILES = [
-    "model.safetensors",
-    "optimizer.safetensors",
-    "optimizer.json",
-    "memory.safetensors",
-    "rng.safetensors",
-    "state.json",
-    "config.toml",
-]
+CHECKPOINT_FILES = list(RESUME_FILES)  # every file of a checkpoint but its manifest
 
 
 @pytest.mark.parametrize("name", CHECKPOINT_FILES)
@@ -145,56 +136,34 @@ def test_export_directory_and_memory_file(
 # ---------------------------------------------------------------------------------------------------------------
 # an agent run: the environments' state (once a pickle inside state.json) and every other file
 
-AGENT = [
-    "--set", "train.n_envs=2", "--set", "train.unroll=4", "--set", "train.env_steps=64", "--set", "train.log_every=2",
-    "--set", "train.checkpoint_every=4", "--set", "env.delay=4", "--set", "model.d_model=16", "--set", "model.d_ff=16",
-    "--set", "model.mem_len=4", "--set", "model.cmem_len=2", "--no-progress",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def agent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("gymnasium")
-    pytest.importorskip("torchrl")
-    run_dir = tmp_path_factory.mktemp("agent") / "run"
-    assert cli.main(["rl", "train", "configs/agents/nonmatching.toml", *AGENT, "--run-dir", str(run_dir)]) == 0
-    return run_dir
-
-
-@pytest.fixture
-def agent_copy(agent_run: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "agent"
-    shutil.copytree(agent_run, copy, ignore=shutil.ignore_patterns(".lock"))
-    return copy
-
 
 def test_an_agent_checkpoint_whose_environments_are_a_pickle(
-    agent_copy: Path, marker: Path, capsys: pytest.CaptureFixture
+    agent_run_copy: Path, marker: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """The format an earlier version wrote: base64 of a pickle of the environments, inside state.json."""
-    for ckpt in list_checkpoints(agent_copy):
+    for ckpt in list_checkpoints(agent_run_copy):
         state = json.loads((ckpt / "state.json").read_text())
         pairs = state["data"]["__dict__"]
         envs = next(p for p in pairs if p[0] == "envs")
         envs[1] = base64.b64encode(pickle.dumps([Payload(marker)])).decode("ascii")
         (ckpt / "state.json").write_text(json.dumps(state))
         write_manifest(ckpt, {"step": state["step"]})
-    code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_copy), "--resume", "--no-progress")
+    code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_run_copy), "--resume", "--no-progress")
     check(code, err, marker, must_fail=True)
     assert "pickle" in err
 
 
 @pytest.mark.parametrize("name", [*CHECKPOINT_FILES, "manifest.json"])
-def test_agent_checkpoint_files(name: str, agent_copy: Path, marker: Path, capsys: pytest.CaptureFixture) -> None:
-    for ckpt in list_checkpoints(agent_copy):
+def test_agent_checkpoint_files(name: str, agent_run_copy: Path, marker: Path, capsys: pytest.CaptureFixture) -> None:
+    for ckpt in list_checkpoints(agent_run_copy):
         plant(ckpt / name, marker)
-    code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_copy), "--resume", "--no-progress")
+    code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_run_copy), "--resume", "--no-progress")
     check(code, err, marker, must_fail=True)
 
 
-def test_agent_run_config(agent_copy: Path, marker: Path, capsys: pytest.CaptureFixture) -> None:
-    plant(agent_copy / "config.toml", marker)
-    code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_copy), "--resume", "--no-progress")
+def test_agent_run_config(agent_run_copy: Path, marker: Path, capsys: pytest.CaptureFixture) -> None:
+    plant(agent_run_copy / "config.toml", marker)
+    code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(agent_run_copy), "--resume", "--no-progress")
     check(code, err, marker, must_fail=True)
 
 

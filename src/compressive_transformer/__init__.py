@@ -8,43 +8,9 @@ takes, and Ctrl-C during them ends in one line.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from compressive_transformer.core.version import __version__ as __version__
-
-if TYPE_CHECKING:  # what static tools see; at run time the same names come from __getattr__
-    from compressive_transformer.core.config import (
-        AdaptiveConfig,
-        CompressionConfig,
-        ConfigError,
-        DataConfig,
-        EvalConfig,
-        MemoryConfig,
-        ModelConfig,
-        PositionsConfig,
-        QLConfig,
-        RunConfig,
-        TrainConfig,
-        WaveNetConfig,
-        load_run_config,
-    )
-    from compressive_transformer.core.context import (
-        ContextLength,
-        TemporalRange,
-        context_length,
-        context_length_from_config,
-        temporal_range,
-    )
-    from compressive_transformer.core.memory import LayerMemory, MemoryState
-    from compressive_transformer.core.models import CompressiveTransformerLM, LMOutput, TransformerQL, build_model
-    from compressive_transformer.core.models.decode import Decoder
-    from compressive_transformer.data.units import TextSize, Units, units
-    from compressive_transformer.runs.export import export_run
-    from compressive_transformer.runs.loading import Run, from_pretrained, load_run
-    from compressive_transformer.training.evaluate import EvalResult, evaluate
-    from compressive_transformer.training.generate import SamplingConfig, filter_logits, generate
-    from compressive_transformer.training.text_eval import evaluate_text
-    from compressive_transformer.training.trainer import Trainer, TrainingError
 
 # public name -> the module (below this package) that defines it
 _EXPORTS = {
