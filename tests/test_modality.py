@@ -14,6 +14,7 @@ from cli_helpers import assert_one_line_error, cli_run
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.modality import AUDIO, CONTINUOUS, TEXT, run_modality
 from compressive_transformer.runs.loading import load_run, read_modality
+from compressive_transformer.runs.metrics import read_metrics
 from compressive_transformer.training.text_eval import evaluate_text
 from compressive_transformer.training.textgen import generate_text
 
@@ -125,3 +126,9 @@ def test_an_exported_audio_model_generates_audio(
     assert sf.info(str(wav)).samplerate == 8000
     code, _, err = cli_run(capsys, "generate", str(export), "--prompt", "hello")
     assert_one_line_error(code, err, "--prompt", "models audio")
+
+
+def test_an_audio_run_records_its_training_loss_per_sample(audio_run: Path) -> None:
+    train = [r for r in read_metrics(audio_run) if "loss" in r]
+    assert train and all(r["bits_per_sample"] == r["bits_per_token"] for r in train)
+    assert any("val_bits_per_sample" in r for r in read_metrics(audio_run))
