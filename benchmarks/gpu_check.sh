@@ -30,9 +30,11 @@ if [ "$DEVICE" = cpu ]; then  # a dry run: tiny sizes, the fused kernel through 
   PAPER=(--device cpu --steps 1 --set model.n_layers=2 --set model.d_model=32 --set model.d_ff=64 --set model.seg_len=16
     --set model.memory.mem_len=16 --set model.memory.cmem_len=8 --set train.batch_size=2 --set train.amp=none)
   KERNEL=(--device cpu)
+  TESTS=(tests/test_cuda.py)  # they skip without a GPU: the part's command is what a dry run checks
   export TRITON_INTERPRET=1 TORCHDYNAMO_DISABLE=1
 else
   WORKLOAD=gpu PAPER=() KERNEL=()
+  TESTS=(tests/test_kernel_triton.py tests/test_cuda.py "tests/test_kernels.py::test_cuda_training_equals_the_reference")
 fi
 mkdir -p "$OUT"
 START=$(date +%s)
@@ -63,8 +65,7 @@ part() {
 
 part env 30 "$OUT/bench.log" "$PY" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'); import triton; print('triton', triton.__version__)"
 part peers 40 "$OUT/bench.log" "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-check-peers $WHEELS/*.whl
-part tests 140 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider --tb=long -rfE --timeout 90 \
-  tests/test_kernel_triton.py tests/test_cuda.py "tests/test_kernels.py::test_cuda_training_equals_the_reference"
+part tests 140 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider --tb=long -rfE --timeout 90 "${TESTS[@]}"
 part kernel 45 "$OUT/bench.log" "$PY" -m benchmarks.fused_attention "${KERNEL[@]}" --out "$OUT/kernel.json"
 part bench 170 "$OUT/bench.log" "$PY" -m benchmarks.gpu --workload $WORKLOAD --device "$DEVICE" --amp bf16 \
   --python "$PY" --out "$OUT" --name gpu --impl ours+graphs,ours,ours_txl+graphs,lucidrains,labml

@@ -103,9 +103,49 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def finished_run_copy(finished_run: Path, tmp_path: Path) -> Path:
     """A private copy of :func:`finished_run` (without its lock file)."""
-    copy = tmp_path / "run"
-    shutil.copytree(finished_run, copy, ignore=shutil.ignore_patterns(".lock"))
+    return private_copy(finished_run, tmp_path / "run")
+
+
+def private_copy(run_dir: Path, copy: Path) -> Path:
+    """``run_dir`` copied to ``copy`` without its lock file (a test's own run to damage, resume or extend)."""
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns(".lock"))
     return copy
+
+
+# a tiny agent run of configs/agents/nonmatching.toml: 8 updates of 2 environments x 4 steps, checkpoints at 4 and 8
+AGENT_TINY = [
+    "train.n_envs=2",
+    "train.unroll=4",
+    "train.env_steps=64",
+    "train.log_every=2",
+    "train.checkpoint_every=4",
+    "env.delay=4",
+    "model.d_model=16",
+    "model.d_ff=16",
+    "model.mem_len=4",
+    "model.cmem_len=2",
+]
+
+
+@pytest.fixture(scope="session")
+def agent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished :data:`AGENT_TINY` agent run (needs the [rl] extra), never changed by a test: tests that damage or
+    resume it take :func:`agent_run_copy`."""
+    pytest.importorskip("gymnasium")
+    pytest.importorskip("torchrl")
+    run_dir = tmp_path_factory.mktemp("agent") / "run"
+    sets = [a for s in AGENT_TINY for a in ("--set", s)]
+    assert (
+        cli.main(["rl", "train", "configs/agents/nonmatching.toml", *sets, "--no-progress", "--run-dir", str(run_dir)])
+        == 0
+    )
+    return run_dir
+
+
+@pytest.fixture
+def agent_run_copy(agent_run: Path, tmp_path: Path) -> Path:
+    """A private copy of :func:`agent_run` (without its lock file)."""
+    return private_copy(agent_run, tmp_path / "agent")
 
 
 def pin_source(monkeypatch: pytest.MonkeyPatch, name: str, **changes) -> None:

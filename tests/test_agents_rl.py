@@ -149,7 +149,7 @@ def test_training_resumes_exactly(tmp_path: Path, kind: str) -> None:
     train_agent(load_rl_config(full / "config.toml", ["train.env_steps=144"]), tmp_path / "long", progress=False)
     assert read_metrics(longer) == read_metrics(tmp_path / "long")
     with pytest.raises(ConfigError, match="more than train.env_steps"):
-        train_agent(load_rl_config(longer / "config.toml", ["train.lr=0.1"]), longer, resume=True, progress=False)
+        train_agent(load_rl_config(longer / "config.toml", ["train.gamma=0.9"]), longer, resume=True, progress=False)
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

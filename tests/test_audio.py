@@ -3,6 +3,7 @@ memory starts empty, and the audio settings reach the token cache. Audio is made
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from compressive_transformer.core.models import build_model
 from compressive_transformer.core.streaming import stream
 from compressive_transformer.data import load_corpus, read_split
 from compressive_transformer.data.mulaw import mulaw_decode, mulaw_encode
+from compressive_transformer.data.soundfiles import TruncatedAudioWarning, read_audio
 from compressive_transformer.data.streams import StreamBatcher
 from compressive_transformer.data.tokenizers import ByteTokenizer
 from tests.conftest import tiny_config
@@ -113,6 +115,20 @@ def test_bad_inputs_end_in_one_line(tmp_path: Path) -> None:
         (tmp_path / "s" / split / "x.wav").write_bytes(b"RIFF not really")
     with pytest.raises(ConfigError, match="is not a readable audio file"):
         read_split(DataConfig(format="audio", path=str(tmp_path / "s")), "train")
+
+
+def test_a_truncated_wav_is_read_with_a_one_line_notice(tmp_path: Path) -> None:
+    """A WAV whose copy stopped half-way was read to its end without a word."""
+    full, cut = tmp_path / "full.wav", tmp_path / "cut.wav"
+    sf.write(full, tone(0.5, 8000), 8000, subtype="PCM_16")
+    cut.write_bytes(full.read_bytes()[: 44 + 4000])  # the header and 2000 of the 4000 samples
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(read_audio(full, 8000)) == 4000  # a whole file: no notice
+    with pytest.warns(TruncatedAudioWarning) as caught:
+        assert len(read_audio(cut, 8000)) == 2000
+    (message,) = [str(w.message) for w in caught]
+    assert "\n" not in message and "truncated" in message and "8,000 bytes" in message and "4,000" in message
 
 
 def test_train_evaluate_and_generate_audio_from_the_command_line(tmp_path: Path, capsys) -> None:

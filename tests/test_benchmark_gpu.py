@@ -99,3 +99,23 @@ def test_the_benchmark_is_one_command_with_backends_eager_and_compiled_in_each_p
     labml = res["runs"]["none"]["labml"]
     if "error" in labml:  # the peers' venv is not this one: the row says so instead of failing the run
         assert "| labml | none | ERROR: " in md
+
+
+@pytest.mark.slow
+def test_the_prepared_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
+    """benchmarks/gpu_check.sh as a dry run (DEVICE=cpu, tiny sizes): every part runs under its limit or is skipped
+    when the budget is spent, and each writes its results as it finishes."""
+    out = tmp_path / "check"
+    env = dict(os.environ, DEVICE="cpu", BUDGET="240", PYTHON=sys.executable, WHEELS=str(tmp_path / "no-wheels"))
+    p = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    summary = (out / "summary.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in summary] == ["env", "peers", "tests", "kernel", "bench", "paper", "more"]
+    status = dict(line.split(": ", 1) for line in summary)
+    assert status["tests"].startswith("ok") and status["bench"].startswith("ok") and status["paper"].startswith("ok")
+    runs = json.loads((out / "gpu.json").read_text())["runs"]["bf16"]
+    assert runs["ours+graphs"]["train"]["tokens_per_s"] > 0 and "error" in runs["labml"]  # no peers' wheels here
+    assert json.loads((out / "paper_time.json").read_text())["hours"] > 0
+    assert (out / "tests.log").exists() and (out / "bench.log").exists()

@@ -4,6 +4,8 @@ that leaves existing runs and checkpoints intact."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import torch
 from cli_helpers import assert_one_line_error, cli_run
 
 from compressive_transformer import cli
+from compressive_transformer.core.config import tomllib
 from compressive_transformer.core.models import CompressiveTransformerLM
 from compressive_transformer.runs.checkpoint import list_checkpoints, load_checkpoint
 from compressive_transformer.runs.presets import TINY_TOML
@@ -361,3 +364,38 @@ def test_every_option_has_help() -> None:
                 assert action.help, (p.prog, action.dest)
             if hasattr(action, "choices") and isinstance(action.choices, dict):
                 stack.extend(action.choices.values())
+
+
+INTERRUPT_AT_TORCH = """
+import importlib.abc, os, signal, sys
+
+class CtrlC(importlib.abc.MetaPathFinder):  # the user presses Ctrl-C while `import torch` runs
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+module, _, function = sys.argv[1].partition(":")
+sys.argv[1:] = sys.argv[2:]
+sys.exit(getattr(__import__(module, fromlist=[function]), function)())
+"""
+
+
+def test_ctrl_c_while_the_command_line_starts_is_one_line(tmp_path: Path) -> None:
+    """The console script's first seconds are ``import torch``: Ctrl-C there printed a KeyboardInterrupt traceback
+    (or, landing inside numpy's import, an ImportError). The entry point is the one pyproject.toml installs."""
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    entry = scripts["compressive-transformer"]
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_AT_TORCH, entry, "train", "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: interrupted while starting, before the command began; nothing was done"
+    ]
+    assert not run_dir.exists()

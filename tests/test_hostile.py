@@ -229,6 +229,25 @@ def test_out_of_memory_in_training_names_the_sizes(
     )
 
 
+def test_the_advice_after_out_of_memory_before_the_first_checkpoint_works_in_the_same_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The run directory kept its config.toml and tokenizer, and starting it again with lower sizes (the advice)
+    in the same --run-dir was refused ("choose another --run-dir")."""
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "train_step", _raise(CPU_OOM))
+        code, _, err = cli_run(capsys, "train", "--run-dir", str(run_dir), *FAST)
+    assert_one_line_error(code, err, "out of memory", "in the same --run-dir while it has no checkpoint")
+    assert (run_dir / "config.toml").is_file() and not list_checkpoints(run_dir)
+    code, out, err = cli_run(capsys, "train", "--run-dir", str(run_dir), *FAST, "--set", "train.batch_size=2")
+    assert code == 0, err
+    assert "stopped before its first checkpoint" in out
+    assert "batch_size = 2" in (run_dir / "config.toml").read_text()
+    code, _, err = cli_run(capsys, "train", "--run-dir", str(run_dir), *FAST)  # now it holds checkpoints: refused
+    assert_one_line_error(code, err, "already holds a run", "--resume")
+
+
 def test_out_of_memory_in_validation_names_the_eval_sizes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

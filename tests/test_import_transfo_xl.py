@@ -149,3 +149,29 @@ def test_missing_files_and_unreadable_vocabularies(tmp_path, capsys):
         capsys, "import", "transfo-xl", str(src), str(tmp_path / "out"), "--vocab", str(tmp_path / "words.txt")
     )
     assert_one_line_error(code, err, "neither model.safetensors nor pytorch_model.bin")
+
+
+@pytest.mark.parametrize(
+    "damage,fragment",
+    [
+        (lambda src: (src / "config.json").write_text("[1, 2, 3]"), "not the object of a TransfoXLConfig"),
+        (lambda src: (src / "config.json").write_text(json.dumps(CONFIG | {"cutoffs": 5})), "wrong type"),
+        (lambda src: (src / "config.json").write_text(json.dumps(CONFIG | {"ext_len": "x"})), "wrong type"),
+        (lambda src: (src / "model.safetensors").write_bytes(b"\x00garbage" * 10), "not a readable safetensors"),
+        (
+            lambda src: (src / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes()[:500]),
+            "not a readable safetensors",
+        ),
+        (lambda src: (src / "vocab.txt").write_bytes(bytes(range(256)) * 4), "not UTF-8 text"),
+    ],
+    ids=["config-list", "cutoffs-number", "ext-len-string", "garbage-weights", "truncated-weights", "binary-vocab"],
+)
+def test_damaged_sources_are_one_line(tmp_path, capsys, damage, fragment):
+    """A config.json that is a list, fields of the wrong type, garbage or truncated safetensors and a binary vocab.txt
+    gave AttributeError, TypeError, SafetensorError and UnicodeDecodeError tracebacks."""
+    src = write_checkpoint(tmp_path / "src")
+    (src / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
+    damage(src)
+    code, _, err = cli_run(capsys, "import", "transfo-xl", str(src), str(tmp_path / "out"))
+    assert_one_line_error(code, err, fragment)
+    assert not (tmp_path / "out").exists()

@@ -178,7 +178,8 @@ def test_the_command_registers_the_model_and_runs_the_harness(
     out = tmp_path / "results"
     code, stdout, err = cli_run(
         capsys, "lm-eval", str(word_run), "--tasks", "ct_choice", "--include_path", str(tasks),
-        "--batch_size", "2", "--device", "cpu", "--output_path", str(out), "--model_args", "mem_len=32",
+        "--batch_size", "2", "--device", "cpu", "--output_path", str(out),
+        "--model_args", "mem_len=32,batch_size=3,device=cpu",  # the documented keys, beside the harness's own options
     )  # fmt: skip
     assert code == 0, err
     (results,) = out.rglob("results_*.json")
@@ -203,6 +204,17 @@ def test_model_args_set_lengths_precision_and_batch_and_bad_ones_are_refused(wor
         HarnessModel.create_from_arg_string(f"run={word_run},prefix=\\n")  # whitespace: no word at all
     with pytest.raises(ConfigError, match="run=RUN_DIR"):
         HarnessModel()
+
+
+def test_batch_size_and_device_in_model_args_win_over_the_harness_defaults(word_run: Path) -> None:
+    """The harness passes its --batch_size/--device (defaults included) beside --model_args: the same keys in
+    --model_args raised "got multiple values for keyword argument 'batch_size'"."""
+    harness = {"batch_size": 1, "max_batch_size": None, "device": "cuda:0"}
+    model = HarnessModel.create_from_arg_string(f"run={word_run},batch_size=2,device=cpu", harness)
+    assert model.batch_size == 2 and model.run.device.type == "cpu"
+    model = HarnessModel.create_from_arg_obj({"run": str(word_run), "batch_size": 4}, harness)
+    assert model.batch_size == 4
+    assert HarnessModel.create_from_arg_string(f"run={word_run}", {"batch_size": 5}).batch_size == 5
 
 
 def test_an_empty_context_needs_a_prefix_and_a_prefix_is_read_but_never_scored(word_run: Path) -> None:

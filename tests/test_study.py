@@ -354,3 +354,32 @@ def test_out_of_memory_while_measuring_is_one_line_and_keeps_the_trained_runs(
     monkeypatch.undo()
     summary = run_study(one, out, parallel=1, threads=1, log=quiet)
     assert summary["runs_done"] == 1 and latest_checkpoint(out / "runs" / "txl" / "seed-0") == checkpoint
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing after it runs in the process."""
+
+
+def test_a_run_killed_after_training_keeps_its_final_train_loss(
+    tmp_path: Path, spec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A study killed after a run finished training but before its result was written, then rerun: the result
+    equals the uninterrupted one, ``final_train_loss`` included (it was null: the rerun trained no step)."""
+    one = tmp_path / "one.toml"
+    one.write_text(spec.read_text().replace("seeds = [0, 1]", "seeds = [0]").split("[variants.ct.model]")[0])
+    reference = tmp_path / "reference"
+    run_study(one, reference, parallel=1, threads=1, log=quiet)
+    out = tmp_path / "out"
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(study_module, "measure_run", killed)
+        with pytest.raises(Killed):
+            run_study(one, out, parallel=1, threads=1, log=quiet)
+    assert latest_checkpoint(out / "runs" / "txl" / "seed-0") is not None
+    run_study(one, out, parallel=1, threads=1, log=quiet)
+    result = json.loads((out / "results" / "txl" / "seed-0.json").read_text())
+    assert isinstance(result["final_train_loss"], float)
+    assert results_of(out) == results_of(reference)

@@ -1,38 +1,56 @@
-"""Compressive Transformer, Transformer-XL and Transformer-QL for long-range sequence modelling."""
+"""Compressive Transformer, Transformer-XL and Transformer-QL for long-range sequence modelling.
 
-from compressive_transformer.core.config import (
-    AdaptiveConfig,
-    CompressionConfig,
-    ConfigError,
-    DataConfig,
-    EvalConfig,
-    MemoryConfig,
-    ModelConfig,
-    PositionsConfig,
-    QLConfig,
-    RunConfig,
-    TrainConfig,
-    WaveNetConfig,
-    load_run_config,
-)
-from compressive_transformer.core.context import (
-    ContextLength,
-    TemporalRange,
-    context_length,
-    context_length_from_config,
-    temporal_range,
-)
-from compressive_transformer.core.memory import LayerMemory, MemoryState
-from compressive_transformer.core.models import CompressiveTransformerLM, LMOutput, TransformerQL, build_model
-from compressive_transformer.core.models.decode import Decoder
+The names below are imported on first use (PEP 562), so that ``import compressive_transformer`` itself imports
+nothing heavy: the console entry point (:mod:`compressive_transformer.launch`) then owns the seconds ``import torch``
+takes, and Ctrl-C during them ends in one line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from compressive_transformer.core.version import __version__ as __version__
-from compressive_transformer.data.units import TextSize, Units, units
-from compressive_transformer.runs.export import export_run
-from compressive_transformer.runs.loading import Run, from_pretrained, load_run
-from compressive_transformer.training.evaluate import EvalResult, evaluate
-from compressive_transformer.training.generate import SamplingConfig, filter_logits, generate
-from compressive_transformer.training.text_eval import evaluate_text
-from compressive_transformer.training.trainer import Trainer, TrainingError
+
+# public name -> the module (below this package) that defines it
+_EXPORTS = {
+    **dict.fromkeys(
+        (
+            "AdaptiveConfig", "CompressionConfig", "ConfigError", "DataConfig", "EvalConfig", "MemoryConfig",
+            "ModelConfig", "PositionsConfig", "QLConfig", "RunConfig", "TrainConfig", "WaveNetConfig",
+            "load_run_config",
+        ),
+        "core.config",
+    ),
+    **dict.fromkeys(
+        ("ContextLength", "TemporalRange", "context_length", "context_length_from_config", "temporal_range"),
+        "core.context",
+    ),
+    **dict.fromkeys(("LayerMemory", "MemoryState"), "core.memory"),
+    **dict.fromkeys(("CompressiveTransformerLM", "LMOutput", "TransformerQL", "build_model"), "core.models"),
+    "Decoder": "core.models.decode",
+    **dict.fromkeys(("TextSize", "Units", "units"), "data.units"),
+    "export_run": "runs.export",
+    **dict.fromkeys(("Run", "from_pretrained", "load_run"), "runs.loading"),
+    **dict.fromkeys(("EvalResult", "evaluate"), "training.evaluate"),
+    **dict.fromkeys(("SamplingConfig", "filter_logits", "generate"), "training.generate"),
+    "evaluate_text": "training.text_eval",
+    **dict.fromkeys(("Trainer", "TrainingError"), "training.trainer"),
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "ConfigError",

@@ -17,6 +17,7 @@ from compressive_transformer.agents.actor_critic import ActorCritic, Rollout
 from compressive_transformer.agents.config import RLConfig
 from compressive_transformer.agents.core import CoreState, join_states, stack_rows
 from compressive_transformer.agents.envs import env_state, make_vector_env, restore_env_state
+from compressive_transformer.agents.health import require_finite_logits
 
 
 @dataclass
@@ -71,6 +72,7 @@ def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> t
     for _ in range(unroll):
         out, read = agent.step(actors.obs, actors.first, actors.memory)
         reads.append(read)
+        require_finite_logits(out.logits)
         dist = torch.distributions.Categorical(logits=out.logits)
         action = dist.sample()
         next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
@@ -125,11 +127,21 @@ def actor_data(actors: ActorState, envs: Any) -> dict[str, Any]:
     return {"envs": env_state(envs), "obs": actors.obs, "first": actors.first, "episode_return": actors.episode_return}
 
 
-def restore_actors(actors: ActorState, envs: Any, data: dict[str, Any]) -> None:
-    """The inverse of :func:`actor_data` (the actors' memory is restored by the core)."""
-    restore_env_state(envs, data["envs"])
-    actors.obs, actors.first = data["obs"], data["first"]
-    actors.episode_return = data["episode_return"]
+def restore_actors(actors: ActorState, envs: Any, data: Any) -> None:
+    """The inverse of :func:`actor_data` (the actors' memory is restored by the core): the environments are rebuilt
+    by replaying their episodes up to the saved observations. A ``ValueError`` says what does not fit."""
+    if not isinstance(data, dict) or not {"envs", "obs", "first", "episode_return"} <= set(data):
+        raise ValueError("it holds no state of the actors (envs, obs, first, episode_return)")
+    n = actors.obs.shape[0]
+    obs, first, returns = data["obs"], data["first"], data["episode_return"]
+    if not (isinstance(obs, torch.Tensor) and obs.shape == actors.obs.shape and obs.dtype == torch.float32):
+        raise ValueError(f"its pending observations are not a float32 tensor of shape {tuple(actors.obs.shape)}")
+    if not (isinstance(first, torch.Tensor) and first.shape == (n,) and first.dtype == torch.bool):
+        raise ValueError(f"its episode starts are not a bool tensor of shape ({n},)")
+    if not (isinstance(returns, np.ndarray) and returns.shape == (n,) and returns.dtype.kind == "f"):
+        raise ValueError(f"its episode returns are not a float array of shape ({n},)")
+    restore_env_state(envs, data["envs"], obs.numpy())
+    actors.obs, actors.first, actors.episode_return = obs, first, returns
 
 
 def join_unrolls(parts: list[Unroll]) -> Unroll:

@@ -30,6 +30,7 @@ import torch.multiprocessing as mp
 from compressive_transformer.agents.acting import Unroll, collect, join_unrolls, start_actors
 from compressive_transformer.agents.actor_critic import ActorCritic
 from compressive_transformer.agents.config import RLConfig
+from compressive_transformer.agents.health import AgentDiverged
 
 POLL_S = 0.05  # how often a waiting actor or learner looks at the stop event and the other side's health
 JOIN_S = 10.0  # how long closing waits for an actor before terminating it
@@ -44,6 +45,14 @@ def actor_seeds(seed: int, index: int, per_actor: int, version: int) -> tuple[in
     if version > 0:
         return int(derived[0]), int(derived[1])
     return (seed if index == 0 else int(derived[0])), seed + index * per_actor
+
+
+@dataclass
+class Failure:
+    """What an actor sends instead of an unroll when it stops on an error."""
+
+    message: str
+    diverged: bool = False
 
 
 @dataclass
@@ -108,8 +117,10 @@ def _act(cfg: RLConfig, index: int, links: Links) -> None:
             roll, start, finished = collect(agent, envs, actors, tc.unroll)
             if not links.put(Unroll(roll, start, finished, [acted])):
                 return
+    except AgentDiverged as e:  # the learner says it in one line, as its own
+        links.put(Failure(str(e), diverged=True))
     except Exception:  # noqa: BLE001  (whatever it is, the learner reports it)
-        links.put(f"actor {index} failed:\n{traceback.format_exc()}")
+        links.put(Failure(f"actor {index} failed:\n{traceback.format_exc()}"))
 
 
 class ActorPool:
@@ -155,8 +166,8 @@ class ActorPool:
             except queue.Empty:
                 if not self.procs[i].is_alive():
                     raise RuntimeError(f"actor {i} exited (code {self.procs[i].exitcode})") from None
-        if isinstance(item, str):
-            raise RuntimeError(item)
+        if isinstance(item, Failure):
+            raise AgentDiverged(item.message) if item.diverged else RuntimeError(item.message)
         self.links[i].slot.release()
         return item
 

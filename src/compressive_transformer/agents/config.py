@@ -47,6 +47,11 @@ class EnvConfig:
         require(self.delay >= 0, "env.delay", "must be >= 0")
         require(self.show_steps >= 1, "env.show_steps", "must be >= 1")
         require(self.n_distractors >= 1, "env.n_distractors", "must be >= 1")
+        require(
+            bool(self.minigrid_id.strip()),
+            "env.minigrid_id",
+            "must name a MiniGrid environment, e.g. MiniGrid-MemoryS7-v0",
+        )
 
 
 @dataclass(frozen=True)
@@ -99,9 +104,15 @@ class RLTrainConfig:
             "train.checkpoint_every",
             f"must be a multiple of train.log_every = {self.log_every} (a checkpoint follows a metrics record)",
         )
+        require(0 <= self.seed < 2**32, "train.seed", "must be in [0, 2**32) (numpy's seeds)")
         require(self.lr > 0, "train.lr", "must be > 0")
         require(0.0 < self.gamma <= 1.0, "train.gamma", "must be in (0, 1]")
         require(self.grad_clip > 0, "train.grad_clip", "must be > 0")
+        require(self.entropy_cost >= 0, "train.entropy_cost", "must be >= 0 (0: no entropy bonus)")
+        require(self.value_cost > 0, "train.value_cost", "must be > 0 (the V-trace targets need a learned value)")
+        clip = "must be > 0 (V-trace's truncation of the importance weights; 1.0 is IMPALA's)"
+        require(self.rho_clip > 0, "train.rho_clip", clip + "; 0 would zero the policy gradient")
+        require(self.c_clip > 0, "train.c_clip", clip)
 
 
 def _default_model() -> ModelConfig:

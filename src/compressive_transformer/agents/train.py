@@ -42,13 +42,24 @@ from compressive_transformer.agents.actor_critic import ActorCritic, Losses, Rol
 from compressive_transformer.agents.actors import ActorPool
 from compressive_transformer.agents.config import RLConfig, RLTrainConfig, load_rl_config
 from compressive_transformer.agents.core import CoreState, detach_state
-from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.agents.health import AgentDiverged, diverged, require_finite, require_finite_weights
+from compressive_transformer.core.config import ConfigError, Log, to_dict
 from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from compressive_transformer.runs.checkpoint import (
+    RESUME_FILES,
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    newest_good_checkpoint,
+    save_checkpoint,
+)
 from compressive_transformer.runs.metrics import MetricsLogger
+from compressive_transformer.runs.runlock import RunLock
 from compressive_transformer.runs.toml_writer import dumps
 
 CONFIG_FILE = "config.toml"
+# train keys a resumed run may change: its length, and the remedy for a diverged run (nothing a checkpoint holds)
+RESUME_CHANGES = ("env_steps", "lr", "grad_clip")
 
 
 @dataclass
@@ -66,26 +77,56 @@ def config_text(cfg: RLConfig) -> str:
     return "# resolved config of this agent run (written by compressive-transformer rl train)\n" + dumps(to_dict(cfg))
 
 
-def _run_config(cfg: RLConfig | None, run_dir: Path, resume: bool) -> tuple[RLConfig, Path | None]:
-    """The config a run trains with and its newest checkpoint: a new run refuses a directory that holds one; a
-    resumed run keeps its saved config, but for ``train.env_steps`` (which is then written to the run's config)."""
-    ckpt_path = latest_checkpoint(run_dir)
-    if resume:
-        if ckpt_path is None:
-            raise ConfigError(f"--resume: {run_dir} holds no checkpoint; start the run without --resume")
-        saved = load_rl_config(run_dir / CONFIG_FILE)
-        if cfg is not None and replace(cfg, train=replace(cfg.train, env_steps=saved.train.env_steps)) != saved:
-            raise ConfigError(
-                f"--resume: the config differs from {run_dir / CONFIG_FILE} in more than train.env_steps; "
-                "resume with the run's own config (a longer run: --set train.env_steps=N)"
-            )
-        if cfg is not None and cfg != saved:  # a longer (or shorter) run: the config on disk says so from now on
-            write_text_atomic(run_dir / CONFIG_FILE, config_text(cfg))
-        cfg = cfg or saved
-    elif ckpt_path is not None:  # a run stopped before its first checkpoint holds nothing to continue: start again
-        raise ConfigError(f"{run_dir} already holds a run; continue it with --resume or choose another --run-dir")
-    assert cfg is not None
+def _run_config(cfg: RLConfig | None, run_dir: Path, resume: bool, log: Log) -> tuple[RLConfig, Path | None]:
+    """The config a run trains with and the checkpoint it continues from: a new run refuses a directory that holds
+    one; a resumed run keeps its saved config but for :data:`RESUME_CHANGES` (then written to the run's config)
+    and continues from its newest checkpoint that verifies (each newer one that does not is reported)."""
+    if not resume:
+        if list_checkpoints(run_dir):  # one stopped before its first checkpoint holds nothing to continue: it restarts
+            raise ConfigError(f"{run_dir} already holds a run; continue it with --resume or choose another --run-dir")
+        assert cfg is not None
+        return cfg, None
+    ckpt_path = newest_good_checkpoint(run_dir, RESUME_FILES, log)
+    if ckpt_path is None:
+        raise ConfigError(f"--resume: {run_dir} holds no checkpoint; start the run without --resume")
+    saved = _saved_config(run_dir)
+    try:
+        written = load_rl_config(ckpt_path / CONFIG_FILE)
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint {ckpt_path}: {CONFIG_FILE} does not hold an agent config ({e})") from None
+    if not _same_run(written, saved):
+        raise CheckpointError(f"checkpoint {ckpt_path} was written by another config; it cannot be resumed here")
+    if cfg is None:
+        return saved, ckpt_path
+    free = {key: getattr(saved.train, key) for key in RESUME_CHANGES}
+    if not _same_run(cfg, saved):
+        raise ConfigError(
+            f"--resume: the config differs from {run_dir / CONFIG_FILE} in more than "
+            f"{', '.join('train.' + k for k in RESUME_CHANGES)}; resume with the run's own config (a longer run: "
+            "--set train.env_steps=N)"
+        )
+    for key in RESUME_CHANGES:
+        if key != "env_steps" and getattr(cfg.train, key) != free[key]:
+            log(f"resuming with train.{key} = {getattr(cfg.train, key)!r} (was {free[key]!r})")
+    if cfg != saved:  # a longer run, or a remedy: the config on disk says so from now on
+        write_text_atomic(run_dir / CONFIG_FILE, config_text(cfg))
     return cfg, ckpt_path
+
+
+def _same_run(a: RLConfig, b: RLConfig) -> bool:
+    """Whether two configs describe the same run, but for the keys a resumed run may change."""
+    free = {key: getattr(b.train, key) for key in RESUME_CHANGES}
+    return replace(a, train=replace(a.train, **free)) == b
+
+
+def _saved_config(run_dir: Path) -> RLConfig:
+    """The config an agent run recorded; another kind of run directory is refused in one line."""
+    try:
+        return load_rl_config(run_dir / CONFIG_FILE)
+    except ConfigError as e:
+        raise ConfigError(
+            f"--resume: {run_dir} does not hold an agent run ({e}); `rl train --resume` continues runs of `rl train`"
+        ) from None
 
 
 def _record(
@@ -138,8 +179,15 @@ class LocalActors:
         return self.agent.core.state_tensors(self.actors.memory), actor_data(self.actors, self.envs)
 
     def restore(self, ckpt: Any) -> None:
-        restore_actors(self.actors, self.envs, ckpt.data_state)
-        self.actors.memory = self.agent.core.state_from_tensors(ckpt.memory)
+        """The actors of checkpoint ``ckpt``; what does not fit this run is a one-line :class:`CheckpointError`."""
+        try:
+            restore_actors(self.actors, self.envs, ckpt.data_state)
+            self.actors.memory = self.agent.core.state_from_tensors(ckpt.memory or {})
+        except (ValueError, KeyError, TypeError, RuntimeError) as e:
+            raise CheckpointError(
+                f"checkpoint {ckpt.path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}; it cannot be "
+                "resumed (start the run again in a new --run-dir)"
+            ) from None
 
     def close(self) -> None:
         self.envs.close()
@@ -148,7 +196,8 @@ class LocalActors:
 def _learn(
     agent: ActorCritic, optimizer: torch.optim.Optimizer, roll: Rollout, start: CoreState, tc: RLTrainConfig
 ) -> tuple[Losses, torch.Tensor]:
-    """One learner update on an unroll: the V-trace losses, clipped gradients, an Adam step."""
+    """One learner update on an unroll: the V-trace losses, clipped gradients, an Adam step. A loss or gradient
+    norm that is not finite stops training before it changes the weights (:class:`AgentDiverged`)."""
     out = agent.replay(roll.obs, roll.reads) if agent.can_replay else agent(roll.obs, roll.first, start)
     losses = vtrace_losses(
         out,
@@ -159,10 +208,13 @@ def _learn(
         rho_clip=tc.rho_clip,
         c_clip=tc.c_clip,
     )
+    require_finite("the loss", losses.total.detach())
     optimizer.zero_grad(set_to_none=True)
     losses.total.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(agent.parameters(), tc.grad_clip)
+    require_finite("the gradient norm", grad_norm)
     optimizer.step()
+    require_finite_weights(agent)
     return losses, grad_norm
 
 
@@ -192,10 +244,12 @@ def _setup(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: bool) -
         agent = local.agent
     learner = Learner(agent, torch.optim.Adam(agent.parameters(), lr=tc.lr), Episodes(deque(maxlen=tc.window)))
     if resume:
+        assert ckpt_path is not None
         ckpt = load_checkpoint(ckpt_path, model=agent, optimizer=learner.optimizer)
+        for group in learner.optimizer.param_groups:  # train.lr may change on resume (the remedy for divergence)
+            group["lr"] = tc.lr
         learner.update = ckpt.step
-        learner.episodes.add(ckpt.data_state["returns"])
-        learner.episodes.count = ckpt.data_state["episodes"]
+        _restore_episodes(learner.episodes, ckpt)
         if local is not None:
             local.restore(ckpt)
     else:
@@ -203,6 +257,16 @@ def _setup(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: bool) -
         write_text_atomic(run_dir / CONFIG_FILE, config_text(cfg))
     actors = local or ActorPool(cfg, agent, learner.update, lockstep=tc.actors_lockstep)
     return learner, actors
+
+
+def _restore_episodes(episodes: Episodes, ckpt: Any) -> None:
+    data = ckpt.data_state
+    returns = data.get("returns") if isinstance(data, dict) else None
+    count = data.get("episodes") if isinstance(data, dict) else None
+    if not (isinstance(returns, list) and all(isinstance(r, float) for r in returns) and type(count) is int):
+        raise CheckpointError(f"checkpoint {ckpt.path}: state.json holds no episode statistics (returns, episodes)")
+    episodes.add(returns)
+    episodes.count = count
 
 
 def _save(run_dir: Path, cfg: RLConfig, learner: Learner, actors: Actors) -> Path:
@@ -220,9 +284,12 @@ def _save(run_dir: Path, cfg: RLConfig, learner: Learner, actors: Actors) -> Pat
     )
 
 
-def _train(cfg: RLConfig, run_dir: Path, learner: Learner, actors: Actors, progress: bool) -> Path | None:
+def _train(
+    cfg: RLConfig, run_dir: Path, learner: Learner, actors: Actors, progress: bool, last: Path | None
+) -> Path | None:
     """The learner's loop: an unroll of every environment, an update, the weights published; metrics and
-    checkpoints on schedule. Returns the last checkpoint written (None if none was)."""
+    checkpoints on schedule. Returns the last checkpoint written, else ``last`` (the one the run resumed from). A
+    value that stops being finite ends it in one line (:class:`AgentDiverged`)."""
     tc = cfg.train
     metrics = MetricsLogger(run_dir)  # TensorBoard too where it is installed
     metrics.truncate_after(learner.update)
@@ -231,7 +298,6 @@ def _train(cfg: RLConfig, run_dir: Path, learner: Learner, actors: Actors, progr
     bar = tqdm(total=total * per_update, initial=learner.update * per_update, unit="step", disable=not progress)
     since_log: list[float] = []
     lags: list[int] | None = [] if tc.actors else None
-    path = None
     try:
         while learner.update < total:
             unroll = actors.next()
@@ -250,20 +316,43 @@ def _train(cfg: RLConfig, run_dir: Path, learner: Learner, actors: Actors, progr
                 since_log, lags = [], ([] if lags is not None else None)
                 bar.set_postfix(ret=f"{record['mean_return']:.2f}", success=f"{record['success_rate']:.2f}")
             if learner.update % tc.checkpoint_every == 0 or learner.update == total:
-                path = _save(run_dir, cfg, learner, actors)
+                last = _save(run_dir, cfg, learner, actors)
+    except AgentDiverged as e:
+        raise diverged(e, learner.update + 1, last) from None
     finally:
         bar.close()
         metrics.close()
-    return path
+    return last
 
 
 def train_agent(
-    cfg: RLConfig | None, run_dir: str | Path, *, resume: bool = False, progress: bool = True
+    cfg: RLConfig | None,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    log: Log = print,
 ) -> AgentSummary:
-    """Train (or, with ``resume``, continue from the newest checkpoint) the agent of ``cfg`` in ``run_dir``. A resumed
-    run keeps its config (``cfg`` None), but for ``train.env_steps``, which may grow to continue a finished run."""
+    """Train (or, with ``resume``, continue from the newest checkpoint that verifies) the agent of ``cfg`` in
+    ``run_dir``. A resumed run keeps its config (``cfg`` None), but for :data:`RESUME_CHANGES`: ``train.env_steps``
+    may grow to continue a finished run, ``train.lr`` and ``train.grad_clip`` change to continue a diverged one.
+    The run directory is locked meanwhile: a second process training it stops in one line."""
     run_dir = Path(run_dir)
-    cfg, ckpt_path = _run_config(cfg, run_dir, resume)
+    lock = RunLock(run_dir)
+    try:
+        if resume and run_dir.is_dir():
+            lock.acquire()
+        cfg, ckpt_path = _run_config(cfg, run_dir, resume, log)
+        if not resume:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+            _run_config(cfg, run_dir, resume, log)  # again, now that the directory is held: a racing start stops
+        return _train_locked(cfg, run_dir, ckpt_path, resume, progress)
+    finally:
+        lock.release()
+
+
+def _train_locked(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: bool, progress: bool) -> AgentSummary:
     tc = cfg.train
     torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
@@ -271,7 +360,7 @@ def train_agent(
     start_time = time.perf_counter()
     learner, actors = _setup(cfg, run_dir, ckpt_path, resume)
     try:  # actor processes stop however this is left: finished, failed or interrupted
-        path = _train(cfg, run_dir, learner, actors, progress) or ckpt_path or _save(run_dir, cfg, learner, actors)
+        path = _train(cfg, run_dir, learner, actors, progress, ckpt_path) or _save(run_dir, cfg, learner, actors)
     finally:
         actors.close()
     episodes = learner.episodes

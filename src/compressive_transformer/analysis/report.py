@@ -32,6 +32,7 @@ from compressive_transformer.analysis.temporal import empirical_temporal_range
 from compressive_transformer.core.config import ConfigError, Log, to_dict
 from compressive_transformer.core.context import temporal_range
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.modality import TEXT, require_modality, run_modality
 from compressive_transformer.data import load_corpus, read_documents
 from compressive_transformer.runs.checkpoint import list_checkpoints
 from compressive_transformer.runs.loading import load_run
@@ -90,6 +91,7 @@ def analyze_run(
     if bad:
         raise ConfigError(f"analyses: unknown {bad[0]!r}; use {', '.join(ANALYSES)}")
     run_dir = Path(run_dir)
+    analyses = _for_modality(run_dir, analyses, log)
     cfg, tokenizer, model = load_trained(run_dir, checkpoint, device=device, threads=threads)
     corpus = load_corpus(cfg.data, split, tokenizer, cache_dir(cfg, run_dir))
     out: dict[str, Any] = {"split": split, "max_segments": max_segments}
@@ -120,6 +122,18 @@ def analyze_run(
     return out
 
 
+def _for_modality(run_dir: Path, analyses: Sequence[str], log: Log) -> Sequence[str]:
+    """Perplexity by word frequency needs words: for an audio run it is left out of the default set and refused
+    when asked for by name."""
+    modality = run_modality(read_run_config(run_dir))
+    if modality == TEXT or "frequency" not in analyses:
+        return analyses
+    if tuple(analyses) != tuple(ANALYSES):
+        require_modality(modality, TEXT, "--only frequency", "its samples have no words; drop frequency")
+    log(f"{run_dir}: models {modality}; perplexity by word frequency is left out (samples have no words)")
+    return [a for a in analyses if a != "frequency"]
+
+
 def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     """What a run directory says about itself: config, ranges, last metrics, evaluation results."""
     run_dir = Path(run_dir)
@@ -131,9 +145,11 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     evals = {}
     for p in sorted(run_dir.glob("eval_*.json")):
         try:
-            evals[p.stem.removeprefix("eval_")] = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
+            record = json.loads(p.read_text(encoding="utf-8"))
+        except ValueError:  # not JSON (or not UTF-8): not an evaluation this library wrote
             continue
+        if isinstance(record, dict):
+            evals[p.stem.removeprefix("eval_")] = record
     ckpts = list_checkpoints(run_dir)
     return {
         "run_dir": str(run_dir),

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from compressive_transformer.commands.options import SPLITS, add_device, add_overrides
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.modality import AUDIO, TEXT, format_modality, require_modality
 from compressive_transformer.data.formats import path_formats
-from compressive_transformer.runs.loading import load_run
+from compressive_transformer.runs.loading import load_run, read_modality
 from compressive_transformer.training.text_eval import (
     check_text_overrides,
     corpus_source,
@@ -67,6 +68,7 @@ def main(args: argparse.Namespace) -> None:
     if args.text is not None and args.format is not None:
         raise ConfigError("--format: applies to --data DIR only; drop it with --text")
     check_text_overrides(args.overrides, split=args.split, what="--text" if args.text is not None else "--data")
+    check_input_modality(args)
     run = load_run(
         args.run_dir, device=args.device, checkpoint=args.checkpoint, threads=args.threads, overrides=args.overrides
     )
@@ -77,6 +79,17 @@ def main(args: argparse.Namespace) -> None:
     result, path = evaluate_source(run, source, out=args.out)
     print(result.summary())
     print(f"wrote {path}")
+
+
+def check_input_modality(args: argparse.Namespace) -> None:
+    """Text files for a text run, a corpus of the run's modality for --data: one line otherwise, before any weights
+    are loaded."""
+    modality = read_modality(args.run_dir)
+    if args.text is not None:
+        require_modality(modality, TEXT, "--text FILE", "score sound files with --data DIR --format audio")
+    else:
+        remedy = "give --format audio and a folder of sound files" if modality == AUDIO else "give a text format"
+        require_modality(modality, format_modality(args.format), f"--data with --format {args.format}", remedy)
 
 
 def _evaluate_split(args: argparse.Namespace) -> None:

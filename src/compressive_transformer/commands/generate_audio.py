@@ -8,9 +8,9 @@ from typing import Any
 
 from compressive_transformer.audio.generation import main as generate_audio
 from compressive_transformer.core.config import ConfigError
-from compressive_transformer.core.registry import corpus_format
-from compressive_transformer.runs.loading import load_run
-from compressive_transformer.runs.rundir import CONFIG_FILE, read_run_config
+from compressive_transformer.core.modality import AUDIO
+from compressive_transformer.runs.loading import CONFIG_JSON, load_run, read_modality
+from compressive_transformer.runs.rundir import CONFIG_FILE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,10 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def is_audio_run_dir(run_dir: str | Path) -> bool:
-    """Whether ``run_dir`` is a run trained on audio (read from its config, before any weights are loaded)."""
-    if not (Path(run_dir) / CONFIG_FILE).is_file():
-        return False  # an exported model or no run at all: the text generator says what is wrong
-    return corpus_format(read_run_config(run_dir).data.format).token_unit == "sample"
+    """Whether ``run_dir`` (a run or an export directory) models audio, read from its config before any weights."""
+    path = Path(run_dir)
+    if not (path / CONFIG_FILE).is_file() and not (path / CONFIG_JSON).is_file():
+        return False  # no run at all: the text generator says what is wrong
+    return read_modality(path) == AUDIO
 
 
 def generate_command(args: Any) -> bool:

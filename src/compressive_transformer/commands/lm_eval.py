@@ -11,6 +11,8 @@ from pathlib import Path
 
 from compressive_transformer.commands.options import add_run_or_export
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.modality import TEXT, require_modality
+from compressive_transformer.runs.loading import read_modality
 
 INSTALL_HINT = "pip install 'compressive-transformer[lm-eval]'"
 NAME = "lm-eval"
@@ -39,6 +41,7 @@ def harness_argv(run_dir: Path, harness_args: list[str]) -> list[str]:
         raise ConfigError(f"RUN_DIR: {run_dir} contains ',' or '=', which --model_args cannot carry; rename it")
     if not run_dir.is_dir():
         raise ConfigError(f"RUN_DIR: {run_dir} is not a directory; give a run directory written by `train`")
+    require_modality(read_modality(run_dir), TEXT, "lm-eval's tasks", "the harness scores text; give a text run")
     # `pretrained=` (the same as run=) is the key the harness names its output folders after
     return [
         "lm-eval",

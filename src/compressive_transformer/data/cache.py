@@ -133,7 +133,9 @@ def _open(stem: Path, key: dict[str, Any]) -> Corpus | None:
     tokens_path, offsets_path, meta_path = _paths(stem)
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # not JSON, not UTF-8: no cache (rebuilt)
+        return None
+    if not isinstance(meta, dict) or meta.get("dtype") not in ("uint16", "int32"):
         return None
     if meta.get("key") != key:
         logger.info("token cache %s is stale (corpus or tokenizer changed); rebuilding", meta_path)

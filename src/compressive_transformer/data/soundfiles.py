@@ -4,7 +4,9 @@ rate, and WAV files written atomically. Needs the ``[audio]`` extra; without it,
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,30 @@ def read_audio(path: str | Path, sample_rate: int, *, seconds: float | None = No
         data, rate = sf.read(str(path), frames=frames, dtype="float32", always_2d=True)
     except (RuntimeError, sf.LibsndfileError) as e:  # libsndfile's error for an unreadable or foreign file
         raise ConfigError(f"{path}: is not a readable audio file ({e}); give a WAV, FLAC or OGG file") from None
+    short = _truncated(str(getattr(info, "extra_info", "")))
+    if short is not None:
+        warnings.warn(
+            f"{path}: truncated: its header announces {short[0]:,} bytes of samples, the file holds {short[1]:,}; "
+            f"reading the {info.duration:.2f} s it has (copy it again for the whole recording)",
+            TruncatedAudioWarning,
+            stacklevel=2,
+        )
     return resample(data.mean(axis=1), int(rate), sample_rate)  # (frames,) mono
+
+
+class TruncatedAudioWarning(UserWarning):
+    """A sound file ends before the end its header announces (an interrupted copy or download)."""
+
+
+_SHOULD_BE = re.compile(r"^data\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+
+
+def _truncated(log: str) -> tuple[int, int] | None:
+    """(announced, present) bytes of the sample data where libsndfile's log of the header says the file is short."""
+    m = _SHOULD_BE.search(log)
+    if m is None or int(m.group(2)) >= int(m.group(1)):
+        return None
+    return int(m.group(1)), int(m.group(2))
 
 
 def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> Path:
@@ -69,4 +94,4 @@ def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> Path:
     return path
 
 
-__all__ = ["AUDIO_SUFFIXES", "read_audio", "resample", "write_wav"]
+__all__ = ["AUDIO_SUFFIXES", "TruncatedAudioWarning", "read_audio", "resample", "write_wav"]

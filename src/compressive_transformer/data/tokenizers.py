@@ -248,16 +248,24 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         path = path / TOKENIZER_FILE
     if not path.is_file():
         raise ConfigError(f"tokenizer: {path} does not exist; train one first (it is saved next to the run)")
-    text = path.read_text(encoding="utf-8")
     try:
+        text = path.read_text(encoding="utf-8")
         obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"tokenizer: {path} is not valid JSON ({e}); delete it to retrain") from None
+    except ValueError as e:  # not JSON, or not UTF-8 at all
+        raise ConfigError(f"tokenizer: {path} is not valid JSON ({str(e)[:120]}); delete it to retrain") from None
     kind = obj.get("kind") if isinstance(obj, dict) else None
     if kind == "bytes":
         return ByteTokenizer()
     if kind == "words":
-        return WordTokenizer(obj["vocab"], obj.get("counts"))
+        vocab = obj.get("vocab")
+        if not isinstance(vocab, list) or not all(isinstance(w, str) for w in vocab):
+            raise ConfigError(f"tokenizer: {path} has no list of words (vocab); delete it to retrain")
+        try:
+            return WordTokenizer(vocab, obj.get("counts"))
+        except (ValueError, TypeError) as e:
+            raise ConfigError(
+                f"tokenizer: {path} is not a word vocabulary this library reads ({e}); delete it"
+            ) from None
     model = obj.get("model", {}).get("type", "") if isinstance(obj, dict) else ""
     if model:
         from tokenizers import Tokenizer as HFTokenizer  # loaded only for a subword tokenizer

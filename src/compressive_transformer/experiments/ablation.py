@@ -80,7 +80,14 @@ def _finished(cell: Cell, run: TaskRunConfig, out: Path) -> dict[str, Any] | Non
     path = cell.path(out)
     if not path.is_file():
         return None
-    record = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or "train" not in record or "task_config" not in record:
+            raise ValueError("not a cell record")
+    except ValueError as e:
+        raise ConfigError(
+            f"{path}: is not a cell record ({type(e).__name__}); delete it to run the cell again"
+        ) from None
     same = lambda a, b: json.loads(json.dumps(a)) == json.loads(json.dumps(to_dict(b)))  # noqa: E731  (tuples as lists)
     if not same(record["train"], run.train) or not same(record["task_config"], run.task):
         raise ConfigError(f"{path}: ran with another budget or task; use another --out or delete {out / 'cells'}")

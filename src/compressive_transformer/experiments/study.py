@@ -323,10 +323,12 @@ def _current_keys(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_result(path: Path) -> dict[str, Any] | None:
+    """A run's result, or None where there is none (or the file is not one: not JSON, not UTF-8, not an object)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
+    return result if isinstance(result, dict) else None
 
 
 def result_state(job: Job) -> str:
@@ -364,10 +366,19 @@ def run_job(job: Job) -> dict[str, Any]:
         t0 = time.perf_counter()
         result = measure_run(job, log=log)
         result["seconds"] = {"train_this_call": train_s, "measure": time.perf_counter() - t0}
-        result["final_train_loss"] = summary.last_loss
+        result["final_train_loss"] = final_train_loss(job.run_dir, job.config.train.steps, summary.last_loss)
         write_text_atomic(job.result_path, json.dumps(result, indent=1) + "\n")
         log(f"wrote {job.result_path}")
     return result
+
+
+def final_train_loss(run_dir: Path, steps: int, trained: float | None) -> float | None:
+    """The training loss of the run's last step: this call's (``trained``), else, when training had finished before
+    (a study killed while measuring, then rerun), the one its metrics recorded at that step (the same number)."""
+    if trained is not None:
+        return trained
+    losses = [r["loss"] for r in read_metrics(run_dir) if r.get("step") == steps and "loss" in r]
+    return float(losses[-1]) if losses else None
 
 
 # measurement happens after training: a rerun keeps the trained run and only measures it again

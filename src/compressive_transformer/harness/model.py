@@ -18,9 +18,11 @@ from typing import Any, Sequence
 import torch
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
+from lm_eval.utils import simple_parse_args_string
 from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.modality import TEXT, require_modality
 from compressive_transformer.harness.scoring import continuation_loglikelihoods, encode_pair, rolling_loglikelihoods
 from compressive_transformer.runs.loading import Run, load_run
 from compressive_transformer.training.textgen import generate_text
@@ -127,6 +129,7 @@ class HarnessModel(LM):
                 loaded.model.to(device)
         else:
             loaded = load_run(Path(source), device=device, checkpoint=checkpoint, threads=_int("threads", threads))
+        require_modality(loaded.modality, TEXT, "lm-eval's tasks", "the harness scores text; give a text run")
         self.run = with_eval_settings(
             loaded,
             seg_len=_int("seg_len", seg_len),
@@ -148,6 +151,18 @@ class HarnessModel(LM):
         self.max_gen_toks = _int("max_gen_toks", max_gen_toks) or 256
         self.seed = _int("seed", seed)
         self.words = self.run.tokenizer.kind == "words"
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "HarnessModel":
+        """The harness's constructor from ``--model_args``: its own ``--batch_size``/``--device`` come as
+        ``additional_config`` and would collide with the same keys in ``--model_args``; those win (they are this
+        model's documented arguments, and the harness passes its defaults whether or not they were given)."""
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string or ""), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict[str, Any], additional_config: dict | None = None) -> "HarnessModel":
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        return cls(**arg_dict, **extra)
 
     # -- tokens ---------------------------------------------------------------------------------------------------
 

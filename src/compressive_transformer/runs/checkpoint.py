@@ -141,6 +141,8 @@ def encode(obj: Any) -> Any:
 
 
 def decode(obj: Any) -> Any:
+    """The inverse of :func:`encode`: JSON in, plain values, tuples, tensors and arrays out (nothing else is built;
+    a tensor's or array's dtype must name a number or bool type, else ``TypeError``)."""
     if isinstance(obj, list):
         return [decode(v) for v in obj]
     if isinstance(obj, dict):
@@ -149,11 +151,25 @@ def decode(obj: Any) -> Any:
         if "__tuple__" in obj:
             return tuple(decode(v) for v in obj["__tuple__"])
         if "__tensor__" in obj:
-            return torch.tensor(obj["__tensor__"], dtype=getattr(torch, obj["dtype"]))
+            return torch.tensor(obj["__tensor__"], dtype=_torch_dtype(obj["dtype"]))
         if "__ndarray__" in obj:
-            return np.asarray(obj["__ndarray__"], dtype=obj["dtype"])
+            return np.asarray(obj["__ndarray__"], dtype=_numpy_dtype(obj["dtype"]))
         return {k: decode(v) for k, v in obj.items()}
     return obj
+
+
+def _torch_dtype(name: Any) -> torch.dtype:
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name!r} is not a torch dtype")
+    return dtype
+
+
+def _numpy_dtype(name: Any) -> np.dtype:
+    dtype = np.dtype(name) if isinstance(name, str) and name.isidentifier() else None
+    if dtype is None or dtype.kind not in "biuf":
+        raise TypeError(f"{name!r} is not a numeric numpy dtype")
+    return dtype
 
 
 def _write_json(path: Path, obj: Any) -> None:

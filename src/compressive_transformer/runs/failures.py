@@ -62,7 +62,8 @@ def evaluation_sizes(cfg: RunConfig) -> dict[str, int]:
 
 
 TRAINING_REMEDY = (
-    "lower them and start a new run (a run's sizes cannot change on --resume), e.g. --set train.batch_size=2"
+    "lower them and start the run again, in the same --run-dir while it has no checkpoint (else in a new one: a run's "
+    "sizes cannot change on --resume), e.g. --set train.batch_size=2"
 )
 EVALUATION_REMEDY = "lower them, e.g. --set eval.batch_size=1"
 VALIDATION_REMEDY = "continue with lower ones, e.g. --resume --set eval.batch_size=1 (eval keys may change on --resume)"

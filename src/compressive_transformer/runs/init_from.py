@@ -96,7 +96,15 @@ def copied_names(
             write_text_atomic(record, json.dumps(payload, indent=1) + "\n")
         return transfer.copied
     if t.init_from and record.is_file():
-        return list(json.loads(record.read_text(encoding="utf-8"))["copied"])
+        try:
+            copied = json.loads(record.read_text(encoding="utf-8"))["copied"]
+            if not isinstance(copied, list) or not all(isinstance(n, str) for n in copied):
+                raise ValueError("copied is not a list of names")
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(
+                f"{record}: does not parse ({type(e).__name__}); it records what --init-from copied"
+            ) from None
+        return copied
     return []
 
 

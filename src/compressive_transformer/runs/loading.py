@@ -10,14 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import safetensors
 import safetensors.torch
 import torch
 
 from compressive_transformer.core.config import ConfigError, RunConfig, apply_run_overrides
+from compressive_transformer.core.modality import run_modality
 from compressive_transformer.core.models import build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.runs.machine import resolve_device, set_threads
-from compressive_transformer.runs.rundir import load_model_from, log_stderr, open_run
+from compressive_transformer.runs.rundir import load_model_from, log_stderr, open_run, read_run_config
 
 CONFIG_JSON = "config.json"
 WEIGHTS = "model.safetensors"
@@ -44,6 +46,11 @@ class Run:
         """The training step of the checkpoint (None when unknown)."""
         m = re.fullmatch(r"step-(\d+)", self.checkpoint.name) if self.checkpoint is not None else None
         return int(m.group(1)) if m else None
+
+    @property
+    def modality(self) -> str:
+        """``text``, ``audio`` or ``continuous`` (:mod:`compressive_transformer.core.modality`)."""
+        return run_modality(self.config)
 
     @property
     def seg_len(self) -> int:
@@ -106,20 +113,17 @@ def from_pretrained(
     path = directory / CONFIG_JSON
     if not path.is_file():
         raise ConfigError(f"from_pretrained: {directory} has no {CONFIG_JSON}; give a directory written by `export`")
-    config = json.loads(path.read_text(encoding="utf-8"))
-    if config.get("model_type") != MODEL_TYPE or "run_config" not in config:
-        raise ConfigError(f"from_pretrained: {path} is not a {MODEL_TYPE} export")
     bad = [o for o in overrides if not o.strip().startswith("eval.")]
     if bad:
         raise ConfigError(f"override {bad[0]!r}: only eval.* keys change how an exported model is used")
-    cfg = RunConfig.from_raw(apply_run_overrides(config["run_config"], list(overrides)))
+    cfg = export_config(directory, overrides)
     set_threads(threads if threads is not None else cfg.train.num_threads)
     model = build_model(cfg.model).to(resolve_device(device or "auto", key="--device"))
     try:
         safetensors.torch.load_model(
             model, str(directory / WEIGHTS), strict=True, device=str(next(model.parameters()).device)
         )
-    except (OSError, RuntimeError, ValueError) as e:
+    except (OSError, RuntimeError, ValueError, safetensors.SafetensorError) as e:
         raise ConfigError(
             f"from_pretrained: {directory / WEIGHTS} does not fit {CONFIG_JSON} ({str(e).splitlines()[0][:200]})"
         ) from None
@@ -127,4 +131,42 @@ def from_pretrained(
     return Run(config=cfg, tokenizer=load_tokenizer(directory), model=model, run_dir=None, checkpoint=None)
 
 
-__all__ = ["CONFIG_JSON", "MODEL_TYPE", "Run", "WEIGHTS", "from_pretrained", "load_run"]
+def export_config(directory: Path, overrides: Sequence[str] = ()) -> RunConfig:
+    """The run config an export directory records (in its ``config.json``), without loading its weights."""
+    path = directory / CONFIG_JSON
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"from_pretrained: {path} does not parse ({type(e).__name__}); export the run again"
+        ) from None
+    if not isinstance(config, dict) or config.get("model_type") != MODEL_TYPE or "run_config" not in config:
+        raise ConfigError(f"from_pretrained: {path} is not a {MODEL_TYPE} export")
+    return RunConfig.from_raw(apply_run_overrides(config["run_config"], list(overrides)))
+
+
+def read_config(path: str | Path) -> RunConfig:
+    """The config of a run directory or an export directory, read without its weights (to check an input's
+    modality, say, before loading a model)."""
+    path = Path(path)
+    if (path / CONFIG_JSON).is_file() and not (path / "config.toml").is_file():
+        return export_config(path)
+    return read_run_config(path)
+
+
+def read_modality(path: str | Path) -> str:
+    """The modality of a run or export directory (:func:`read_config`)."""
+    return run_modality(read_config(path))
+
+
+__all__ = [
+    "CONFIG_JSON",
+    "MODEL_TYPE",
+    "Run",
+    "WEIGHTS",
+    "export_config",
+    "from_pretrained",
+    "load_run",
+    "read_config",
+    "read_modality",
+]

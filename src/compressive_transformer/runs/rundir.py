@@ -10,6 +10,7 @@ of :data:`RESUME_REMEDY_KEYS`, the remedy for a diverged run).
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -28,8 +29,9 @@ from compressive_transformer.core.config_base import flatten
 from compressive_transformer.core.models import MemoryModel, build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.data.readers import data_root_path
-from compressive_transformer.runs.checkpoint import load_newest_weights
+from compressive_transformer.runs.checkpoint import CHECKPOINTS, list_checkpoints, load_newest_weights
 from compressive_transformer.runs.machine import resolve_device, set_threads
+from compressive_transformer.runs.metrics import METRICS_FILE
 from compressive_transformer.runs.presets import TINY_TOML
 from compressive_transformer.runs.runlock import LOCK_FILE
 
@@ -63,7 +65,10 @@ RESUME_REMEDY_KEYS = (
     "train.grad_clip",
     "train.amp",  # a run begun in bf16 may continue where bf16 is slow, or a diverging fp16 run in bf16
 )
-EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")  # what `evaluate` may override in a trained run
+EVAL_KEYS = ("eval.", "data.path", "data.cache_dir")
+AGENT_SECTIONS = frozenset(
+    {"env", "core"}
+)  # the tables only an agent run's config has  # what `evaluate` may override in a trained run
 
 
 def log_stderr(message: str) -> None:
@@ -138,7 +143,13 @@ def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] 
         raise ConfigError(
             f"{run_dir}: not a run directory (no {CONFIG_FILE}); train one with `compressive-transformer train`"
         )
-    return RunConfig.from_raw(apply_run_overrides(load_toml(path), overrides))
+    raw = load_toml(path)
+    if AGENT_SECTIONS & set(raw):
+        raise ConfigError(
+            f"{run_dir}: is an agent run (written by `rl train`; its model reads continuous observations), not a "
+            "text or audio run; continue it with `rl train --resume --run-dir`"
+        )
+    return RunConfig.from_raw(apply_run_overrides(raw, overrides))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -158,11 +169,38 @@ def fresh_run_dir(prefix: str, root: str | Path = "runs") -> Path:
 
 def require_empty(run_dir: Path) -> None:
     """A new run needs a missing or empty directory (a lock file left by a run killed while it was being set up
-    does not count)."""
-    if run_dir.exists() and (not run_dir.is_dir() or any(p.name != LOCK_FILE for p in run_dir.iterdir())):
-        raise ConfigError(
-            f"{run_dir}: already holds a run or other files; pass --resume to continue it, or choose another --run-dir"
-        )
+    does not count), or one that holds only a run stopped before its first checkpoint (:func:`never_checkpointed`)."""
+    if run_dir.exists() and not never_checkpointed(run_dir):
+        if not run_dir.is_dir() or any(p.name != LOCK_FILE for p in run_dir.iterdir()):
+            raise ConfigError(
+                f"{run_dir}: already holds a run or other files; pass --resume to continue it, or choose another --run-dir"
+            )
+
+
+# what a run writes into its directory (eval_*.json only once it has a checkpoint)
+RUN_ENTRIES = frozenset(
+    {CONFIG_FILE, TOKENIZER_DIR, CHECKPOINTS, METRICS_FILE, "tensorboard", LOCK_FILE, ".cache", "init_from.json"}
+)
+
+
+def never_checkpointed(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run that stopped before its first checkpoint (out of memory, Ctrl-C, a kill) and
+    nothing else: there is nothing to continue, so a new run may take its place (as the out-of-memory advice says)."""
+    if not (run_dir.is_dir() and (run_dir / CONFIG_FILE).is_file()) or list_checkpoints(run_dir):
+        return False
+    return all(p.name in RUN_ENTRIES for p in run_dir.iterdir())
+
+
+def claim_run_dir(run_dir: Path, log: Log) -> None:
+    """Make ``run_dir`` (held under its lock) ready for a new run: empty, or emptied of a run that never wrote a
+    checkpoint (its token cache and lock stay)."""
+    if not never_checkpointed(run_dir):
+        require_empty(run_dir)
+        return
+    log(f"note: {run_dir} held a run stopped before its first checkpoint; starting it again with this config")
+    for child in run_dir.iterdir():
+        if child.name not in (LOCK_FILE, ".cache"):
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
 
 
 def cache_dir(cfg: RunConfig, run_dir: Path) -> Path:

@@ -102,10 +102,12 @@ def evaluate(
     progress: bool = False,
     size: TextSize | None = None,
     tokenizer_kind: str | None = None,
+    token_unit: str | None = None,
 ) -> EvalResult:
     """Total NLL over every target of ``corpus`` (or the first ``max_batches`` batches), with memory carried.
     ``size`` and ``tokenizer_kind`` (default: the corpus's own) turn it into bits per character / byte and word
-    perplexity."""
+    perplexity; ``token_unit`` (default: the corpus format's, "sample" for audio) names what a token is where it is
+    not text, and then those per-text units are left out."""
     cfg = model.cfg
     _, mem_len, cmem_len = eval_lengths(cfg, mem_len=mem_len, cmem_len=cmem_len)
     device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -137,9 +139,10 @@ def evaluate(
         steps.close()
         bar.close()
     total_nll, tokens = float(total_nll), int(tokens)
+    unit = _token_unit(corpus) if token_unit is None else token_unit
     size = size if size is not None else getattr(corpus, "size", None)
-    if size is None:
-        size = TextSize(words=int(getattr(corpus, "num_words", 0) or 0))
+    if size is None or unit:  # one token is one sample: characters, bytes and words of it mean nothing
+        size = TextSize(words=int(getattr(corpus, "num_words", 0) or 0) if not unit else 0)
     kind = tokenizer_kind if tokenizer_kind is not None else str(getattr(corpus, "tokenizer_kind", ""))
     u = units(total_nll, tokens, size, tokenizer_kind=kind, complete=complete)
     return EvalResult(
@@ -161,7 +164,7 @@ def evaluate(
         mem_len=mem_len,
         cmem_len=cmem_len,
         tokenizer=kind,
-        token_unit=_token_unit(corpus),
+        token_unit=unit,
     )
 
 

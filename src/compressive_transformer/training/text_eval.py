@@ -14,6 +14,7 @@ import numpy as np
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.dtypes import amp_dtype
 from compressive_transformer.core.fileio import require_writable
+from compressive_transformer.core.modality import AUDIO, TEXT, format_modality, require_modality, token_unit
 from compressive_transformer.data.readers import Document, decode_file, read_split
 from compressive_transformer.data.units import texts_size
 from compressive_transformer.runs.failures import EVALUATION_REMEDY, evaluation_sizes, sizes_to_lower
@@ -81,6 +82,8 @@ def files_source(paths: Sequence[str | Path], tokenizer_kind: str, *, allow_bina
 def corpus_source(run: Run, directory: str | Path, fmt: str, split: str) -> TextSource:
     """One split of a corpus in any supported format (``data.format`` values), read with the run's tokenizer settings."""
     path = Path(directory).expanduser().resolve()
+    remedy = "give --format audio and a folder of sound files" if run.modality == AUDIO else "give a text format"
+    require_modality(run.modality, format_modality(fmt), f"--data with --format {fmt}", remedy)
     try:
         data = dataclasses.replace(run.config.data, format=fmt, path=str(path), train_file="", cache_dir="")
     except ConfigError as e:
@@ -119,6 +122,7 @@ def evaluate_text(
     through it, exactly as a split is evaluated; so, as for a split, fewer documents than ``batch_size`` streams are
     cut into ``batch_size`` contiguous pieces that each start empty (``batch_size=1`` keeps one document one
     stream). Lengths default to the run's evaluation settings."""
+    require_modality(run.modality, TEXT, "evaluate_text's input", "score sound files with evaluate_source")
     items = [text_or_path] if isinstance(text_or_path, (str, Path)) else list(text_or_path)
     docs = [decode_file(x, run.tokenizer.kind) if isinstance(x, Path) else x for x in items]
     return score_documents(
@@ -160,6 +164,7 @@ def score_documents(
         progress=progress,
         size=texts_size(documents),
         tokenizer_kind=run.tokenizer.kind,
+        token_unit=token_unit(run.modality),
         amp_dtype=amp_dtype(inference_amp(run.config, next(run.model.parameters()).device)),
     )
 

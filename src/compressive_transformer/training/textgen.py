@@ -16,6 +16,7 @@ import torch
 
 from compressive_transformer.core.config import ConfigError, to_dict
 from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.core.modality import TEXT, require_modality
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import generation_amp
 from compressive_transformer.training.generate import Generation, SamplingConfig, check_sampling, clean_prompt, generate
@@ -136,6 +137,7 @@ def generate_text(
     string. ``memory`` (from :func:`load_memory`) continues an earlier generation; the prompt may then be empty.
     Sampling settings (``sampling``, else ``temperature``/``top_k``/``top_p``) are checked before any work; bytes of
     ``prompt`` that are not UTF-8 become U+FFFD."""
+    require_modality(run.modality, TEXT, "the prompt", "continue an audio run with generate_audio (--prime FILE)")
     check_sampling(max_tokens=max_tokens)
     sampling = sampling or SamplingConfig(temperature, top_k, top_p)
     prompt = clean_prompt(prompt)

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from compressive_transformer.core.config import ConfigError, RunConfig, TrainConfig
 from compressive_transformer.core.dtypes import amp_dtype, autocast
 from compressive_transformer.core.memory import MemoryState, is_row_tensor
+from compressive_transformer.core.modality import run_modality, token_unit
 from compressive_transformer.core.models import IGNORE_INDEX, MemoryModel, build_model
 from compressive_transformer.data import StreamBatcher
 from compressive_transformer.runs.checkpoint import (
@@ -143,6 +144,13 @@ def memory_fill(memory: MemoryState) -> tuple[float, float]:
         if layer.cmem_len > 0:
             cmem.append(float(layer.cmem_mask.float().mean()))
     return (sum(mem) / len(mem) if mem else 0.0, sum(cmem) / len(cmem) if cmem else 0.0)
+
+
+def per_unit(record: dict[str, Any], cfg: RunConfig) -> dict[str, float]:
+    """A training record's loss per sample for an audio run (``nats_per_sample``, ``bits_per_sample``), as its
+    validation and evaluation records report it; nothing for text."""
+    unit = token_unit(run_modality(cfg))
+    return {f"nats_per_{unit}": record["loss"], f"bits_per_{unit}": record["bits_per_token"]} if unit else {}
 
 
 @dataclass
@@ -525,7 +533,7 @@ class Trainer:
                     slow = self._throughput.check(record["tokens_per_s"])
                     if slow:
                         (bar.write if not bar.disable else self.log)(slow)
-                    self.metrics.log(record)
+                    self.metrics.log(record | per_unit(record, self.cfg))
                 if t.val_every and self.step % t.val_every == 0 and self.step < t.steps:
                     result = self._log_validation()
                     if result is not None:

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 from compressive_transformer.core.config import ConfigError, RunConfig, parse_override
 from compressive_transformer.core.dtypes import amp_dtype
 from compressive_transformer.core.fileio import require_writable, write_text_atomic
+from compressive_transformer.core.modality import require_modality, run_modality
 from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
 from compressive_transformer.runs.budget import check_fits
@@ -44,6 +45,7 @@ from compressive_transformer.runs.rundir import (
     Log,
     cache_dir,
     check_vocabulary,
+    claim_run_dir,
     config_difference,
     config_from_text,
     flat,
@@ -117,7 +119,7 @@ def _train_locked(
     if not resume and info.is_main:  # hold the run before writing into it; a racing second `train` stops here
         run_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
-        require_empty(run_dir)
+        claim_run_dir(run_dir, log)
     try:
         caches = cache_dir(cfg, run_dir)
         train_corpus = load_corpus(cfg.data, "train", tokenizer, caches)
@@ -179,6 +181,10 @@ def _check_new_run(cfg: RunConfig | None, run_dir: Path, info: DistInfo, log: Lo
     )
     train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
     source = load_source(cfg.train.init_from) if cfg.train.init_from else None
+    if source is not None:
+        require_modality(
+            run_modality(cfg), source.modality, "--init-from", "start from a run of the modality this config trains on"
+        )
     tokenizer = source_tokenizer(cfg, source) if source is not None else build_tokenizer(cfg.data, train_docs)
     check_vocabulary(cfg, tokenizer, log)
     return resolve(cfg, tokenizer.vocab_size), tokenizer, source

@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import safetensors
+import safetensors.torch
 import torch
 
 from compressive_transformer.core.config import (
@@ -62,7 +64,20 @@ def _refuse(field: str, message: str) -> ConfigError:
 
 
 def model_config(raw: dict[str, Any], *, seg_len: int, empty_memory: bool = False) -> ModelConfig:
-    """The :class:`ModelConfig` of a ``TransfoXLConfig`` dict (``config.json``)."""
+    """The :class:`ModelConfig` of a ``TransfoXLConfig`` dict (``config.json``); a field of the wrong type (a string
+    for a number, a number for a list) is a one-line error."""
+    try:
+        return _model_config(raw, seg_len=seg_len, empty_memory=empty_memory)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(
+            f"transfo-xl config.json: a field has a value of the wrong type ({_first_line(e)}); give the config.json "
+            "save_pretrained wrote"
+        ) from None
+
+
+def _model_config(raw: dict[str, Any], *, seg_len: int, empty_memory: bool) -> ModelConfig:
     unknown = sorted(set(raw) - MAPPED - NO_EFFECT)
     if unknown:
         raise _refuse(unknown[0], "not a TransfoXLConfig field this importer maps; remove it if it has no effect")
@@ -170,26 +185,48 @@ def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> No
         raise ConfigError(f"transfo-xl weights: nothing in the checkpoint for {missing[0]}; is it complete?")
 
 
+# torch.load(weights_only=True) could be made to run code before torch 2.6 (CVE-2025-32434); older releases read
+# only safetensors here
+SAFE_TORCH_LOAD = (2, 6)
+
+
 def read_tensors(src: Path) -> dict[str, torch.Tensor]:
     """The checkpoint's tensors: ``model.safetensors`` or ``pytorch_model.bin`` (tensors only, no code run)."""
     if (src / "model.safetensors").is_file():
-        import safetensors.torch
-
-        return safetensors.torch.load_file(str(src / "model.safetensors"))
-    if (src / "pytorch_model.bin").is_file():
+        path = src / "model.safetensors"
         try:
-            obj = torch.load(src / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        except Exception as e:  # weights_only refuses anything but tensors and plain containers
+            return safetensors.torch.load_file(str(path))
+        except (safetensors.SafetensorError, OSError, ValueError, RuntimeError) as e:
             raise ConfigError(
-                f"transfo-xl weights: {src / 'pytorch_model.bin'} is not a plain state dict ({e})"
+                f"transfo-xl weights: {path} is not a readable safetensors file ({_first_line(e)}); it is truncated "
+                "or damaged: copy it again"
             ) from None
-        if not isinstance(obj, dict):
-            raise ConfigError(f"transfo-xl weights: {src / 'pytorch_model.bin'} does not hold a state dict")
+    if (src / "pytorch_model.bin").is_file():
+        obj = _torch_load(src / "pytorch_model.bin", "transfo-xl weights")
+        if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+            raise ConfigError(f"transfo-xl weights: {src / 'pytorch_model.bin'} does not hold a state dict of tensors")
         return obj
     raise ConfigError(
         f"transfo-xl: {src} has neither {' nor '.join(WEIGHT_FILES)}; give the directory save_pretrained wrote "
         "(a sharded checkpoint: load it once in transformers and save_pretrained it with a larger max_shard_size)"
     )
+
+
+def _torch_load(path: Path, what: str) -> Any:
+    """A torch-saved file read with ``weights_only`` (tensors and plain containers; anything else is refused)."""
+    if tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2]) < SAFE_TORCH_LOAD:
+        raise ConfigError(
+            f"{what}: {path} is a pickle, which torch {torch.__version__} cannot read without risking running code; "
+            "convert it to safetensors (model.safetensors) or upgrade torch to >= 2.6"
+        )
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # weights_only refuses anything but tensors and plain containers
+        raise ConfigError(f"{what}: {path} is not a plain file of tensors ({_first_line(e)})") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
 
 
 def read_vocab(src: Path, vocab: Path | None = None) -> list[str]:
@@ -201,19 +238,24 @@ def read_vocab(src: Path, vocab: Path | None = None) -> list[str]:
             "in id order"
         )
     if path.suffix == ".txt":
-        words = [line.split()[0] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    else:
         try:
-            obj = (
-                load_plain(path)
-                if path.suffix == ".pkl"
-                else torch.load(path, map_location="cpu", weights_only=True)  # vocab.bin: a torch-saved dict
-            )
-        except Exception as e:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as e:
             raise ConfigError(
-                f"transfo-xl: cannot read {path} safely ({str(e).splitlines()[0][:120]}); pass --vocab FILE with one "
-                "word per line in id order"
+                f"transfo-xl: {path} is not UTF-8 text ({e.reason} at byte {e.start}); give one word per line in id order"
             ) from None
+        words = [line.split()[0] for line in lines if line.strip()]
+    else:
+        if path.suffix == ".pkl":
+            try:
+                obj = load_plain(path)
+            except Exception as e:  # noqa: BLE001  (a damaged pickle fails in many ways; none runs code)
+                raise ConfigError(
+                    f"transfo-xl: cannot read {path} safely ({_first_line(e)}); pass --vocab FILE with one word per "
+                    "line in id order"
+                ) from None
+        else:
+            obj = _torch_load(path, "transfo-xl vocabulary")  # vocab.bin: a torch-saved dict
         words = obj.get("idx2sym") if isinstance(obj, dict) else None
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise ConfigError(
@@ -243,6 +285,8 @@ def import_transfo_xl(
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"transfo-xl: {path} is not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"transfo-xl: {path} holds a {type(raw).__name__}, not the object of a TransfoXLConfig")
     if raw.get("model_type", "transfo-xl") != "transfo-xl":
         raise ConfigError(f"transfo-xl: {path} describes a {raw['model_type']!r} model, not 'transfo-xl'")
     mcfg = model_config(raw, seg_len=seg_len, empty_memory=empty_memory)
