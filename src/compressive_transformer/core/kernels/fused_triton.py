@@ -29,13 +29,12 @@ from compressive_transformer.core.kernels.fused_triton_bwd import (
     _table_grad_kernel,
 )
 from compressive_transformer.core.kernels.fused_triton_tiles import (
-    allowed,
-    band_row0,
     dense,
-    head,
+    key_block,
     load_rows,
-    logits,
+    memory_keys,
     mma,
+    query_program,
     store_rows,
     tl,
     triton,
@@ -45,6 +44,7 @@ NAMESPACE = "compressive_transformer"
 FORWARD_OP = f"{NAMESPACE}::fused_relative_attention"
 BACKWARD_OP = f"{NAMESPACE}::fused_relative_attention_backward"
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+BLOCKS = (16, 32, 64, 128)  # tile sizes: powers of two, >= 16 for tl.dot
 MAX_HEAD_DIM = 128  # (BLOCK, dh) fp32 accumulators and a (BLOCK, 2 BLOCK) band live in registers
 
 
@@ -54,13 +54,11 @@ def _attend(
     scratch, BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
 ):  # fmt: skip
     """Online softmax of a query block over one stream's key blocks lo..hi (base-2 running max m_i and sum l_i)."""
-    i = i0 + tl.arange(0, BLOCK)
     for n0 in range(lo, hi, BLOCK):
-        k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK, D)
-        v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK, D)
-        band = load_rows(tab, band_row0(n0, i0, T, BLOCK), n_rows, st_t, dh, 2 * BLOCK, D)
-        s = logits(qu, qp, k, band, scratch, PREC, BLOCK, 2 * BLOCK)
-        ok = allowed(kv, i, n0 + tl.arange(0, BLOCK), key0, n_keys, T, M, win, MEM)
+        k, v, band, s, ok = key_block(
+            qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh, scratch,
+            BLOCK, D, PREC, MEM,
+        )  # fmt: skip
         s = tl.where(ok, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
@@ -80,12 +78,7 @@ def _forward_kernel(
     BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, HAS_C: tl.constexpr,
 ):  # fmt: skip
     """One query block of head (b, h): the output rows and their base-2 log-sum-exp."""
-    nq = tl.num_programs(0)
-    i0 = (nq - 1 - tl.program_id(0)) * BLOCK  # the rows with the most keys first
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
-    scratch = SCR + (bh.to(tl.int64) * nq + tl.program_id(0)) * (2 * BLOCK * BLOCK)
-    kp, vp, kv = head(K, b, h, sk_b, sk_h), head(V, b, h, sv_b, sv_h), KV + b.to(tl.int64) * skv_b
+    i0, bh, h, scratch, kp, vp, kv = query_program(SCR, K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK)
     qu = load_rows(dense(QU, bh, T, dh), i0, T, dh, dh, BLOCK, D)
     m_i = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK], dtype=tl.float32)
@@ -98,8 +91,7 @@ def _forward_kernel(
             BLOCK, D, PREC, False,
         )  # fmt: skip
     qv = load_rows(dense(QV, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-    lo = tl.maximum(M + i0 - win, 0) // BLOCK * BLOCK  # the oldest key any row of the block may see
-    hi = tl.minimum(M + T, M + i0 + BLOCK)  # past the newest (causal)
+    lo, hi = memory_keys(i0, T, M, win, BLOCK)
     r = R + h.to(tl.int64) * sr_h
     m_i, l_i, acc = _attend(
         m_i, l_i, acc, qu, qv, kp, sk_t, vp, sv_t, r, sr_t, Lr, kv, C, M + T, lo, hi, i0, T, M, win, dh, scratch,
@@ -158,7 +150,7 @@ def _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int, bloc
         _fail(f"k, v must be (B, H, K, dh) and qv like qu {tuple(qu.shape)}: got {tuple(k.shape)}, {tuple(v.shape)}")
     if C < 0 or M < 0 or window < 0:
         _fail(f"need 0 <= n_cmem <= K - T and window >= 0, got n_cmem={C}, K={K}, T={T}, window={window}")
-    if (qc is None or rc is None) != (C == 0):
+    if (qc is None or rc is None) != bool(C == 0):  # bool(): a SymBool under dynamic shapes
         _fail(f"qc and rc must be given exactly when n_cmem > 0 (n_cmem={C})")
     if r.dim() != 3 or r.shape[0] != H or r.shape[2] != dh or r.shape[1] < M + T:
         _fail(f"r must be (H={H}, >= M + T = {M + T}, dh={dh}), got {tuple(r.shape)}")
@@ -171,8 +163,8 @@ def _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int, bloc
     tensors = [qu, k, v, qv, r] + ([qc, rc] if C > 0 else [])
     if qu.dtype not in DTYPES or any(t.dtype != qu.dtype for t in tensors):
         _fail(f"qu, k, v, qv, r, qc, rc must share one dtype of fp32, bf16, fp16, got {[t.dtype for t in tensors]}")
-    if dh > MAX_HEAD_DIM or block < 16 or block & (block - 1):
-        _fail(f"needs head dim <= {MAX_HEAD_DIM} and a power-of-two block >= 16, got dh={dh}, block={block}")
+    if dh > MAX_HEAD_DIM or block not in BLOCKS:
+        _fail(f"needs head dim <= {MAX_HEAD_DIM} and a block in {BLOCKS}, got dh={dh}, block={block}")
     if any(t.device != qu.device for t in tensors + [key_valid]):
         _fail("all tensors must be on one device")
     win = window if window > 0 else M + T
@@ -305,20 +297,12 @@ def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window
     return dqu, dk, dv, dqv, dr, dqc, drc
 
 
-@torch.library.custom_op(FORWARD_OP, mutates_args=())
-def _forward_op(
-    qu: Tensor,
-    k: Tensor,
-    v: Tensor,
-    qv: Tensor,
-    r: Tensor,
-    qc: Tensor | None,
-    rc: Tensor | None,
-    key_valid: Tensor,
-    n_cmem: int,
-    window: int,
-    block: int,
-) -> tuple[Tensor, Tensor]:
+_INPUTS = "Tensor qu, Tensor k, Tensor v, Tensor qv, Tensor r, Tensor? qc, Tensor? rc, Tensor key_valid"
+_SIZES = "SymInt n_cmem, SymInt window, SymInt block"  # SymInt: n_cmem may be a size under dynamic shapes
+
+
+@torch.library.custom_op(FORWARD_OP, mutates_args=(), schema=f"({_INPUTS}, {_SIZES}) -> (Tensor, Tensor)")
+def _forward_op(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block):
     """The attention's output (B, H, T, dh) and the base-2 log-sum-exp of each row's scores (B, H, T), fp32."""
     return _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block)
 
@@ -329,23 +313,13 @@ def _forward_fake(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block):
     return qu.new_empty((g.B, g.H, g.T, g.dh)), qu.new_empty((g.B, g.H, g.T), dtype=torch.float32)
 
 
-@torch.library.custom_op(BACKWARD_OP, mutates_args=())
-def _backward_op(
-    grad: Tensor,
-    qu: Tensor,
-    k: Tensor,
-    v: Tensor,
-    qv: Tensor,
-    r: Tensor,
-    qc: Tensor | None,
-    rc: Tensor | None,
-    key_valid: Tensor,
-    out: Tensor,
-    lse: Tensor,
-    n_cmem: int,
-    window: int,
-    block: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+_GRADS = "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
+
+
+@torch.library.custom_op(
+    BACKWARD_OP, mutates_args=(), schema=f"(Tensor grad, {_INPUTS}, Tensor out, Tensor lse, {_SIZES}) -> {_GRADS}"
+)
+def _backward_op(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block):
     """Gradients of qu, k, v, qv, r, qc, rc (the last two empty when n_cmem == 0)."""
     return _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block)
 

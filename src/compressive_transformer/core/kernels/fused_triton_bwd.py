@@ -18,9 +18,12 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
     band_row0,
     dense,
     head,
+    key_block,
     load_rows,
     logits,
+    memory_keys,
     mma,
+    query_program,
     store_rows,
     tile_to_band,
     tl,
@@ -84,13 +87,11 @@ def _query_grads(
     dh, scratch, BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
 ):  # fmt: skip
     """Add one stream's key blocks lo..hi to the gradients of a query block's content and positional queries."""
-    i = i0 + tl.arange(0, BLOCK)
     for n0 in range(lo, hi, BLOCK):
-        k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK, D)
-        v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK, D)
-        band = load_rows(tab, band_row0(n0, i0, T, BLOCK), n_rows, st_t, dh, 2 * BLOCK, D)
-        s = logits(qu, qp, k, band, scratch, PREC, BLOCK, 2 * BLOCK)
-        ok = allowed(kv, i, n0 + tl.arange(0, BLOCK), key0, n_keys, T, M, win, MEM)
+        k, v, band, s, ok = key_block(
+            qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh, scratch,
+            BLOCK, D, PREC, MEM,
+        )  # fmt: skip
         p, ds = _probs_and_dscores(s, ok, do, v, lse, di, PREC)
         dq += mma(ds.to(k.dtype), k, PREC)
         dqp += mma(tile_to_band(ds, scratch, BLOCK, 2 * BLOCK).to(band.dtype), band, PREC)
@@ -105,12 +106,7 @@ def _query_grad_kernel(
     BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, HAS_C: tl.constexpr,
 ):  # fmt: skip
     """dqu, dqv, dqc of one query block: the compressed stream's keys, then the memory + segment stream's."""
-    nq = tl.num_programs(0)
-    i0 = (nq - 1 - tl.program_id(0)) * BLOCK  # the rows with the most keys first
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
-    scratch = SCR + (bh.to(tl.int64) * nq + tl.program_id(0)) * (2 * BLOCK * BLOCK)
-    kp, vp, kv = head(K, b, h, sk_b, sk_h), head(V, b, h, sv_b, sv_h), KV + b.to(tl.int64) * skv_b
+    i0, bh, h, scratch, kp, vp, kv = query_program(SCR, K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK)
     i = i0 + tl.arange(0, BLOCK)
     qu = load_rows(dense(QU, bh, T, dh), i0, T, dh, dh, BLOCK, D)
     do = load_rows(dense(DO, bh, T, dh), i0, T, dh, dh, BLOCK, D)
@@ -128,8 +124,7 @@ def _query_grad_kernel(
         store_rows(dense(DQC, bh, T, dh), dqc, i0, T, dh, dh, BLOCK, D)
     qv = load_rows(dense(QV, bh, T, dh), i0, T, dh, dh, BLOCK, D)
     dqv = tl.zeros([BLOCK, D], dtype=tl.float32)
-    lo = tl.maximum(M + i0 - win, 0) // BLOCK * BLOCK
-    hi = tl.minimum(M + T, M + i0 + BLOCK)
+    lo, hi = memory_keys(i0, T, M, win, BLOCK)
     r = R + h.to(tl.int64) * sr_h
     dq, dqv = _query_grads(
         dq, dqv, qu, qv, do, lse, di, kp, sk_t, vp, sv_t, r, sr_t, Lr, kv, C, M + T, lo, hi, i0, T, M, win, dh,

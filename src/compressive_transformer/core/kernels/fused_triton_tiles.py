@@ -61,9 +61,10 @@ def mma(a, b, PREC: tl.constexpr):
     cores' bf16/fp16 product, where the setting is moot) or "widen" (16-bit operands widened to fp32 first, the same
     products: for Triton's interpreter, whose dot multiplies the bit patterns of bf16 operands)."""
     if PREC == "widen":
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     else:
-        return tl.dot(a, b, input_precision=PREC)
+        out = tl.dot(a, b, input_precision=PREC)
+    return out
 
 
 @triton.jit
@@ -115,3 +116,38 @@ def allowed(kv_ptr, i, n, key0, n_keys, T, M, win, MEM: tl.constexpr):
 def band_row0(n0, i0, T, BLOCK: tl.constexpr):
     """The first table row of the band of the tile (queries i0.., keys n0..)."""
     return n0 - i0 + T - BLOCK
+
+
+@triton.jit
+def query_program(SCR, K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK: tl.constexpr):
+    """A program of a (query block, b * H + h) grid: its first row i0 (the rows with the most keys first), bh, its
+    own shift scratch, and the heads of its keys and values and its batch row of key_valid."""
+    nq = tl.num_programs(0)
+    i0 = (nq - 1 - tl.program_id(0)) * BLOCK
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    scratch = SCR + (bh.to(tl.int64) * nq + tl.program_id(0)) * (2 * BLOCK * BLOCK)
+    kp, vp, kv = head(K, b, h, sk_b, sk_h), head(V, b, h, sv_b, sv_h), KV + b.to(tl.int64) * skv_b
+    return i0, bh, h, scratch, kp, vp, kv
+
+
+@triton.jit
+def memory_keys(i0, T, M, win, BLOCK: tl.constexpr):
+    """The memory + segment key blocks that queries i0 .. i0 + BLOCK may read: from the oldest within the window
+    (rounded down to a block) to past the newest (causal)."""
+    return tl.maximum(M + i0 - win, 0) // BLOCK * BLOCK, tl.minimum(M + T, M + i0 + BLOCK)
+
+
+@triton.jit
+def key_block(
+    qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh, scratch,
+    BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
+):  # fmt: skip
+    """Key block n0 of a stream (key slots key0 + n0 ..) against queries i0 ..: its keys, values and table band,
+    the tile's base-2 scores and which of them are allowed."""
+    k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK, D)
+    v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK, D)
+    band = load_rows(tab, band_row0(n0, i0, T, BLOCK), n_rows, st_t, dh, 2 * BLOCK, D)
+    s = logits(qu, qp, k, band, scratch, PREC, BLOCK, 2 * BLOCK)
+    ok = allowed(kv, i0 + tl.arange(0, BLOCK), n0 + tl.arange(0, BLOCK), key0, n_keys, T, M, win, MEM)
+    return k, v, band, s, ok
