@@ -165,6 +165,8 @@ def _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int, bloc
         _fail(f"qu, k, v, qv, r, qc, rc must share one dtype of fp32, bf16, fp16, got {[t.dtype for t in tensors]}")
     if dh > MAX_HEAD_DIM or block not in BLOCKS:
         _fail(f"needs head dim <= {MAX_HEAD_DIM} and a block in {BLOCKS}, got dh={dh}, block={block}")
+    if B * H > 65535:  # the grids' second axis
+        _fail(f"needs B * H <= 65535, got {B * H}: split the batch")
     if any(t.device != qu.device for t in tensors + [key_valid]):
         _fail("all tensors must be on one device")
     win = window if window > 0 else M + T
