@@ -1,0 +1,278 @@
+"""The fused Triton relative attention against a plain-torch reference of the same math: the output and all seven
+gradients, exact in fp32 and within bf16 rounding in bf16; on CPU through Triton's interpreter at small shapes, on
+CUDA also at the benchmark's shapes and captured in a CUDA graph; the custom op traced by torch.compile with no graph
+break; the timing script end to end.
+"""
+
+import json
+import os
+
+import pytest
+import torch
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+if not torch.cuda.is_available():
+    # Triton compiles for GPUs only; its interpreter must be chosen before the kernels are decorated (at import).
+    # The kernel module chooses it itself on a machine without CUDA, whichever test imports it first.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from compressive_transformer.core.kernels.fused_triton import fused_relative_attention  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(
+    DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1",
+    reason="without CUDA the kernels need Triton's interpreter: unset TRITON_INTERPRET or set it to 1",
+)
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+NAMES = ("qu", "k", "v", "qv", "r", "qc", "rc")
+
+
+def reference(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int):
+    """The attention with explicit (B, H, T, K) scores: every table row looked up by its index m, masked keys -inf."""
+    B, H, T, _ = qu.shape
+    K, C = k.shape[2], n_cmem
+    M = K - C - T
+    i = torch.arange(T, device=qu.device)[:, None]
+    j = torch.arange(K, device=qu.device)[None, :]
+
+    def lookup(q, table, m):  # q_i . table[m(i, j)], with out-of-range rows (only at blocked keys) clamped
+        rows = torch.einsum("bhtd,hld->bhtl", q, table)
+        return rows.gather(-1, m.clamp(0, table.shape[1] - 1).expand(B, H, T, K))
+
+    pos = lookup(qv, r, j - C - i + T - 1)
+    if C > 0:
+        pos = torch.where(j < C, lookup(qc, rc, j - i + T - 1), pos)
+    dist = M + i - (j - C)
+    near = (dist >= 0) & (dist <= window) if window > 0 else dist >= 0
+    valid = key_valid[:, None, None, :]
+    ok = torch.where(j < C, valid, (valid & near) | (dist == 0))
+    scores = (qu @ k.transpose(-1, -2) + pos).masked_fill(~ok, float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+def inputs(B, H, T, C, M, dh, *, dtype=torch.float32, seed=0, p_invalid=0.3, extra_rows=1):
+    """qu, k, v, qv, r, qc, rc (qc, rc None when C = 0), key_valid with about p_invalid of the slots empty."""
+    g = torch.Generator().manual_seed(seed)
+    K = C + M + T
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(DEVICE, dtype)
+
+    qu, k, v, qv = rand(B, H, T, dh), rand(B, H, K, dh), rand(B, H, K, dh), rand(B, H, T, dh)
+    r = rand(H, M + T + extra_rows, dh)
+    qc, rc = (rand(B, H, T, dh), rand(H, C + T - 1 + extra_rows, dh)) if C > 0 else (None, None)
+    key_valid = (torch.rand(B, K, generator=g) >= p_invalid).to(DEVICE)
+    return [qu, k, v, qv, r, qc, rc], key_valid
+
+
+def reference_run(tensors, key_valid, C: int, window: int, grad, dtype=torch.float64) -> list:
+    """The reference's output and gradients, computed in ``dtype`` from the given (rounded) values."""
+    leaves = [t.detach().to(dtype).requires_grad_() if t is not None else None for t in tensors]
+    out = reference(*leaves, key_valid, C, window)
+    out.backward(grad.to(dtype))
+    return [out.detach()] + [t.grad for t in leaves if t is not None]
+
+
+def run_both(tensors, key_valid, C: int, window: int, block: int | None = None, seed: int = 1):
+    """(kernel, fp64 reference) pairs of the output and each gradient, for one random output gradient; and that
+    gradient."""
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in tensors]
+    if block is None:
+        out = fused_relative_attention(*leaves, key_valid, n_cmem=C, window=window)
+    else:
+        out = torch.ops.compressive_transformer.fused_relative_attention(*leaves, key_valid, C, window, block)[0]
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out)
+    out.backward(grad)
+    assert out.dtype == tensors[0].dtype and all(a.grad.dtype == a.dtype for a in leaves if a is not None)
+    got = [out.detach()] + [t.grad for t in leaves if t is not None]
+    return list(zip(got, reference_run(tensors, key_valid, C, window, grad))), grad
+
+
+def assert_close_fp32(pairs) -> None:
+    """fp32 rounding only: relative 1e-5, absolute 1e-5 of the largest entry (or of 1: a gradient that is exactly 0,
+    as a query's with a single key, is rounding noise around 0 in fp32)."""
+    for name, (got, want) in zip(("out",) + NAMES, pairs):
+        scale = max(want.abs().max().item(), 1.0)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * scale, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def relative(got, want) -> float:
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+def assert_close_bf16(tensors, key_valid, C: int, window: int) -> None:
+    """The kernel in bf16 is off the exact result (fp64 from the same bf16 values) by at most 3e-2 relative (norm)
+    or 1.5 times what the reference computed in bf16 is off, whichever is larger (1-2e-2 at the small shapes)."""
+    pairs, grad = run_both(tensors, key_valid, C, window)
+    in_bf16 = reference_run(tensors, key_valid, C, window, grad, torch.bfloat16)
+    for name, (got, want), own in zip(("out",) + NAMES, pairs, in_bf16):
+        rel, tol = relative(got, want), max(3e-2, 1.5 * relative(own, want))
+        assert rel < tol, f"{name}: relative difference {rel:.3g} >= {tol:.3g}"
+
+
+# (B, H, T, C, M, dh, window, block): empty compressed memory and/or memory, a window, T and K off the block size,
+# several query blocks and diagonals (block 16), the GPU's block (64)
+FP32_CASES = [
+    (2, 2, 5, 0, 0, 16, 0, None),
+    (2, 1, 33, 16, 32, 16, 0, None),
+    (2, 2, 16, 3, 7, 32, 9, None),
+    (1, 2, 33, 16, 0, 32, 0, None),
+    (2, 1, 33, 3, 32, 16, 9, 16),
+    (1, 1, 20, 5, 50, 16, 0, 64),
+]
+
+
+@pytest.mark.parametrize(("B", "H", "T", "C", "M", "dh", "window", "block"), FP32_CASES)
+def test_fp32_output_and_gradients_equal_the_reference(B, H, T, C, M, dh, window, block) -> None:
+    tensors, key_valid = inputs(B, H, T, C, M, dh)
+    assert_close_fp32(run_both(tensors, key_valid, C, window, block)[0])
+
+
+@pytest.mark.parametrize(
+    ("B", "H", "T", "C", "M", "dh", "window"), [(2, 1, 33, 16, 32, 16, 0), (2, 1, 20, 3, 7, 32, 9)]
+)
+def test_bf16_output_and_gradients_are_within_bf16_rounding(B, H, T, C, M, dh, window) -> None:
+    tensors, key_valid = inputs(B, H, T, C, M, dh, dtype=torch.bfloat16)
+    assert_close_bf16(tensors, key_valid, C, window)
+
+
+# no shrinking: each example costs seconds in the interpreter (a failure prints its example all the same)
+@settings(max_examples=4, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(
+    T=st.integers(1, 24),
+    C=st.integers(0, 12),
+    M=st.integers(0, 24),
+    dh=st.sampled_from([16, 32]),
+    window=st.integers(0, 30),
+    block=st.sampled_from([16, 32]),
+    seed=st.integers(0, 2**16),
+)
+def test_any_shape_matches_the_reference(T, C, M, dh, window, block, seed) -> None:
+    """Longer tables than needed (their extra rows are never read), any emptiness of the slots."""
+    tensors, key_valid = inputs(2, 1, T, C, M, dh, seed=seed, p_invalid=seed % 5 / 5, extra_rows=1 + seed % 7)
+    assert_close_fp32(run_both(tensors, key_valid, C, window, block)[0])
+
+
+def test_strided_views_as_the_model_makes_them() -> None:
+    """Queries time-major transposed, keys and values the two halves of one (B, H, K, 2 dh) cache, tables a
+    permuted (L, H, dh) projection: read through their strides, with the same results as contiguous copies."""
+    B, H, T, C, M, dh = 2, 2, 9, 4, 6, 16
+    tensors, key_valid = inputs(B, H, T, C, M, dh)
+    qu, k, v, qv, r, qc, rc = tensors
+    kv = torch.cat([k, v], -1)  # (B, H, K, 2 dh)
+    views = [
+        qu.transpose(1, 2).contiguous().transpose(1, 2),
+        kv[..., :dh],
+        kv[..., dh:],
+        qv.transpose(1, 2).contiguous().transpose(1, 2),
+        r.transpose(0, 1).contiguous().transpose(0, 1),
+        qc.transpose(1, 2).contiguous().transpose(1, 2),
+        rc.transpose(0, 1).contiguous().transpose(0, 1),
+    ]
+    assert not any(t.is_contiguous() for t in views)
+    assert_close_fp32(run_both(views, key_valid, C, 3)[0])
+
+
+def test_a_query_whose_keys_are_all_empty_reads_itself() -> None:
+    """No valid slot at all: every query attends to its own position only, so the output is its value row."""
+    T, C, M = 6, 2, 3
+    tensors, key_valid = inputs(1, 1, T, C, M, 16)
+    out = fused_relative_attention(*tensors, key_valid.zero_(), n_cmem=C, window=0)
+    torch.testing.assert_close(out, tensors[2][:, :, C + M :])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (dict(qc=None), "qc and rc must be given exactly when n_cmem > 0"),
+        (dict(r=lambda r: r[:, :5]), "r must be (H=1, >= M + T = 9"),
+        (dict(rc=lambda rc: rc[:, :4]), "rc needs >= C + T - 1 = 7 rows"),
+        (dict(key_valid=lambda kv: kv.float()), "key_valid must be a bool (B, K)"),
+        (dict(k=lambda k: k.double()), "must share one dtype"),
+    ],
+)
+def test_a_bad_argument_is_one_line_saying_what_to_change(change: dict, message: str) -> None:
+    tensors, key_valid = inputs(1, 1, 6, 2, 3, 16)
+    args = dict(zip(NAMES, tensors), key_valid=key_valid)
+    for name, fix in change.items():
+        args[name] = fix(args[name]) if callable(fix) else fix
+    with pytest.raises(ValueError, match="fused_relative_attention: ") as err:
+        fused_relative_attention(**args, n_cmem=2)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_torch_compile_traces_it_whole_and_keeps_its_gradients() -> None:
+    T, C, M = 8, 3, 5
+    tensors, key_valid = inputs(2, 1, T, C, M, 16)
+
+    def loss(qu, k, v, qv, r, qc, rc):
+        return fused_relative_attention(qu * 1.0, k, v, qv, r, qc, rc, key_valid, n_cmem=C, window=4).square().sum()
+
+    assert torch._dynamo.explain(loss)(*tensors).graph_break_count == 0
+    grads = []
+    for fn in (loss, torch.compile(loss, backend="aot_eager", fullgraph=True)):
+        leaves = [t.clone().requires_grad_() for t in tensors]
+        fn(*leaves).backward()
+        grads.append([t.grad for t in leaves])
+    for eager, compiled in zip(*grads):
+        torch.testing.assert_close(compiled, eager)
+
+
+def test_the_timing_script_runs_end_to_end(tmp_path) -> None:
+    from benchmarks import fused_attention
+
+    out = tmp_path / "fused.json"
+    fused_attention.main(["--device", DEVICE, "--iters", "1", "--out", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["impl"] for r in rows] == list(fused_attention.IMPLS)
+    assert all(r["forward_ms"] > 0 and r["forward_backward_ms"] > 0 for r in rows)
+    tol = 1e-5 if DEVICE == "cpu" else 3e-2  # the three agree: fp32 on CPU, bf16 on a GPU
+    assert max(r["max_rel_difference"] for r in rows) < tol
+
+
+BENCH = (2, 8, 512, 512, 515, 64)  # B, H, T, C, M, dh: the `gpu` workload's attention at batch 2
+
+
+@cuda
+@pytest.mark.parametrize("window", [0, 300])
+def test_cuda_bf16_at_the_benchmark_shape(window: int) -> None:
+    tensors, key_valid = inputs(*BENCH, dtype=torch.bfloat16, p_invalid=0.1)
+    assert_close_bf16(tensors, key_valid, BENCH[3], window)
+
+
+@cuda
+def test_cuda_fp32_at_the_benchmark_shape() -> None:
+    tensors, key_valid = inputs(*BENCH, p_invalid=0.1)
+    assert_close_fp32(run_both(tensors, key_valid, BENCH[3], 0)[0])
+
+
+@cuda
+def test_cuda_graph_captures_forward_and_backward() -> None:
+    """No host synchronisation on the path: the step replays from a CUDA graph with the eager results."""
+    tensors, key_valid = inputs(*BENCH, dtype=torch.bfloat16, p_invalid=0.1)
+    leaves = [t.clone().requires_grad_() for t in tensors]
+    C = BENCH[3]
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        out = fused_relative_attention(*leaves, key_valid, n_cmem=C, window=0)
+        out.float().square().sum().backward()
+        return out
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        eager = step().detach().clone()  # warm-up: compiles the kernels outside the capture
+        eager_grads = [t.grad.clone() for t in leaves]
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, eager)
+    for t, g in zip(leaves, eager_grads):
+        torch.testing.assert_close(t.grad, g)
