@@ -35,6 +35,7 @@ LAYERS = (
 OPTIONAL = {
     "compressive_transformer.harness.model": "lm_eval, the [lm-eval] extra",
     "compressive_transformer.agents.train": "gymnasium and torchrl, the [rl] extra",
+    "compressive_transformer.core.kernels.fused_triton": "triton, with CUDA (or the [triton] extra's interpreter)",
 }
 # Modules that import the package inside a function on purpose: the console entry point imports the command line (torch
 # and every command) inside main, so that Ctrl-C during those seconds ends in one line instead of a traceback.
