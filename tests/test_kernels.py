@@ -125,10 +125,11 @@ def test_fallbacks_and_the_auto_choice(monkeypatch):
         assert pick("fused", dropout=0.1) == "sdpa-bias"
     assert auto_choice(cpu, compiling=False)[0] == "explicit" and auto_choice(cpu, compiling=True)[0] == "reference"
     monkeypatch.setattr("compressive_transformer.core.kernels.triton_available", lambda: True)
-    assert auto_choice(cuda, compiling=False)[0] == "fused"
-    assert auto_choice(cuda, compiling=False, dtype=torch.float64)[0] == "sdpa-bias"  # no fp64 Triton kernel
+    assert auto_choice(cuda, compiling=False, dtype=torch.bfloat16)[0] == "fused"
+    assert auto_choice(cuda, compiling=False, dtype=torch.float32)[0] == "sdpa-bias"  # exact fp32 is off the TCs
+    assert auto_choice(cuda, compiling=True, dtype=torch.bfloat16)[0] == "reference"  # compile fuses it
     monkeypatch.setattr("compressive_transformer.core.kernels.triton_available", lambda: False)
-    assert auto_choice(cuda, compiling=False)[0] == "sdpa-bias"
+    assert auto_choice(cuda, compiling=False, dtype=torch.bfloat16)[0] == "sdpa-bias"
     with pytest.warns(UserWarning, match="needs Triton, a CUDA device"):
         assert pick("fused") == "sdpa-bias" and pick("flex") == "sdpa-bias"  # flex's configs get the fused kernel
     for name, (kernel, reason) in ((n, auto_choice(torch.device(n), compiling=False)) for n in ("cpu", "cuda", "mps")):

@@ -11,6 +11,7 @@ not cover (the memory still filling, accumulated batches, fp16's loss scaling, s
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -63,7 +64,14 @@ class CapturedUpdate:
 
     def _update(self, inputs: tuple[Tensor, ...], memory: MemoryState) -> tuple[tuple[Tensor, Tensor], MemoryState]:
         tokens, targets, mask = inputs
-        with torch.autocast(self.device_type, dtype=self.dtype, enabled=self.dtype is not None, cache_enabled=False):
+        # amp "none": whatever autocast the caller is in (none in the trainer) holds; else autocast without its weight
+        # cache, so the casts are captured with the step rather than read from a cache made outside the graph
+        region = (
+            torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=False)
+            if self.dtype is not None
+            else contextlib.nullcontext()
+        )
+        with region:
             out = self.model(tokens, memory=memory, targets=targets, input_mask=mask)
         loss, aux = out.loss.float(), out.aux_loss.float()
         (loss + aux).backward()

@@ -95,12 +95,12 @@ def fused_runs_on(device: torch.device, dtype: torch.dtype = torch.float32) -> b
 
 def auto_choice(device: torch.device, *, compiling: bool, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
     """``auto``'s kernel and the reason for it (``dtype``: the compute dtype)."""
-    if device.type == "cuda":
-        if fused_runs_on(device, dtype):
-            return "fused", "no (B, H, T, K) buffer in memory, forward or backward"
-        return "sdpa-bias", "without Triton (or in fp64): the fused kernel with the positional scores as its bias"
     if compiling:
         return "reference", "torch.compile fuses the reference's plain tensor code"
+    if device.type == "cuda":
+        if dtype in (torch.bfloat16, torch.float16) and fused_runs_on(device, dtype):
+            return "fused", "no (B, H, T, K) buffer in memory, forward or backward (benchmarks/results/gpu)"
+        return "sdpa-bias", "fp32 (the fused kernel's exact fp32 products run off the tensor cores) or no Triton"
     return "explicit", "on the CPU the scores in one buffer beat a bias read by SDPA (benchmarks/results/backends)"
 
 
