@@ -83,6 +83,10 @@ class KeyMask:
         """(B, 1, T, K) bool: the rule applied to every query of a T-position segment."""
         B, K = self.valid.shape
         C, n = self.n_cmem, K - self.n_cmem
+        if T == 1 and (self.window == 0 or self.window >= n - 1):  # one query: every key is past or itself
+            allowed = self.valid.clone()
+            allowed[:, -1] = True
+            return allowed[:, None, None, :]
         i = torch.arange(T, device=self.valid.device)[:, None]
         j = torch.arange(n, device=self.valid.device)[None, :]
         dist = (n - T) + i - j  # (T, M + T)
@@ -94,8 +98,8 @@ class KeyMask:
 
     def with_dense(self, T: int, dtype: torch.dtype) -> "KeyMask":
         """The same mask with :attr:`dense` filled in (0 where a key may be read, -inf elsewhere)."""
-        additive = torch.zeros(self.valid.shape[0], 1, T, self.valid.shape[1], dtype=dtype, device=self.valid.device)
-        return replace(self, dense=additive.masked_fill_(~self.allowed(T), float("-inf")))
+        blocked = torch.full((self.valid.shape[0], 1, T, self.valid.shape[1]), float("-inf"), dtype=dtype)
+        return replace(self, dense=blocked.to(self.valid.device).masked_fill_(self.allowed(T), 0.0))
 
 
 def key_mask(x_mask: Tensor, mem_mask: Tensor, cmem_mask: Tensor, *, window: int = 0) -> KeyMask:

@@ -120,12 +120,24 @@ def scores(a: AttentionInputs) -> Tensor:
     return out.view(B, H, T, K)
 
 
+def one_query_scores(a: AttentionInputs) -> Tensor:
+    """:func:`scores` for one query (T = 1, a decoding step): key j of a stream reads row j of its table, no shift,
+    so the scores are two small matmuls and one accumulating one, in plain tensor code."""
+    B, H, _, dh = a.qu.shape
+    K, C = a.k.shape[2], a.mask.n_cmem
+    position = torch.matmul(a.qv, a.r[:, : K - C].transpose(1, 2))  # (B, H, 1, M + 1)
+    if C > 0:
+        position = torch.cat([torch.matmul(a.qc, a.rc[:, :C].transpose(1, 2)), position], dim=-1)
+    bias = (position + a.mask.dense).view(B * H, 1, K)
+    return torch.baddbmm(bias, a.qu.reshape(B * H, 1, dh), a.k.reshape(B * H, K, dh).transpose(1, 2)).view(B, H, 1, K)
+
+
 def explicit_attention(a: AttentionInputs) -> tuple[Tensor, Tensor]:
     """The reference's output and weights, from :func:`scores`; without autograd the softmax overwrites the scores
     (no second (B, H, T, K) buffer)."""
     B, H, T, dh = a.qu.shape
     K = a.k.shape[2]
-    s = scores(a)
+    s = one_query_scores(a) if T == 1 else scores(a)
     weights = torch.softmax(s, dim=-1, out=None if torch.is_grad_enabled() else s)
     dropped = F.dropout(weights, a.dropout) if a.dropout > 0 else weights
     y = torch.bmm(dropped.view(B * H, T, K), a.v.reshape(B * H, K, dh).to(dropped.dtype))
