@@ -38,7 +38,8 @@ else
 fi
 mkdir -p "$OUT"
 START=$(date +%s)
-export PYTHONPATH="$PWD/src:$PWD:/tmp/gpu-check-peers${PYTHONPATH:+:$PYTHONPATH}"
+PEERS_DIR="${PEERS_DIR:-$(mktemp -d)}"  # the peers' wheels unpacked here, nowhere else
+export PYTHONPATH="$PWD/src:$PWD:$PEERS_DIR${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/gpu-check-inductor
 : > "$OUT/summary.txt"
 
@@ -64,7 +65,7 @@ part() {
 }
 
 part env 30 "$OUT/bench.log" "$PY" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'); import triton; print('triton', triton.__version__)"
-part peers 40 "$OUT/bench.log" "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-check-peers $WHEELS/*.whl
+part peers 40 "$OUT/bench.log" "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PEERS_DIR" $WHEELS/*.whl
 part tests 140 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider --tb=long -rfE --timeout 90 "${TESTS[@]}"
 part kernel 45 "$OUT/bench.log" "$PY" -m benchmarks.fused_attention "${KERNEL[@]}" --out "$OUT/kernel.json"
 part bench 170 "$OUT/bench.log" "$PY" -m benchmarks.gpu --workload $WORKLOAD --device "$DEVICE" --amp bf16 \

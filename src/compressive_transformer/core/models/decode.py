@@ -67,6 +67,15 @@ class LayerCache:
         return replace(self, k_cmem=kc, v_cmem=vc, k_mem=attn.k[:, :, K - M :], v_mem=attn.v[:, :, K - M :])
 
 
+def _as_step_view(x: Tensor, n_cmem: int) -> Tensor:
+    """The memory's keys or values (B, H, M, dh) laid out as every step leaves them, the newest M of a step's
+    C + M + 1 keys, so that a compiled step sees the same strides from the first token on."""
+    B, H, M, dh = x.shape
+    step = x.new_zeros(B, H, n_cmem + M + 1, dh)
+    step[:, :, n_cmem + 1 :] = x
+    return step[:, :, n_cmem + 1 :]
+
+
 class Decoder:
     """Advances ``memory`` one token at a time for ``model`` in eval mode.
 
@@ -93,7 +102,10 @@ class Decoder:
             for block, layer, comp, t in zip(model.blocks, memory.layers, self._compressors(), tables):
                 kc, vc = block.attn.keys_values(compressed_for_attention(layer, comp))
                 km, vm = block.attn.keys_values(layer.mem)
-                self._caches.append(LayerCache(t, *(x.contiguous() for x in (kc, vc, km, vm))))
+                C = layer.cmem_len
+                self._caches.append(
+                    LayerCache(t, kc.contiguous(), vc.contiguous(), _as_step_view(km, C), _as_step_view(vm, C))
+                )
         self._memory = memory
         self._watch = WriteWatch(model.parameters())
         self._ones = torch.ones(memory.batch_size, 1, dtype=torch.bool, device=memory.layers[0].mem.device)
