@@ -154,7 +154,7 @@ def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(
         and "run directory: runs/demo-" in out
     )
     assert out.count("validation: loss ") == 1, out  # printed once, not logged and printed
-    # what the score means: the same text under models that ignore order, uniform first (8 bits per ASCII byte)
+    # what the score means: the same text under simple references, uniform first (8 bits per ASCII byte)
     meaning = next(line for line in out.splitlines() if "uniform guess" in line)
     uniform, frequencies, packed = (float(x) for x in re.findall(r"(\d+\.\d+)", meaning)[:3])
     assert 7.9 < uniform <= 8.1 and 3.0 < frequencies < uniform and 1.0 < packed < frequencies, meaning

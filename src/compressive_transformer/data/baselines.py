@@ -23,7 +23,7 @@ def _characters(document: Document) -> int:
 
 @dataclass(frozen=True)
 class ReferenceScores:
-    """Bits per character of one text under three models that learn nothing about its order."""
+    """Bits per character of one text under three simple references, none of them a trained model."""
 
     uniform: float  # every byte value equally likely: 8 bits per byte
     frequencies: float  # each byte drawn from the training text's byte frequencies (add-one smoothed)

@@ -392,7 +392,7 @@ class DemoResult:
     seconds: float
     validation: EvalResult
     sample: str
-    references: ReferenceScores  # the validation text scored by models that ignore order: what the score means
+    references: ReferenceScores  # the validation text under simple references: what the score means
 
 
 def demo(
