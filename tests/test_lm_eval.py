@@ -119,6 +119,7 @@ def evaluate_harness(model: HarnessModel, task_manager: TaskManager, *tasks: str
     return lm_eval.simple_evaluate(model=model, tasks=list(tasks), task_manager=task_manager, log_samples=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_rolling_perplexity_equals_evaluate_text(
     name: str, bpe_run: Path, task_manager: TaskManager, tmp_path: Path, capsys: pytest.CaptureFixture
@@ -154,6 +155,7 @@ def test_rolling_perplexity_equals_evaluate_text(
         assert ll == pytest.approx(-r.loss * r.tokens, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_trained_model_answers_the_multiple_choice_and_generation_tasks(
     word_run: Path, task_manager: TaskManager
 ) -> None:
@@ -189,6 +191,7 @@ def test_the_command_registers_the_model_and_runs_the_harness(
     assert_one_line_error(code, err, "--model")
 
 
+@pytest.mark.slow
 def test_offline_a_task_whose_dataset_is_on_the_hub_fails_at_once_in_one_line(
     word_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
