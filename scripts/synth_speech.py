@@ -49,6 +49,18 @@ def speak(text: str, voice: str, path: Path, speed: int) -> None:
     subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(path), text], check=True)
 
 
+def split_passages(books: list[Path], n_files: int, words: int) -> list[str]:
+    """``n_files`` passages from ``books``: an even share of each book first (what earlier corpora were made of, so
+    the same options still give the same files), then, where a book yields fewer, more passages of the others."""
+    per_book = -(-n_files // len(books))
+    texts = [t for b in books for t in passages(b, words, per_book)][:n_files]
+    for book in books:  # top up from denser spreads of each book, skipping passages already taken
+        if len(texts) >= n_files:
+            break
+        texts += [t for t in passages(book, words, n_files) if t not in texts][: n_files - len(texts)]
+    return texts
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--books", type=Path, required=True, help="a PG-19-format folder: train/ validation/ test/ <id>.txt")
@@ -62,18 +74,33 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("espeak-ng") is None:
         print("synth_speech: espeak-ng is not installed; apt-get install -y espeak-ng", file=sys.stderr)
         return 2
+    if any(n < 1 for n in args.files):
+        print(f"synth_speech: --files {' '.join(map(str, args.files))}: each split needs at least 1", file=sys.stderr)
+        return 2
+    plans = {}
     for split, n_files in zip(SPLITS, args.files):
         books = sorted((args.books / split).glob("*.txt"))
         if not books:
             print(f"synth_speech: {args.books / split} has no books; give a PG-19-format folder", file=sys.stderr)
             return 2
-        per_book = -(-n_files // len(books))
-        texts = [t for b in books for t in passages(b, args.words, per_book)][:n_files]
+        if any((args.out / split).glob("*.wav")):
+            print(f"synth_speech: {args.out / split} already holds WAV files; give a new --out", file=sys.stderr)
+            return 2
+        plans[split] = (books, split_passages(books, n_files, args.words))
+    for (split, (books, texts)), n_files in zip(plans.items(), args.files):
         folder = args.out / split
         folder.mkdir(parents=True, exist_ok=True)
         for i, text in enumerate(texts):
             speak(text, VOICES[i % len(VOICES)], folder / f"{i:04d}.wav", args.speed)
-        print(f"{split}: {len(texts)} files in {folder}")
+        short = (
+            ""
+            if len(texts) == n_files
+            else (
+                f", not the {n_files} asked for: its {len(books)} book(s) hold only {len(texts)} passages of "
+                f"{args.words}+ words after their first 200 lines"
+            )
+        )
+        print(f"{split}: {len(texts)} files in {folder}{short}", file=sys.stderr if short else sys.stdout)
     (args.out / "README.txt").write_text(
         "Synthetic speech (espeak-ng) reading passages of public-domain books; made by scripts/synth_speech.py.\n"
     )

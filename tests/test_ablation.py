@@ -51,6 +51,7 @@ def test_tiny_budget_end_to_end_with_intervals_and_the_papers_ordering(tmp_path)
     assert "paper rank" in md and "Spearman" in md and "max_pool × none" in md and "    cmd" in md
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_with_its_finished_cells(tmp_path, monkeypatch):
     reference = tmp_path / "ref"
     run_seeded("quick", reference, models=MODELS[:2], seeds=(0, 1), log=_quiet)
@@ -85,6 +86,7 @@ def test_a_cell_of_another_budget_is_not_reused(tmp_path):
     assert Cell("passkey", "txl", 0).path(tmp_path).is_file()
 
 
+@pytest.mark.slow
 def test_parallel_cells_equal_sequential_ones(tmp_path):
     run_seeded("quick", tmp_path / "seq", models=("ct-max_pool-none",), seeds=(0, 1), log=_quiet)
     run_seeded("quick", tmp_path / "par", models=("ct-max_pool-none",), seeds=(0, 1), parallel=2, log=_quiet)

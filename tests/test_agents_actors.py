@@ -45,6 +45,7 @@ def _no_actor_left() -> bool:
     return not multiprocessing.active_children()
 
 
+@pytest.mark.slow
 def test_actor_mode_trains_reports_the_policy_lag_and_resumes(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     summary = train_agent(_cfg("train.actors=2"), tmp_path / "run", progress=False)
@@ -62,6 +63,7 @@ def test_actor_mode_trains_reports_the_policy_lag_and_resumes(tmp_path: Path) ->
     assert _no_actor_left()
 
 
+@pytest.mark.slow
 def test_one_actor_in_lockstep_equals_the_in_process_actors(tmp_path: Path) -> None:
     """The actor process seeds its environments and sampling as the in-process actors do, and in lockstep it acts
     with the weights of the update before, as they do: the same updates, to the bit."""
@@ -75,6 +77,7 @@ def test_one_actor_in_lockstep_equals_the_in_process_actors(tmp_path: Path) -> N
     assert a.read_bytes() == b.read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["transformer", "lstm"])
 def test_the_learner_batch_holds_every_actor_and_published_weights_reach_them(kind: str) -> None:
     torch.set_num_threads(1)
@@ -103,6 +106,7 @@ def test_the_learner_batch_holds_every_actor_and_published_weights_reach_them(ki
     assert _no_actor_left()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("error", [RuntimeError("learner fails"), KeyboardInterrupt()])
 def test_no_actor_outlives_a_failing_learner(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BaseException

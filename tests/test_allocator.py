@@ -36,6 +36,7 @@ def probe(mode: str, env: dict | None = None) -> tuple[str, float]:
     return applied, float(faults)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_kept_memory_stops_the_page_faults_of_repeated_temporaries():
     applied, tuned = probe("tuned")

@@ -181,5 +181,30 @@ def test_train_evaluate_and_generate_audio_from_the_command_line(tmp_path: Path,
     data, rate = sf.read(wav)
     assert rate == 8000 and len(data) == 160 + 400  # 0.02 s of prompt, then 0.05 s generated
     assert wav.with_suffix(".png").is_file()
+    assert "generate: 100%" in err and "400/400" in err, err  # a progress bar while it samples
     assert_one_line_error(*cli_run(capsys, "generate", str(run), "--prompt", "hi")[::2], "--prompt", "--prime")
     assert_one_line_error(*cli_run(capsys, "generate", str(run), "--out", str(wav))[::2], "--out", "exists")
+    assert_one_line_error(
+        *cli_run(capsys, "generate", str(run), "--prime", str(prime.parent), "--out", str(tmp_path / "x.wav"))[::2],
+        "--prime",
+        "is a folder",
+    )
+    stereo = tmp_path / "stereo.wav"
+    sf.write(stereo, np.stack([tone(0.05, 8000), tone(0.05, 8000, 330.0)], axis=1), 8000)
+    code, _, err = cli_run(
+        capsys, "generate", str(run), "--prime", str(stereo), "--seconds", "0.01", "--out", str(tmp_path / "s.wav")
+    )
+    assert code == 0 and f"note: {stereo} (2 channels) averaged to mono" in err, err
+
+
+def test_several_channels_are_averaged_to_mono_and_said_so(tmp_path: Path, capsys) -> None:
+    write_corpus(tmp_path, 8000, {"train": [0.1, 0.1], "validation": [0.1], "test": [0.1]})
+    stereo = np.stack([tone(0.1, 8000), -tone(0.1, 8000)], axis=1)  # the channels cancel: silence in mono
+    sf.write(tmp_path / "train" / "2.wav", stereo, 8000, subtype="FLOAT")
+    sf.write(tmp_path / "train" / "3.wav", stereo, 8000, subtype="FLOAT")
+    split = read_split(DataConfig(format="audio", path=str(tmp_path), sample_rate=8000), "train")
+    err = capsys.readouterr().err
+    assert f"note: {tmp_path / 'train' / '2.wav'} (2 channels) and 1 more file averaged to mono" in err, err
+    assert set(np.frombuffer(split.documents[2], dtype=np.uint8)) == {128}  # μ-law silence
+    read_split(DataConfig(format="audio", path=str(tmp_path), sample_rate=8000), "test")
+    assert "note:" not in capsys.readouterr().err

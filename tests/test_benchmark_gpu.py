@@ -55,6 +55,7 @@ def test_the_default_run_has_every_kernel_eager_graphed_and_compiled():
 ENTRIES = ("ours", "ours+graphs", "ours+reference+compile", "labml")  # the default run is all of gpu.ENTRIES
 
 
+@pytest.mark.slow
 def test_the_benchmark_is_one_command_with_backends_eager_and_compiled_in_each_precision(tmp_path):
     """The GPU run as it will be made, dry on the CPU, for a few entries (each is a child; the whole default list
     takes minutes): fp32 and bf16. TORCHDYNAMO_DISABLE keeps it to seconds: torch.compile then runs eager code."""

@@ -71,6 +71,7 @@ def books(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_tiny_budget_run_of_ours_is_stored_and_reused_and_missing_peers_are_skipped(tmp_path: Path, capsys):
     data, out = books(tmp_path / "pg19"), tmp_path / "out"
     argv = [

@@ -102,7 +102,21 @@ def test_thread_counts_that_collapse_throughput_are_named(monkeypatch: pytest.Mo
 
 def test_training_far_below_its_own_rate_is_reported_once() -> None:
     watch = ThroughputWatch()
-    assert [watch.check(x) for x in (500, 2600, 2500, 2700)] == [None] * 4  # the first window is start-up
-    slow = watch.check(200)
+    assert [watch.check(x, now=t) for t, x in enumerate((500, 2600, 2500, 2700))] == [None] * 4  # start-up first
+    slow = watch.check(200, now=10)
     assert slow is not None and "200 tokens/s, down from 2,700" in slow
-    assert watch.check(150) is None and watch.check(2600) is None and watch.check(100) is not None
+    assert watch.check(150, now=20) is None and watch.check(2600, now=30) is None  # one line per slow spell
+    assert watch.check(100, now=80) is not None  # a new spell, a minute after the last line
+
+
+def test_a_rate_that_flickers_is_reported_at_most_once_a_minute_with_the_latest_figure() -> None:
+    """A busy machine: the rate drops and recovers every second for 100 s. Two lines at most, each with the rate
+    of its moment."""
+    watch = ThroughputWatch()
+    watch.check(3000, now=0.0)
+    watch.check(3000, now=0.5)
+    lines = [(t, watch.check(300 + t if t % 2 else 3000, now=float(t))) for t in range(1, 101)]
+    said = [(t, line) for t, line in lines if line is not None]
+    assert len(said) == 2, said
+    (t1, first), (t2, second) = said
+    assert t2 - t1 >= 60 and f"{300 + t1:,} tokens/s" in first and f"{300 + t2:,} tokens/s" in second

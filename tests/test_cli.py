@@ -3,6 +3,7 @@ that leaves existing runs and checkpoints intact."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,9 @@ import torch
 from cli_helpers import assert_one_line_error, cli_run
 
 from compressive_transformer import cli
+from compressive_transformer.core import install
 from compressive_transformer.core.config import tomllib
+from compressive_transformer.core.install import program
 from compressive_transformer.core.models import CompressiveTransformerLM
 from compressive_transformer.runs.checkpoint import list_checkpoints, load_checkpoint
 from compressive_transformer.runs.presets import TINY_TOML
@@ -152,6 +155,12 @@ def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(
         and "sample:" in out
         and "run directory: runs/demo-" in out
     )
+    assert out.count("validation: loss ") == 1, out  # printed once, not logged and printed
+    # what the score means: the same text under simple references, uniform first (8 bits per ASCII byte)
+    meaning = next(line for line in out.splitlines() if "uniform guess" in line)
+    uniform, frequencies, packed = (float(x) for x in re.findall(r"(\d+\.\d+)", meaning)[:3])
+    assert 7.9 < uniform <= 8.1 and 3.0 < frequencies < uniform and 1.0 < packed < frequencies, meaning
+    assert f"next: {program()} generate runs/demo-" in out
     first = next((tmp_path / "runs").iterdir())
     assert (first / "eval_validation.json").is_file()
     assert_one_line_error(*cli_run(capsys, "demo", "--steps", "3", "--run-dir", str(first))[::2], "already holds a run")
@@ -399,3 +408,100 @@ def test_ctrl_c_while_the_command_line_starts_is_one_line(tmp_path: Path) -> Non
         "error: interrupted while starting, before the command began; nothing was done"
     ]
     assert not run_dir.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# advice that works when pasted
+
+
+def test_a_finished_run_trains_further_with_more_steps_and_refuses_fewer(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "--run-dir", str(run_dir), *FAST]) == 0
+    capsys.readouterr()
+    before = snapshot(run_dir)
+    assert_one_line_error(
+        *cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume", "--set", "train.steps=3")[::2],
+        "train.steps=3",
+        "already trained 4 steps",
+    )
+    assert snapshot(run_dir) == before, "a refused extension changes nothing"
+    code, out, err = cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume", "--set", "train.steps=6")
+    assert code == 0, err
+    assert "train.steps = 6 (was 4)" in out and "at step 4 of 6" in out and "run directory:" in out, out
+    assert [p.name for p in list_checkpoints(run_dir)][-1] == "step-00000006"
+    assert read_run_config(run_dir).train.steps == 6  # the next plain --resume keeps the new length
+    code, out, _ = cli_run(capsys, "train", "--run-dir", str(run_dir), "--resume")
+    assert code == 0 and "already finished its 6 steps" in out, out
+
+
+def test_the_program_is_named_as_the_user_can_run_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    for name in ("python", "compressive-transformer"):
+        (venv_bin / name).write_text("#!/bin/sh\n")
+        (venv_bin / name).chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # not activated
+    assert program() == ".venv/bin/compressive-transformer"
+    monkeypatch.setenv("PATH", f"{venv_bin}:/usr/bin:/bin")  # activated
+    assert program() == "compressive-transformer"
+    monkeypatch.chdir("/")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert program() == str(venv_bin / "compressive-transformer")
+
+
+def test_install_hints_name_extras_that_exist_and_setup_refuses_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    extras = subprocess.run([sys.executable, str(root / "scripts" / "extras.py")], capture_output=True, text=True)
+    assert {"audio", "rl", "lm-eval", "transfo-xl", "tensorboard"} <= set(extras.stdout.strip().split(","))
+    monkeypatch.chdir(root)
+    assert install.install_hint("audio") == "bash scripts/setup.sh audio"
+    if not (Path(sys.prefix) / "pyvenv.cfg").is_file():
+        pytest.skip("setup.sh reuses a virtual environment; these tests do not run in one")
+    done = subprocess.run(
+        ["bash", "scripts/setup.sh", "audio", "no-such-extra"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "VENV": sys.prefix, "HOME": str(Path.home())},
+    )
+    assert done.returncode == 2 and "unknown extra 'no-such-extra'" in done.stderr and "audio" in done.stderr
+
+
+def test_the_importers_advice_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_import_transfo_xl import write_checkpoint
+
+    monkeypatch.chdir(tmp_path)  # the advice writes its result beside the user
+
+    src = write_checkpoint(tmp_path / "txl")
+    out_dir = tmp_path / "imported"
+    code, out, err = cli_run(capsys, "import", "transfo-xl", str(src), str(out_dir), "--seg-len", "8")
+    assert code == 0, err
+    advice = re.search(r"`\S+ (evaluate [^`]*)`", out)
+    assert advice is not None, out
+    text = tmp_path / "words.txt"
+    text.write_text("w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12\n" * 4)
+    argv = [text_arg if text_arg != "FILE" else str(text) for text_arg in advice.group(1).split()]
+    code, out, err = cli_run(capsys, *argv, "--set", "eval.batch_size=1")
+    assert code == 0 and "bits/" in out, err
+
+
+def test_only_training_promises_untouched_checkpoints_after_a_system_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    def fail(args: object) -> None:
+        raise ConnectionError("Couldn't reach 'some/dataset' on the Hub")
+
+    for name in ("evaluate", "train"):
+        monkeypatch.setattr(cli.COMMANDS[name], "main", fail)
+    code, _, err = cli_run(capsys, "evaluate", "somewhere")
+    assert_one_line_error(code, err, "Couldn't reach")
+    assert "checkpoints" not in err, err
+    code, _, err = cli_run(capsys, "train")
+    assert_one_line_error(code, err, "Couldn't reach", "previous checkpoints are untouched")

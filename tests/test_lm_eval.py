@@ -119,6 +119,7 @@ def evaluate_harness(model: HarnessModel, task_manager: TaskManager, *tasks: str
     return lm_eval.simple_evaluate(model=model, tasks=list(tasks), task_manager=task_manager, log_samples=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_rolling_perplexity_equals_evaluate_text(
     name: str, bpe_run: Path, task_manager: TaskManager, tmp_path: Path, capsys: pytest.CaptureFixture
@@ -154,6 +155,7 @@ def test_rolling_perplexity_equals_evaluate_text(
         assert ll == pytest.approx(-r.loss * r.tokens, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_trained_model_answers_the_multiple_choice_and_generation_tasks(
     word_run: Path, task_manager: TaskManager
 ) -> None:
@@ -188,6 +190,42 @@ def test_the_command_registers_the_model_and_runs_the_harness(
     assert "mem_len" in json.dumps(record["config"]["model_args"])
     code, _, err = cli_run(capsys, "lm-eval", str(word_run), "--model", "hf", "--tasks", "ct_choice")
     assert_one_line_error(code, err, "--model")
+
+
+@pytest.mark.slow
+def test_offline_a_task_whose_dataset_is_on_the_hub_fails_at_once_in_one_line(
+    word_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No network and no cached dataset: a note, then one error line naming the dataset and what to do; no retries,
+    and nothing said about checkpoints, which the command never touches."""
+    import datasets.config
+    import huggingface_hub.constants
+    import lm_eval.tasks
+
+    from compressive_transformer.harness import offline
+
+    class LocalTasksOnly(TaskManager):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **{**kwargs, "include_defaults": False})
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", LocalTasksOnly)
+    for variable in offline.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)  # as on a user's machine: not offline until the probe says so
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(offline, "hub_reachable", lambda timeout=3.0: False)
+    (tmp_path / "hub_task.yaml").write_text(  # the shape of the harness's own wikitext task: a dataset on the Hub
+        "task: hub_task\ndataset_path: EleutherAI/no_such_dataset_here\noutput_type: loglikelihood_rolling\n"
+        "test_split: test\ndoc_to_text: ''\ndoc_to_target: '{{page}}'\nmetric_list:\n  - metric: word_perplexity\n"
+    )
+    code, _, err = cli_run(
+        capsys, "lm-eval", str(word_run), "--tasks", "hub_task", "--include_path", str(tmp_path), "--device", "cpu"
+    )
+    lines = err.strip().splitlines()
+    assert code == 2 and "Retrying" not in err, err
+    assert any(line.startswith("note: huggingface.co cannot be reached") for line in lines), err
+    assert lines[-1].startswith("error: lm-eval: ") and "no_such_dataset_here" in lines[-1], err
+    assert "cannot be reached" in lines[-1] and "checkpoints" not in err, err
 
 
 def test_model_args_set_lengths_precision_and_batch_and_bad_ones_are_refused(word_run: Path) -> None:

@@ -124,6 +124,7 @@ def test_training_reduces_the_loss_on_an_easy_task():
     assert [h["step"] for h in history] == list(range(1, 61)) and history[-1]["lr"] < history[10]["lr"]
 
 
+@pytest.mark.slow
 def test_quick_preset_writes_results_and_plots(tmp_path):
     torch.set_num_threads(1)
     out = tmp_path / "lr"

@@ -187,6 +187,7 @@ def train_losses(model, data, autocast: bool) -> list[float]:
     return losses
 
 
+@pytest.mark.slow
 def test_bf16_training_tracks_fp32_loss_over_hundreds_of_steps():
     torch.manual_seed(0)
     base = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4, d_ff=64)).train()

@@ -143,6 +143,7 @@ KILL_RUN = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["before-first-checkpoint", "random"])
 def test_kill_9_at_any_point_then_resume_is_exact(when: str, tmp_path: Path) -> None:
     reference = tmp_path / "reference"

@@ -78,3 +78,12 @@ def test_markdown_to_html_subset():
     html = markdown_to_html("# T\n\n| a | b |\n|---|---|\n| 1 | <2> |\n\n![x](p.png)\n\n    cmd --x\ntext")
     assert "<h1>T</h1>" in html and "<td>&lt;2&gt;</td>" in html and '<img src="p.png"' in html
     assert "<pre>cmd --x</pre>" in html and "<p>text</p>" in html
+
+
+def test_analyze_says_once_where_it_wrote(runs, capsys):
+    from compressive_transformer import cli
+
+    ct, _ = runs
+    assert cli.main(["analyze", str(ct), "--only", "temporal", "--max-segments", "2", "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("wrote ") == 1 and f"wrote {ct / 'analysis' / 'report.md'}" in out, out

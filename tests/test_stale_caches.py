@@ -272,6 +272,7 @@ def test_any_sequence_of_steps_evaluations_generations_and_loads_matches_a_fresh
     torch.testing.assert_close(stream_logits(model, tokens), stream_logits(fresh_copy(model), tokens))
 
 
+@pytest.mark.slow
 def test_the_compiled_decoder_reads_the_weights_as_inputs_not_constants() -> None:
     """A compiled graph is made once per process and reused by later decoders: it must see updated weights."""
     torch.manual_seed(6)

@@ -327,6 +327,7 @@ def test_parallel_runs_give_the_sequential_results(tmp_path: Path, spec: Path) -
     assert (tmp_path / "two" / "logs" / "ct-seed-0.log").read_text().count("wrote") == 1
 
 
+@pytest.mark.slow
 def test_out_of_memory_while_measuring_is_one_line_and_keeps_the_trained_runs(
     tmp_path: Path, spec: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -141,3 +141,22 @@ def test_generate_text_returns_what_it_streams(run_dir: Path) -> None:
     out = io.StringIO()
     result = generate_text(run, "import ", max_tokens=20, temperature=0, stream=out)
     assert out.getvalue() == result.text and len(result.generation.tokens) == 20
+
+
+def test_a_word_level_continuation_does_not_run_into_its_prompt() -> None:
+    """Words are joined by spaces: the continuation of "This License" starts with one, whatever word comes."""
+    from compressive_transformer.core.models import build_model
+    from compressive_transformer.data.tokenizers import ByteTokenizer, WordTokenizer
+    from compressive_transformer.runs.loading import Run
+    from compressive_transformer.training.textgen import joining_text
+
+    words = WordTokenizer.train(["This License is machine-readable and this License is free <eos>"])
+    assert joining_text(words.decode, 0, 1) == " " and joining_text(ByteTokenizer().decode, 65, 66) == ""
+    assert joining_text(ByteTokenizer().decode, 0xC3, 0xA9) == ""  # one character, é, in two bytes
+    cfg = config_from_text(TINY_TOML, ["data.tokenizer=words", f"model.vocab_size={len(words.vocab)}"])
+    torch.manual_seed(0)
+    run = Run(config=cfg, tokenizer=words, model=build_model(cfg.model).eval())
+    for prompt, starts in (("This License", " "), ("This License ", "")):
+        out = io.StringIO()
+        text = generate_text(run, prompt, max_tokens=3, temperature=0, stream=out).text
+        assert text == out.getvalue() and text.startswith(starts) and not text.startswith(starts + " "), repr(text)

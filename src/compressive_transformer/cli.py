@@ -35,6 +35,7 @@ from compressive_transformer.runs import allocator
 from compressive_transformer.training.trainer import TrainingError
 
 EXIT_USER_ERROR = 2
+TRAINING_COMMANDS = ("train", "rl")  # the commands that write checkpoints, whose earlier ones a failure never touches
 COMMANDS = {
     m.NAME: m
     for m in (
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
     except OSError as e:  # a full disk, a read-only directory, a permission: the message names the path
-        print(f"error: {e}; the run's previous checkpoints are untouched", file=sys.stderr)
+        kept = "; the run's previous checkpoints are untouched" if args.command in TRAINING_COMMANDS else ""
+        print(f"error: {e}{kept}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         run_dir = args.run_dir if args.command == "train" else None

@@ -342,7 +342,7 @@ def write_report(
     text = "\n".join(md)
     write_text_atomic(out / "report.md", text)
     write_text_atomic(out / "report.html", markdown_to_html(text, title=f"Report: {', '.join(names)}"))
-    log(f"wrote {out / 'report.md'} and report.html")
+    log(f"wrote {out / 'report.md'} (and report.html, PNGs, report.json beside it)")
     return out / "report.md"
 
 

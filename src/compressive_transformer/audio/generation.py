@@ -9,15 +9,17 @@ with memory carried throughout, so each new sample costs the same, whatever the 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import require_writable
 from compressive_transformer.data.mulaw import mulaw_decode, mulaw_encode
-from compressive_transformer.data.soundfiles import read_audio, write_wav
+from compressive_transformer.data.soundfiles import downmix_note, read_audio_channels, write_wav
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import generation_amp
 from compressive_transformer.training.generate import check_sampling, generate
@@ -47,8 +49,10 @@ def generate_audio(
     top_k: int = 0,
     top_p: float = 1.0,
     seed: int | None = None,
+    progress: bool = False,
 ) -> AudioGeneration:
-    """``seconds`` of audio continuing the first ``prime_seconds`` of ``prime`` (or one silent sample)."""
+    """``seconds`` of audio continuing the first ``prime_seconds`` of ``prime`` (or one silent sample); ``progress``
+    shows a bar of the samples drawn (a few seconds of audio take minutes on a CPU)."""
     if seconds <= 0:
         raise ConfigError(f"--seconds: must be > 0, got {seconds}")
     if prime is not None and prime_seconds <= 0:
@@ -56,21 +60,37 @@ def generate_audio(
     rate = run.config.data.sample_rate
     n = int(round(seconds * rate))
     check_sampling(max_tokens=n, temperature=temperature, top_k=top_k, top_p=top_p)
-    if prime is not None:
-        prompt = mulaw_encode(read_audio(prime, rate, seconds=prime_seconds))
-    else:
-        prompt = np.array([SILENCE], dtype=np.uint8)
-    out = generate(
-        run.model,
-        prompt.astype(np.int64).tolist(),
-        max_new_tokens=n,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        amp=generation_amp(run.config, next(run.model.parameters()).device),
-    )
+    prompt = np.array([SILENCE], dtype=np.uint8) if prime is None else _prime(Path(prime), rate, prime_seconds)
+    with tqdm(total=n, desc="generate", unit="sample", disable=not progress, file=sys.stderr) as bar:
+
+        def tick(_: int) -> bool:
+            bar.update(1)
+            return True  # go on
+
+        out = generate(
+            run.model,
+            prompt.astype(np.int64).tolist(),
+            max_new_tokens=n,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            amp=generation_amp(run.config, next(run.model.parameters()).device),
+            on_token=tick,
+        )
     return AudioGeneration(prompt, np.asarray(out.tokens, dtype=np.uint8), rate)
+
+
+def _prime(path: Path, rate: int, seconds: float) -> np.ndarray:
+    """The μ-law codes of the first ``seconds`` of the sound file ``path`` (mono; a note when it had more channels)."""
+    try:
+        samples, channels = read_audio_channels(path, rate, seconds=seconds)
+    except ConfigError as e:
+        raise ConfigError(f"--prime: {e}") from None
+    note = downmix_note([path], [channels])
+    if note is not None:
+        print(note, file=sys.stderr)
+    return mulaw_encode(samples)
 
 
 def plot_audio(gen: AudioGeneration, path: str | Path, title: str = "") -> Path:
@@ -127,6 +147,7 @@ def main(args: argparse.Namespace, run: Run) -> None:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
+        progress=True,
     )
     png = save_generation(gen, out)
     print(f"wrote {out} ({len(gen.prompt) / gen.sample_rate:.2f} s prompt + {args.seconds:.2f} s generated) and {png}")

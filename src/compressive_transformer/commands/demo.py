@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from compressive_transformer.core.install import program
 from compressive_transformer.training.workflows import demo
 
 NAME = "demo"
@@ -23,8 +24,9 @@ def main(args: argparse.Namespace) -> None:
     result = demo(steps=args.steps, run_dir=args.run_dir)
     print()
     print(result.validation.summary())
+    print(result.references.line())
     print("sample:")
     print(result.sample)
     print()
     print(f"finished in {result.seconds:.0f} s; run directory: {result.run_dir}")
-    print(f"next: compressive-transformer generate {result.run_dir} --prompt 'def ' --temperature 0.8")
+    print(f"next: {program()} generate {result.run_dir} --prompt 'def ' --temperature 0.8")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.install import program
 from compressive_transformer.runs.interop.transfo_xl import import_transfo_xl
 
 SOURCES = ("transfo-xl",)
@@ -53,4 +54,7 @@ def main(args: argparse.Namespace) -> None:
         vocab=args.vocab,
         empty_memory=args.empty_memory,
     )
-    print(f"wrote {out}; evaluate it with `compressive-transformer evaluate {out} --text FILE` or generate from it")
+    print(
+        f"wrote {out}, an export directory; evaluate it with `{program()} evaluate {out} --text FILE --out "
+        f"{out.name}-eval.json` or generate from it with `{program()} generate {out} --prompt TEXT`"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compressive_transformer.core.install import program
 from compressive_transformer.runs.rundir import CONFIG_FILE
 from compressive_transformer.runs.runlock import LOCK_FILE
 
@@ -18,7 +19,7 @@ def interrupted_message(command: str, run_dir: Path | None = None, *, seeded: bo
     run directory holds a run that ``--resume`` accepts."""
     if command == "train" and run_dir is not None:
         if (run_dir / CONFIG_FILE).is_file():
-            return f"interrupted; continue the run with `compressive-transformer train --run-dir {run_dir} --resume`"
+            return f"interrupted; continue the run with `{program()} train --run-dir {run_dir} --resume`"
         if not run_dir.exists() or not any(p.name != LOCK_FILE for p in run_dir.iterdir()):
             return f"interrupted while {run_dir} was being set up, before its first step; nothing was kept: start it again with the same command"
         return f"interrupted while {run_dir} was being set up; it holds no complete run: delete it, then start it again"

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from compressive_transformer.commands.options import add_run_or_export
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.install import install_hint
 from compressive_transformer.core.modality import TEXT, require_modality
+from compressive_transformer.harness.offline import offline_error, offline_unless_reachable
 from compressive_transformer.runs.loading import read_modality
 
-INSTALL_HINT = "pip install 'compressive-transformer[lm-eval]'"
 NAME = "lm-eval"
 HELP = "evaluate a run with the lm-evaluation-harness (the [lm-eval] extra)"
 DESCRIPTION = (
@@ -56,14 +57,23 @@ def harness_argv(run_dir: Path, harness_args: list[str]) -> list[str]:
 
 def main(args: argparse.Namespace) -> None:
     argv = harness_argv(args.run_dir, list(args.harness_args))
+    note = offline_unless_reachable()  # before the harness is imported: its Hub client reads the switch then
+    if note is not None:
+        print(note, file=sys.stderr)
     try:
         import compressive_transformer.harness.model  # noqa: F401  (registers the model; needs the extra)
     except ImportError as e:
-        raise ConfigError(f"lm-eval: the lm-evaluation-harness is not installed ({e}); {INSTALL_HINT}") from None
+        raise ConfigError(
+            f"lm-eval: the lm-evaluation-harness is not installed ({e}); {install_hint('lm-eval')}"
+        ) from None
     saved = sys.argv
     sys.argv = argv  # the harness's parser reads sys.argv
     try:
         run_harness()
+    except OSError as e:  # offline, a dataset or file the cache does not hold (datasets raises ConnectionError)
+        if note is None:
+            raise
+        raise ConfigError(offline_error(e)) from None
     finally:
         sys.argv = saved
 

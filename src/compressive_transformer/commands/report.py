@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser, *, many: bool = True) -> None:
 def main(args: argparse.Namespace) -> None:
     out = args.out or args.run_dirs[0] / "analysis"
     analyses = tuple(args.only.split(",")) if args.only else ANALYSES
-    path = write_report(
+    write_report(  # it says where it wrote the report
         args.run_dirs,
         out,
         split=args.split,
@@ -50,4 +50,3 @@ def main(args: argparse.Namespace) -> None:
         device=args.device,
         threads=args.threads,
     )
-    print(f"wrote {path} (and report.html, PNGs, report.json beside it)")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from compressive_transformer.agents.config import load_rl_config
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.install import install_hint
 from compressive_transformer.runs.rundir import fresh_run_dir
 
 RL_PACKAGES = ("gymnasium", "torchrl")  # minigrid only for env.name = "minigrid"
@@ -31,9 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> None:
     missing = [name for name in RL_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
-        raise ConfigError(
-            f"rl needs the [rl] extra ({missing[0]} is missing): pip install 'compressive-transformer[rl]'"
-        )
+        raise ConfigError(f"rl needs the rl extra ({missing[0]} is missing): {install_hint('rl')}")
     from compressive_transformer.agents.train import train_agent  # needs the extra (gymnasium, torchrl)
 
     if args.resume:

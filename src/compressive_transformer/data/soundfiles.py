@@ -13,16 +13,16 @@ from typing import Any
 import numpy as np
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.install import install_hint
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif")
-INSTALL_HINT = "pip install 'compressive-transformer[audio]'"
 
 
 def _soundfile() -> Any:
     try:
         import soundfile
     except (ImportError, OSError):  # OSError: the package is there but libsndfile is not
-        raise ConfigError(f"audio: reading and writing sound files needs soundfile; {INSTALL_HINT}") from None
+        raise ConfigError(f"audio: reading and writing sound files needs soundfile; {install_hint('audio')}") from None
     return soundfile
 
 
@@ -34,14 +34,21 @@ def resample(x: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
     try:
         import soxr
     except ImportError:
-        raise ConfigError(f"audio: resampling needs soxr; {INSTALL_HINT}") from None
+        raise ConfigError(f"audio: resampling needs soxr; {install_hint('audio')}") from None
     return soxr.resample(np.asarray(x, dtype=np.float32), rate_in, rate_out, quality="HQ").astype(np.float32)
 
 
 def read_audio(path: str | Path, sample_rate: int, *, seconds: float | None = None) -> np.ndarray:
     """The file as mono float32 in [-1, 1] at ``sample_rate`` (channels averaged); ``seconds``: only its start."""
+    return read_audio_channels(path, sample_rate, seconds=seconds)[0]
+
+
+def read_audio_channels(path: str | Path, sample_rate: int, *, seconds: float | None = None) -> tuple[np.ndarray, int]:
+    """:func:`read_audio`, and the number of channels the file had (more than one were averaged into mono)."""
     sf = _soundfile()
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder; give one audio file in it (WAV, FLAC, OGG)")
     if not path.is_file():
         raise ConfigError(f"{path}: does not exist; give an audio file (WAV, FLAC, OGG)")
     try:
@@ -58,7 +65,17 @@ def read_audio(path: str | Path, sample_rate: int, *, seconds: float | None = No
             TruncatedAudioWarning,
             stacklevel=2,
         )
-    return resample(data.mean(axis=1), int(rate), sample_rate)  # (frames,) mono
+    return resample(data.mean(axis=1), int(rate), sample_rate), int(data.shape[1])  # (frames,) mono
+
+
+def downmix_note(paths: list[Path], channels: list[int]) -> str | None:
+    """One line saying which files had several channels and were averaged into mono, or None when none had."""
+    many = [(p, c) for p, c in zip(paths, channels) if c > 1]
+    if not many:
+        return None
+    (first, count), more = many[0], len(many) - 1
+    others = f" and {more} more file{'s' * (more > 1)}" if more else ""
+    return f"note: {first} ({count} channels){others} averaged to mono; the model reads one channel"
 
 
 class TruncatedAudioWarning(UserWarning):
@@ -94,4 +111,12 @@ def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> Path:
     return path
 
 
-__all__ = ["AUDIO_SUFFIXES", "TruncatedAudioWarning", "read_audio", "resample", "write_wav"]
+__all__ = [
+    "AUDIO_SUFFIXES",
+    "TruncatedAudioWarning",
+    "downmix_note",
+    "read_audio",
+    "read_audio_channels",
+    "resample",
+    "write_wav",
+]

@@ -150,7 +150,6 @@ class HarnessModel(LM):
             )
         self.max_gen_toks = _int("max_gen_toks", max_gen_toks) or 256
         self.seed = _int("seed", seed)
-        self.words = self.run.tokenizer.kind == "words"
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "HarnessModel":
@@ -257,10 +256,7 @@ class HarnessModel(LM):
             cmem_len=self.run.cmem_len,
             stop=until,
         )
-        text = result.text
-        if self.words and text and context and not context[-1].isspace():
-            text = " " + text  # words are decoded without the space that separates them from the prompt
-        return text
+        return result.text  # a word-level continuation starts with the space that separates it from the context
 
 
 __all__ = ["MODEL_NAME", "HarnessModel", "with_eval_settings"]

@@ -3,8 +3,8 @@ and a trained run's config, tokenizer and model.
 
 A run directory holds ``config.toml`` (the resolved config), ``tokenizer/``, ``checkpoints/``, ``metrics.jsonl``,
 ``eval_<split>.json`` and ``.lock``. A new run never writes into a directory that already holds something; a resumed
-run must have been written by the same config (keys that only change logging may differ, and the optimisation keys
-of :data:`RESUME_REMEDY_KEYS`, the remedy for a diverged run).
+run must have been written by the same config (keys that only change logging may differ, and the keys of
+:data:`RESUME_REMEDY_KEYS`: the remedies for a diverged run, and the length that trains a run further).
 """
 
 from __future__ import annotations
@@ -54,9 +54,11 @@ RESUME_FREE_KEYS = (
     "data.cache_dir",
     "data.tokenizer_file",  # the tokenizer itself is saved in the run; where its source file lives does not matter
 )
-# keys that do change the trajectory but nothing a checkpoint holds (the schedule, clipping), so a resumed run may
-# change them: the remedy for a run that diverged. The run's config.toml records the new values.
+# keys that do change the trajectory but nothing a checkpoint holds (the schedule, clipping, the length), so a resumed
+# run may change them: the remedy for a run that diverged, or more steps for a finished one (never fewer than it has
+# trained, which the resume refuses). The run's config.toml records the new values.
 RESUME_REMEDY_KEYS = (
+    "train.steps",
     "train.lr",
     "train.lr_start",
     "train.lr_final",

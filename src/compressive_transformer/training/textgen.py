@@ -9,7 +9,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Callable, Sequence
 
 import safetensors.torch
 import torch
@@ -70,22 +70,36 @@ def memory_lengths(memory: MemoryState) -> tuple[int, int]:
     return layer.mem_len, int(layer.cmem.size(1)) if layer.cmem is not None else 0
 
 
+def joining_text(decode: Callable[[list[int]], str], before: int, token: int) -> str:
+    """What the tokenizer writes between ``before`` and ``token`` when it decodes them together (a space for a
+    word-level tokenizer, nothing for bytes or subwords): the continuation, decoded on its own, starts with it, so
+    it never runs into its prompt."""
+    a, b, both = decode([before]), decode([token]), decode([before, token])
+    if both.startswith(a) and both.endswith(b) and len(both) > len(a) + len(b):
+        return both[len(a) : len(both) - len(b)]
+    return ""
+
+
 class StreamPrinter:
     """Writes the decoded continuation as it grows. Text that could still turn out to be the start of a stop
-    string, or an incomplete UTF-8 character, is held back until it is known."""
+    string, or an incomplete UTF-8 character, is held back until it is known. ``before``: the prompt's last token,
+    when the continuation may need the tokenizer's joining text (see :func:`joining_text`)."""
 
-    def __init__(self, run: Run, out: IO[str] | None, stop: Sequence[str]) -> None:
+    def __init__(self, run: Run, out: IO[str] | None, stop: Sequence[str], before: int | None = None) -> None:
         self.run, self.out, self.stop = run, out, [s for s in stop if s]
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         self.ids: list[int] = []
         self.printed = 0
         self.text = ""
         self.stopped = False
+        self.before, self.prefix = before, ""
 
     def __call__(self, token: int) -> bool:
         """Take one token; False once a stop string has appeared (generation should end)."""
+        if not self.ids and self.before is not None:
+            self.prefix = joining_text(self.run.decode, self.before, token)
         self.ids.append(token)
-        self.text = self.run.decode(self.ids)
+        self.text = self.prefix + self.run.decode(self.ids)
         hits = [i for i in (self.text.find(s) for s in self.stop) if i >= 0]
         if hits:
             self.text, self.stopped = self.text[: min(hits)], True
@@ -152,7 +166,8 @@ def generate_text(
                 raise ConfigError(
                     f"{flag}: the loaded memory holds {got} slots, not {want}; drop {flag} when continuing"
                 )
-    printer = StreamPrinter(run, stream, stop)
+    before = ids[-1] if len(ids) and not prompt[-1:].isspace() else None  # a prompt ending in a space keeps it
+    printer = StreamPrinter(run, stream, stop, before=before)
     out = generate(
         run.model,
         ids,
@@ -185,6 +200,7 @@ def read_prompts(path: str | Path) -> list[str]:
 
 __all__ = [
     "StreamPrinter",
+    "joining_text",
     "TextGeneration",
     "generate_text",
     "load_memory",

@@ -81,28 +81,31 @@ def seed_everything(seed: int) -> None:
 
 class ThroughputWatch:
     """Notices when training runs far below its own recent rate (another process took the cores, a thread count
-    too high for a shared machine) and says so once per slow spell."""
+    too high for a shared machine) and says so once per slow spell, at most once every ``interval`` seconds: a spell
+    that starts sooner is reported, with the rate of that moment, once the interval has passed and it goes on."""
 
-    def __init__(self, *, ratio: float = 0.4, warmup: int = 2) -> None:
-        self.ratio, self.warmup = ratio, warmup
+    def __init__(self, *, ratio: float = 0.4, warmup: int = 2, interval: float = 60.0) -> None:
+        self.ratio, self.warmup, self.interval = ratio, warmup, interval
         self.best, self.seen, self.slow = 0.0, 0, False
+        self.last_warning = -math.inf
 
-    def check(self, tokens_per_s: float) -> str | None:
+    def check(self, tokens_per_s: float, now: float | None = None) -> str | None:
+        now = time.monotonic() if now is None else now
         self.seen += 1
         if self.seen <= self.warmup:  # the first windows include start-up costs
             self.best = max(self.best, tokens_per_s) if self.seen == self.warmup else 0.0
             return None
-        if tokens_per_s < self.ratio * self.best:
-            if self.slow:
-                return None
-            self.slow = True
-            return (
-                f"warning: {tokens_per_s:,.0f} tokens/s, down from {self.best:,.0f}; is another process using the cores? "
-                "(train.num_threads = 1 holds up best on a shared machine)"
-            )
-        self.slow = False
-        self.best = max(self.best, tokens_per_s)
-        return None
+        if tokens_per_s >= self.ratio * self.best:
+            self.slow = False
+            self.best = max(self.best, tokens_per_s)
+            return None
+        if self.slow or now - self.last_warning < self.interval:
+            return None
+        self.slow, self.last_warning = True, now
+        return (
+            f"warning: {tokens_per_s:,.0f} tokens/s, down from {self.best:,.0f}; is another process using the cores? "
+            "(train.num_threads = 1 holds up best on a shared machine)"
+        )
 
 
 def compile_model(module: torch.nn.Module) -> torch.nn.Module:

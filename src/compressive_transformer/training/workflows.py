@@ -22,6 +22,7 @@ from compressive_transformer.core.fileio import require_writable, write_text_ato
 from compressive_transformer.core.modality import require_modality, run_modality
 from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
+from compressive_transformer.data.baselines import ReferenceScores, reference_scores
 from compressive_transformer.runs.budget import check_fits
 from compressive_transformer.runs.checkpoint import RESUME_FILES, CheckpointError, newest_good_checkpoint
 from compressive_transformer.runs.failures import (
@@ -62,6 +63,7 @@ from compressive_transformer.runs.toml_writer import config_text
 from compressive_transformer.training.distributed import DistInfo, barrier, init_distributed, local_device
 from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.training.generate import SamplingConfig
+from compressive_transformer.training.schedule import learning_rate
 from compressive_transformer.training.text_eval import run_record
 from compressive_transformer.training.textgen import generate_text
 from compressive_transformer.training.trainer import Trainer, TrainSummary
@@ -151,9 +153,14 @@ def _train_locked(
         raise
     if resume:
         step = trainer.resume()
+        _check_length(cfg, saved, step)
         if info.is_main:
             _record_resume_changes(run_dir, saved, cfg, log)
             log(f"resuming {run_dir} at step {step} of {cfg.train.steps}")
+            if cfg.train.steps != saved.train.steps and not cfg.train.decay_steps:
+                log(
+                    f"the learning rate follows the {cfg.train.steps}-step schedule: {learning_rate(cfg.train, step):.2e} now"
+                )
     n_params = sum(p.numel() for p in trainer.model.parameters())
     if info.is_main:
         procs = f", {info.world_size} processes" if info.active else ""
@@ -246,6 +253,15 @@ def _resume_config(
     if diff:
         raise CheckpointError(f"checkpoint {ckpt} was written by another config ({diff}); it cannot be resumed here")
     return wanted, tokenizer
+
+
+def _check_length(cfg: RunConfig, saved: RunConfig, step: int) -> None:
+    """A resumed run may be given more steps (to train further), never fewer than it has trained."""
+    if cfg.train.steps != saved.train.steps and cfg.train.steps < step:
+        raise ConfigError(
+            f"--set train.steps={cfg.train.steps}: this run has already trained {step} steps; give more than {step} "
+            "to train it further"
+        )
 
 
 def _record_resume_changes(run_dir: Path, saved: RunConfig, new: RunConfig, log: Log) -> None:
@@ -382,6 +398,7 @@ class DemoResult:
     seconds: float
     validation: EvalResult
     sample: str
+    references: ReferenceScores  # the validation text under simple references: what the score means
 
 
 def demo(
@@ -400,7 +417,7 @@ def demo(
     train_run(cfg, run_dir, log=log)
     log("demo: evaluating on the whole validation split (memory carried through)")
     result = evaluate_run(run_dir, split="validation")
-    log(f"demo: {result.summary()}")
+    references = reference_scores(read_documents(cfg.data, "train"), read_documents(cfg.data, "validation"))
     sample = generate_run(run_dir, prompt, max_tokens=200, sampling=SamplingConfig(temperature=0.8, top_k=40), seed=0)
     return DemoResult(
         run_dir=run_dir,
@@ -408,4 +425,5 @@ def demo(
         seconds=time.perf_counter() - start,
         validation=result,
         sample=prompt + sample,
+        references=references,
     )

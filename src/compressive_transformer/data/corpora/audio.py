@@ -9,6 +9,7 @@ split 90/5/5 by count. ``data download librispeech-dev-clean`` fetches a real sp
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -19,7 +20,7 @@ from compressive_transformer.data.download import Source
 from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.mulaw import mulaw_encode
 from compressive_transformer.data.readers import RawSplit, existing_path, split_directory
-from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, read_audio
+from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, downmix_note, read_audio_channels
 
 
 def audio_files(cfg: DataConfig, split: str) -> list[Path]:
@@ -39,14 +40,19 @@ def _sound_files(directory: Path) -> list[Path]:
     return files
 
 
-def encode_file(path: Path, sample_rate: int) -> bytes:
-    """One file as its μ-law codes, one byte per sample at ``sample_rate``."""
-    return mulaw_encode(read_audio(path, sample_rate)).tobytes()
+def encode_file(path: Path, sample_rate: int) -> tuple[bytes, int]:
+    """One file as its μ-law codes, one byte per sample at ``sample_rate``, and its number of channels."""
+    samples, channels = read_audio_channels(path, sample_rate)
+    return mulaw_encode(samples).tobytes(), channels
 
 
 def read_audio_split(cfg: DataConfig, split: str) -> RawSplit:
     files = audio_files(cfg, split)
-    docs = [encode_file(f, cfg.sample_rate) for f in tqdm(files, desc=f"read {split} audio", unit="file", disable=None)]
+    read = [encode_file(f, cfg.sample_rate) for f in tqdm(files, desc=f"read {split} audio", unit="file", disable=None)]
+    docs = [codes for codes, _ in read]
+    note = downmix_note(files, [channels for _, channels in read])
+    if note is not None:
+        print(note, file=sys.stderr)
     names = [str(f.relative_to(existing_path(cfg))) for f in files]
     return RawSplit(split, list(docs), names, 0, tuple(files))
 
