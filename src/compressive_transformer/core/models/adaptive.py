@@ -134,10 +134,8 @@ class AdaptiveLogSoftmax(nn.Module):
         row is scored (:meth:`_nll_static`, the same values)."""
         if torch.compiler.is_compiling() or (h.is_cuda and torch.cuda.is_current_stream_capturing()):
             return self._nll_static(h, targets)
-        head = F.log_softmax(self._logits(h, 0), dim=-1)
+        head, nll = self._head_nll(h, targets)
         shortlist = self.bounds[1]
-        in_head = (targets >= 0) & (targets < shortlist)
-        nll = torch.where(in_head, -head.gather(1, targets.clamp(0, shortlist - 1)[:, None]).squeeze(1), 0.0)
         for i in range(1, self.n_clusters + 1):
             lo, hi = self.bounds[i], self.bounds[i + 1]
             rows = ((targets >= lo) & (targets < hi)).nonzero().squeeze(1)  # data-dependent: only these rows
@@ -150,12 +148,17 @@ class AdaptiveLogSoftmax(nn.Module):
             nll = nll.index_put((rows,), -lp)
         return nll
 
-    def _nll_static(self, h: Tensor, targets: Tensor) -> Tensor:
-        """:meth:`nll` with static shapes: every cluster's log-probabilities for every row, each row's target picked."""
+    def _head_nll(self, h: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """The head's log-probabilities (N, shortlist + clusters) and the NLL of the targets it holds (0 elsewhere)."""
         head = F.log_softmax(self._logits(h, 0), dim=-1)
         shortlist = self.bounds[1]
         in_head = (targets >= 0) & (targets < shortlist)
-        nll = torch.where(in_head, -head.gather(1, targets.clamp(0, shortlist - 1)[:, None]).squeeze(1), 0.0)
+        return head, torch.where(in_head, -head.gather(1, targets.clamp(0, shortlist - 1)[:, None]).squeeze(1), 0.0)
+
+    def _nll_static(self, h: Tensor, targets: Tensor) -> Tensor:
+        """:meth:`nll` with static shapes: every cluster's log-probabilities for every row, each row's target picked."""
+        head, nll = self._head_nll(h, targets)
+        shortlist = self.bounds[1]
         for i in range(1, self.n_clusters + 1):
             lo, hi = self.bounds[i], self.bounds[i + 1]
             tail = F.log_softmax(self._logits(h, i), dim=-1)  # (N, hi - lo)
