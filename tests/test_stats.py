@@ -125,6 +125,8 @@ def test_exact_permutation_floors_with_three_seeds() -> None:
     with pytest.raises(ValueError):
         permutation_test([1.0, 2.0], [1.0], paired=True)
     with pytest.raises(ValueError):
+        permutation_test([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError):
         permutation_test([1.0, 2.0], [1.0, 3.0], alternative="up")
 
 
@@ -156,6 +158,13 @@ def test_permutation_test_equals_the_enumeration_by_hand(ab: tuple[list[float], 
     assert permutation_test(a, b, paired=paired, alternative="greater") == pytest.approx(
         _brute_force(a, b, paired), abs=1e-9
     )
+
+
+def test_ties_at_a_zero_difference_count_as_ties() -> None:
+    # the observed mean difference is 0 up to rounding, as are other relabellings summed in another order
+    a, b = [-0.4, 0.3 + 1e-16, 0.4, -0.3], [-0.2, -0.2, 0.25, 0.2 - 1e-16]
+    assert permutation_test(a, b, paired=True, alternative="greater") == pytest.approx(_brute_force(a, b, True))
+    assert permutation_test(a, b, alternative="greater") == pytest.approx(_brute_force(a, b, False))
 
 
 def test_holm_matches_the_published_example() -> None:

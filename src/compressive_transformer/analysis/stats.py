@@ -122,11 +122,16 @@ def permutation_test(
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if paired and len(xa) != len(xb):
         raise ValueError(f"paired samples must have equal length, got {len(xa)} and {len(xb)}")
-    if min(len(xa), len(xb)) < 1 or (paired and len(xa) < 2) or (not paired and len(xa) + len(xb) < 3):
-        raise ValueError(f"too few values for a permutation test ({len(xa)} and {len(xb)})")
+    if min(len(xa), len(xb)) < 2:  # scipy's rule, for either kind
+        raise ValueError(f"a permutation test needs at least 2 values on each side, got {len(xa)} and {len(xb)}")
+    # The statistic is the sum of a's values, all moved to >= 1 first: a relabelling keeps the pooled sum (and,
+    # paired, each pair's sum), so it orders the relabellings as the difference of means does, while scipy's
+    # tolerance for ties, relative to the observed statistic, stays above the rounding of sums taken in another
+    # order (a difference of means near 0 would leave it none)
+    low = min(xa.min(), xb.min())
     result = stats.permutation_test(
-        (xa, xb),
-        lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+        (xa - low + 1.0, xb - low + 1.0),
+        lambda x, y, axis: np.sum(x, axis=axis),
         permutation_type="samples" if paired else "independent",
         vectorized=True,
         n_resamples=np.inf,  # exact: every permutation
