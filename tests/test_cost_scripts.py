@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from benchmarks.flops import count, matching
 from benchmarks.speech.cost import flops_per_update
-from compressive_transformer.core.config import CompressionConfig, MemoryConfig, ModelConfig, RunConfig, TrainConfig
+from compressive_transformer.core.config import MemoryConfig, RunConfig, TrainConfig
 
 
 def test_count_is_twice_the_multiply_adds_and_matching_sums_the_named_modules() -> None:
@@ -22,17 +23,7 @@ def test_count_is_twice_the_multiply_adds_and_matching_sums_the_named_modules() 
 
 
 def _run(**memory: int) -> RunConfig:
-    model = ModelConfig(
-        vocab_size=32,
-        d_model=16,
-        n_layers=2,
-        n_heads=2,
-        d_ff=32,
-        seg_len=8,
-        memory=MemoryConfig(**memory),
-        compression=CompressionConfig(rate=2),
-    )
-    return RunConfig(model=model, train=TrainConfig(batch_size=2))
+    return RunConfig(model=tiny_config(**memory), train=TrainConfig(batch_size=2))
 
 
 def test_speech_flops_per_update() -> None:

@@ -17,9 +17,7 @@ Writes ``cost.json`` and ``cost.md`` into ``--out`` (default: the folder named a
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import sys
 import tempfile
 import time
@@ -28,13 +26,12 @@ from typing import Any
 
 import torch
 
-from benchmarks.flops import count, matching
+from benchmarks.flops import cost_arguments, count, matching, save_cost
 from compressive_transformer.agents.actor_critic import ActorCritic
 from compressive_transformer.agents.config import RLConfig, load_rl_config
 from compressive_transformer.agents.envs import make_env
 from compressive_transformer.agents.train import train_agent
 from compressive_transformer.core.config import load_toml
-from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.runs.machine import machine_info
 
 
@@ -101,19 +98,13 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("spec", type=Path)
-    p.add_argument("--models", nargs="*", help="default: every model of the spec")
-    p.add_argument("--updates", type=int, nargs=2, default=(10, 40), metavar=("FEWER", "MORE"))
-    p.add_argument("--out", type=Path, help="default: the spec's folder / the spec's name")
-    args = p.parse_args(argv)
+    args = cost_arguments(__doc__, "models", (10, 40), argv)
     torch.set_num_threads(1)
     spec = load_toml(args.spec)
-    out = args.out or args.spec.parent / args.spec.stem
     models: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, m in spec["models"].items():
-            if args.models and name not in args.models:
+            if args.arms and name not in args.arms:
                 continue
             cfg = load_rl_config(spec["config"], m["overrides"])
             models[name] = measure_one(cfg, tuple(args.updates), Path(tmp) / name)
@@ -124,12 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info() | {"torch_threads": 1},
         "models": models,
     }
-    previous = out / "cost.json"
-    if previous.is_file():  # keep arms measured before (another --models call)
-        result["models"] = json.loads(previous.read_text(encoding="utf-8")).get("models", {}) | models
-    write_text_atomic(out / "cost.json", json.dumps(result, indent=1) + "\n")
-    write_text_atomic(out / "cost.md", "\n".join(markdown(result)) + "\n")
-    print("\n".join(markdown(result)))
+    save_cost(args.out, result, "models", markdown)
     return 0
 
 

@@ -15,9 +15,7 @@ Writes ``cost.json`` and ``cost.md`` into ``--out`` (default: the folder named a
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 import sys
 import tempfile
@@ -27,9 +25,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.flops import count, matching
+from benchmarks.flops import cost_arguments, count, matching, save_cost
 from compressive_transformer.core.config import RunConfig
-from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.models.kinds import build_model
 from compressive_transformer.experiments.study import load_study
 from compressive_transformer.runs.machine import machine_info
@@ -138,27 +135,15 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("spec", type=Path)
-    p.add_argument("--variants", nargs="*", help="default: every variant of the spec")
-    p.add_argument("--updates", type=int, nargs=2, default=(10, 50), metavar=("FEWER", "MORE"))
-    p.add_argument("--out", type=Path, help="default: the spec's folder / the spec's name")
-    args = p.parse_args(argv)
-    out = args.out or args.spec.parent / args.spec.stem
+    args = cost_arguments(__doc__, "variants", (10, 50), argv)
     result = {
         "spec": str(args.spec),
         "command": "python -m benchmarks.speech.cost " + " ".join(sys.argv[1:] if argv is None else argv),
         "pilot_updates": list(args.updates),
         "machine": machine_info() | {"torch_threads": 1},
-        "variants": measure(args.spec, args.variants, tuple(args.updates)),
+        "variants": measure(args.spec, args.arms, tuple(args.updates)),
     }
-    previous = out / "cost.json"
-    if previous.is_file():  # keep arms measured before (e.g. by another --variants call)
-        kept = json.loads(previous.read_text(encoding="utf-8")).get("variants", {})
-        result["variants"] = kept | result["variants"]
-    write_text_atomic(out / "cost.json", json.dumps(result, indent=1) + "\n")
-    write_text_atomic(out / "cost.md", "\n".join(markdown(result)) + "\n")
-    print("\n".join(markdown(result)))
+    save_cost(args.out, result, "variants", markdown)
     return 0
 
 
