@@ -49,9 +49,17 @@ def test_runs_record_cpu_seconds_and_the_report_decides_the_contrasts(tmp_path: 
     assert "| txl | lstm | 2 | 0.050 | yes |" in md
     assert "| txl | 7 | 10,000 | - |" in md and "| lstm | - | - | - |" in md
 
-    before = (out / "runs" / "txl-seed0" / cputime.FILE).read_text()
+    before = (out / "runs" / "txl-seed1" / cputime.FILE).read_text()
     agents_run.main([str(spec), "--out", str(out)])  # finished runs are skipped: nothing new is counted
-    assert (out / "runs" / "txl-seed0" / cputime.FILE).read_text() == before
+    assert (out / "runs" / "txl-seed1" / cputime.FILE).read_text() == before
+
+    for seed in (0, 1, 2):  # runs from before the record: the pilot's CPU seconds per step x steps, in brackets
+        (out / "runs" / f"txl-seed{seed}" / cputime.FILE).unlink()
+    cost = {"txl": {"keys_per_query": 7, "cpu_seconds_per_million_steps": 1e6}, "lstm": {"keys_per_query": None}}
+    (out / "cost.json").write_text(json.dumps({"models": cost}))
+    agents_run.main([str(spec), "--out", str(out), "--report-only"])
+    md = (out / "results.md").read_text()
+    assert "| txl | 7 | - | - | [48, pilot] |" in md and "| lstm | - | - | - | " in md
 
 
 def test_a_run_from_before_the_cpu_record_reports_none(tmp_path: Path) -> None:

@@ -135,7 +135,8 @@ def markdown(spec: dict[str, Any], spec_path: Path, result: dict[str, Any], cost
             "",
             "Cost per arm (`cost.json`): keys each query reads per step and layer, FLOPs per environment step of the "
             "acting core (forward, one environment) and of learning (forward + backward of an update, per step), "
-            "and training CPU seconds per run (process CPU time; mean over the seeds that recorded it).",
+            "and training CPU seconds per run (process CPU time; mean over the seeds that recorded it; for runs made "
+            "before that record, in brackets, the cost pilot's CPU seconds per step x the run's steps).",
             "",
             "| model | keys per query | acting FLOPs / step | learning FLOPs / step | training CPU s per run |",
             "| --- | --- | --- | --- | --- |",
@@ -143,9 +144,14 @@ def markdown(spec: dict[str, Any], spec_path: Path, result: dict[str, Any], cost
         for model, s in summary.items():
             c = cost.get(model, {})
             cpu = [v for v in s["train_cpu_seconds"].values() if v is not None]
-            cpu_text = f"{sum(cpu) / len(cpu):,.0f} ({len(cpu)} seeds)" if cpu else "-"
+            pilot = c.get("cpu_seconds_per_million_steps")
+            cpu_text = (
+                f"{sum(cpu) / len(cpu):,.0f} ({len(cpu)} seeds)"
+                if cpu
+                else (f"[{pilot * spec['env_steps'] / 1e6:,.0f}, pilot]" if pilot else "-")
+            )
             lines.append(
-                f"| {model} | {c.get('keys_per_query', '-')} | {_num(c.get('acting_flops_per_step'))} | "
+                f"| {model} | {c.get('keys_per_query') or '-'} | {_num(c.get('acting_flops_per_step'))} | "
                 f"{_num(c.get('learning_flops_per_step'))} | {cpu_text} |"
             )
     if result["contrasts"]:
