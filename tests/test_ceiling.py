@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy import stats
 
 from compressive_transformer.analysis.ceiling import fieller_interval, recovered_fraction
 from compressive_transformer.analysis.stats import mean_interval
@@ -39,6 +40,22 @@ def test_the_interval_holds_the_ratio_and_scales_with_the_numerator(pairs, k: fl
         assert scaled.bounded
         assert scaled.low == pytest.approx(k * r.low, rel=1e-6, abs=1e-9)
         assert scaled.high == pytest.approx(k * r.high, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "num,den", [([0.010, 0.014, 0.006], [0.021, 0.018, 0.024]), ([1.2, 0.7, 1.9, 1.1], [2.0, 1.1, 2.6, 2.2])]
+)
+def test_fieller_endpoints_are_where_the_t_test_of_num_minus_r_den_is_just_rejected(num, den) -> None:
+    # Fieller's interval is the set of R for which mean(num - R den) = 0 is not rejected by the one-sample t-test
+    # (Fieller 1954): at each end scipy's test has p = 1 - level exactly, inside it is above, outside below
+    r = fieller_interval(num, den, level=0.95)
+    assert r.bounded
+
+    def p(ratio: float) -> float:
+        return float(stats.ttest_1samp([x - ratio * y for x, y in zip(num, den)], 0.0).pvalue)
+
+    assert p(r.low) == pytest.approx(0.05, abs=1e-9) and p(r.high) == pytest.approx(0.05, abs=1e-9)
+    assert p(r.ratio) > 0.05 and p(r.low - 0.01) < 0.05 and p(r.high + 0.01) < 0.05
 
 
 def test_recovered_fraction_per_seed_and_paired() -> None:

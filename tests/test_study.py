@@ -101,7 +101,7 @@ def stable(result: object) -> object:
         return {
             k: stable(v)
             for k, v in result.items()
-            if k not in ("seconds", "tokens_per_s", "machine", "checkpoint", "final_train_loss_seconds")
+            if k not in ("seconds", "cpu_seconds", "tokens_per_s", "machine", "checkpoint", "final_train_loss_seconds")
         }
     if isinstance(result, list):
         return [stable(v) for v in result]
@@ -301,6 +301,10 @@ def test_a_study_killed_at_any_point_resumes_to_the_same_results(tmp_path: Path,
     run_study(spec, out, threads=1, log=quiet)
     assert (out / "results" / "txl" / "seed-0.json").read_text() == before, "finished runs are reused, not redone"
     assert results_of(out) == ref
+    for path in (out / "results").rglob("*.json"):  # the killed run's CPU seconds cover each of its steps once
+        cpu = json.loads(path.read_text())["cpu_seconds"]
+        assert cpu["train"]["steps"] == 6 and cpu["train"]["seconds"] > 0 and cpu["measure"] > 0
+    assert "| 6 | " in (out / "results.md").read_text(), "the variants table gives the updates"
 
     # a run killed before its first checkpoint is started again
     again = tmp_path / "early"

@@ -11,10 +11,9 @@ family-wise error rate at 5% within each family.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-from compressive_transformer.analysis.stats import paired_differences, t_cdf
+from compressive_transformer.analysis.stats import holm, paired_differences
 from compressive_transformer.core.fileio import write_text_atomic
 
 HERE = Path(__file__).resolve().parent
@@ -32,22 +31,7 @@ def per_seed(variant: str) -> dict[int, float]:
 def paired_p(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, float]:
     """(mean difference a - b, half-width of its 95% interval, two-sided p of the paired t-test)."""
     d = paired_differences(a, b)
-    iv = d["interval"]
-    n = d["n"]
-    se = iv["std"] / math.sqrt(n)
-    t = iv["mean"] / se if se > 0 else math.inf
-    return iv["mean"], iv["half_width"], 2.0 * (1.0 - t_cdf(abs(t), n - 1))
-
-
-def holm(ps: list[float]) -> list[float]:
-    """Holm-adjusted p-values, in the order given."""
-    m = len(ps)
-    order = sorted(range(m), key=lambda i: ps[i])
-    adjusted, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * ps[i]))
-        adjusted[i] = running
-    return adjusted
+    return d["interval"]["mean"], d["interval"]["half_width"], d["p"]
 
 
 def family(title: str, pairs: list[tuple[str, str, str]]) -> list[str]:

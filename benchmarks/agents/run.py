@@ -4,8 +4,14 @@ Transformer at c = 4 and c = 1 on "select nonmatching object", several seeds, in
     python -m benchmarks.agents.run benchmarks/agents/pilot.toml [--out DIR] [--parallel N] [--report-only]
 
 Runs go seed by seed (every model of seed 0 first), one thread each, and resume: a finished run is skipped, a run
-with a checkpoint continues from it (to the spec's steps, should they have grown). Whatever has finished is summarized into results.json, results.md and
-success.png after every run.
+with a checkpoint continues from it (to the spec's steps, should they have grown). Whatever has finished is
+summarized into results.json, results.md and success.png after every run.
+
+Each training call records its process CPU seconds in the run's ``cpu_seconds.jsonl`` (``runs.cputime``), so a run
+paused (SIGSTOP) or sharing the machine is charged only its own work. A spec's ``[[contrasts]]`` (``a``, ``b``,
+optional ``shift`` added to a's values) are decided by one-sided exact permutation tests of final success over
+seeds, "a above b"; the paired t-test and the paired sign-flip test are reported beside them. Where the output
+folder holds ``cost.json`` (``python -m benchmarks.agents.cost``), its per-arm cost is tabled beside success.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from typing import Any
 from compressive_transformer.agents.config import load_rl_config
 from compressive_transformer.agents.report import plot_success, summarize
 from compressive_transformer.agents.train import train_agent
+from compressive_transformer.analysis.stats import paired_t_test, permutation_test
 from compressive_transformer.core.config import load_toml
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import latest_checkpoint
 from compressive_transformer.runs.machine import machine_info
 from compressive_transformer.runs.metrics import read_metrics
@@ -42,9 +50,40 @@ def run_one(spec: dict[str, Any], model: str, seed: int, run_dir: Path) -> float
     start = time.perf_counter()
     if not _done(run_dir, spec["env_steps"]):
         cfg = load_rl_config(spec["config"], _overrides(spec, model, seed))
-        resume = latest_checkpoint(run_dir) is not None
-        train_agent(cfg, run_dir, resume=resume, progress=False)  # a resumed run may be extended to more steps
+        ckpt = latest_checkpoint(run_dir)
+        with cputime.counting(run_dir, cputime.checkpoint_step(ckpt)) as span:
+            summary = train_agent(cfg, run_dir, resume=ckpt is not None, progress=False)  # may extend a run
+            span.end = summary.updates
     return time.perf_counter() - start
+
+
+def train_cpu(run_dir: Path) -> float | None:
+    """The run's training CPU seconds, where every update it logged was counted (None for runs before the record)."""
+    total = cputime.total(run_dir)
+    records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    updates = records[-1]["step"] if records else 0
+    return total["seconds"] if total and updates and total["steps"] >= updates else None
+
+
+def contrast(summary: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
+    """One "a above b" decision on final success: the exact permutation test's one-sided p, and beside it the
+    paired t-test's and the paired sign-flip test's (over the seeds both finished)."""
+    a, b, shift = c["a"], c["b"], float(c.get("shift", 0.0))
+    fa = {int(k): v + shift for k, v in summary[a]["final_by_seed"].items()}
+    fb = {int(k): v for k, v in summary[b]["final_by_seed"].items()}
+    out: dict[str, Any] = {"a": a, "b": b, "shift": shift, "n": [len(fa), len(fb)]}
+    if min(len(fa), len(fb)) < 2:
+        return out | {"p_permutation": None, "p_paired_t": None, "p_sign_flip": None}
+    out["p_permutation"] = permutation_test(list(fa.values()), list(fb.values()), alternative="greater")
+    seeds = sorted(fa.keys() & fb.keys())
+    paired = len(seeds) >= 2
+    out["p_paired_t"] = paired_t_test(fa, fb, alternative="greater") if paired else None
+    out["p_sign_flip"] = (
+        permutation_test([fa[s] for s in seeds], [fb[s] for s in seeds], paired=True, alternative="greater")
+        if paired
+        else None
+    )
+    return out
 
 
 def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
@@ -52,14 +91,27 @@ def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
     summary = summarize(
         runs, total_steps=spec["env_steps"], bin_steps=spec["bin_steps"], final_fraction=spec["final_fraction"]
     )
+    for model, s in summary.items():
+        s["train_cpu_seconds"] = {str(k): train_cpu(runs[model][k]) for k in s["seeds"]}
+    cost_path = out / "cost.json"
+    cost = json.loads(cost_path.read_text(encoding="utf-8"))["models"] if cost_path.is_file() else {}
     result = {
         "spec": str(spec_path),
         "command": f"python -m benchmarks.agents.run {spec_path}",
         "machine": machine_info() | {"torch_threads": load_rl_config(spec["config"]).train.threads},  # per run
         "env_steps": spec["env_steps"],
         "models": summary,
+        "contrasts": [contrast(summary, c) for c in spec.get("contrasts", [])],
     }
     write_text_atomic(out / "results.json", json.dumps(result, indent=1))
+    write_text_atomic(out / "results.md", "\n".join(markdown(spec, spec_path, result, cost)) + "\n")
+    if any(s["seeds"] for s in summary.values()):
+        plot_success(summary, out / "success.png", title=f"select nonmatching object ({spec_path.stem})")
+    return result
+
+
+def markdown(spec: dict[str, Any], spec_path: Path, result: dict[str, Any], cost: dict[str, Any]) -> list[str]:
+    summary = result["models"]
     lines = [
         f"# Agent experiment: {spec_path.name}",
         "",
@@ -78,10 +130,56 @@ def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
             else f"{final['mean']:.3f}" + (f" ± {final['half_width']:.3f}" if final["half_width"] is not None else "")
         )
         lines.append(f"| {model} | {len(s['seeds'])} | {value} | {per_seed} |")
-    write_text_atomic(out / "results.md", "\n".join(lines) + "\n")
-    if any(s["seeds"] for s in summary.values()):
-        plot_success(summary, out / "success.png", title=f"select nonmatching object ({spec_path.stem})")
-    return result
+    if cost:
+        lines += [
+            "",
+            "Cost per arm (`cost.json`): keys each query reads per step and layer, FLOPs per environment step of the "
+            "acting core (forward, one environment) and of learning (forward + backward of an update, per step), "
+            "and training CPU seconds per run (process CPU time; mean over the seeds that recorded it; for runs made "
+            "before that record, in brackets, the cost pilot's CPU seconds per step x the run's steps).",
+            "",
+            "| model | keys per query | acting FLOPs / step | learning FLOPs / step | training CPU s per run |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for model, s in summary.items():
+            c = cost.get(model, {})
+            cpu = [v for v in s["train_cpu_seconds"].values() if v is not None]
+            pilot = c.get("cpu_seconds_per_million_steps")
+            cpu_text = (
+                f"{sum(cpu) / len(cpu):,.0f} ({len(cpu)} seeds)"
+                if cpu
+                else (f"[{pilot * spec['env_steps'] / 1e6:,.0f}, pilot]" if pilot else "-")
+            )
+            lines.append(
+                f"| {model} | {c.get('keys_per_query') or '-'} | {_num(c.get('acting_flops_per_step'))} | "
+                f"{_num(c.get('learning_flops_per_step'))} | {cpu_text} |"
+            )
+    if result["contrasts"]:
+        lines += [
+            "",
+            'Contrasts, final success, "a above b" (one-sided; `shift` is added to a\'s values first): the exact '
+            "permutation test over seeds decides at 0.05 (its floor with 3 seeds per arm is 1/20); the paired t-test "
+            "and the paired sign-flip test (floor 1/8) are reported beside it.",
+            "",
+            "| a | b | shift | exact permutation p | decided | paired t p | sign-flip p |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for c in result["contrasts"]:
+            p = c.get("p_permutation")
+            decided = "-" if p is None else ("yes" if p <= 0.05 + 1e-12 else "no")
+            lines.append(
+                f"| {c['a']} | {c['b']} | {c['shift']:g} | {_p(p)} | {decided} | {_p(c.get('p_paired_t'))} | "
+                f"{_p(c.get('p_sign_flip'))} |"
+            )
+    return lines
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:

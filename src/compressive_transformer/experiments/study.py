@@ -52,6 +52,7 @@ from compressive_transformer.core.models import model_kind
 from compressive_transformer.data import read_documents
 from compressive_transformer.data.units import summary_line, texts_size, units
 from compressive_transformer.experiments.spec import load_variants
+from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import latest_checkpoint
 from compressive_transformer.runs.failures import sizes_to_lower
 from compressive_transformer.runs.machine import machine_info, resolve_device
@@ -361,11 +362,15 @@ def run_job(job: Job) -> dict[str, Any]:
             shutil.rmtree(job.run_dir)
             started = False
         t0 = time.perf_counter()
-        summary = train_run(job.config, job.run_dir, resume=started, log=log)
+        start = cputime.checkpoint_step(latest_checkpoint(job.run_dir)) if started else 0
+        with cputime.counting(job.run_dir, start) as span:  # process CPU time: pauses and other work do not count
+            summary = train_run(job.config, job.run_dir, resume=started, log=log)
+            span.end = summary.step
         train_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = measure_run(job, log=log)
         result["seconds"] = {"train_this_call": train_s, "measure": time.perf_counter() - t0}
+        result["cpu_seconds"] = {"train": cputime.total(job.run_dir), "measure": time.process_time() - c0}
         result["final_train_loss"] = final_train_loss(job.run_dir, job.config.train.steps, summary.last_loss)
         write_text_atomic(job.result_path, json.dumps(result, indent=1) + "\n")
         log(f"wrote {job.result_path}")

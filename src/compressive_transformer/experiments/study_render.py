@@ -94,16 +94,25 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _cpu(per_seed: dict[Any, float] | None) -> str:
+    """Mean training CPU seconds over the seeds that recorded them ("-": none did, e.g. runs made before the record)."""
+    if not per_seed:
+        return "-"
+    return f"{sum(per_seed.values()) / len(per_seed):,.0f} ({len(per_seed)} seeds)"
+
+
 def _header(summary: dict[str, Any]) -> list[str]:
     """Title, budget, reproduction command, machine and the table of variants."""
     b, pct = summary["budget"], round(100 * summary["level"])
     base = summary["baseline"]
     variants = list(summary["variants"])
     tokens = ", ".join(f"{t:,}" for t in b["train_tokens"]) or "-"
+    steps = {info.get("updates", b["steps"]) for info in summary["variants"].values()}
+    updates = f"{b['steps']} updates" if len(steps) <= 1 else "the updates the variants table gives, each"
     out = [f"# {summary['title'] or 'Study'}", ""]
     out += [
         f"{len(variants)} variants x {len(summary['seeds'])} seeds (seeds {', '.join(map(str, summary['seeds']))}); "
-        f"**{summary['runs_done']} of {summary['runs_total']} runs finished**. Every run: {b['steps']} updates of "
+        f"**{summary['runs_done']} of {summary['runs_total']} runs finished**. Every run: {updates} of "
         f"{b['batch_size']} streams x {b['seg_len']} tokens ({tokens} training tokens), "
         f"{summary['data']['format']} data, {summary['data']['tokenizer']} tokens. Intervals are {pct}% Student-t "
         f"intervals over seeds; **delta** is the paired difference to **{base}** on the same seed (same initialisation "
@@ -115,8 +124,8 @@ def _header(summary: dict[str, Any]) -> list[str]:
         "",
         "## Variants",
         "",
-        "| variant | model | n_s / n_m / n_cm | c | compression | parameters (compressor) | keys per query | reach per layer (tokens; WaveNet: receptive field - 1) | seeds done |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| variant | model | n_s / n_m / n_cm | c | compression | parameters (compressor) | keys per query | reach per layer (tokens; WaveNet: receptive field - 1) | updates | training CPU s per run | seeds done |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v, info in summary["variants"].items():
         p = info["parameters"]
@@ -124,7 +133,8 @@ def _header(summary: dict[str, Any]) -> list[str]:
         out.append(
             f"| {v} | {info['model']} | {info['seg_len']} / {info['mem_len']} / {info['cmem_len']} | "
             f"{info['compression_rate'] or '-'} | {info['compression']} | {params} | {info['attention_keys'] or '-'} | "
-            f"{info['reach']} | {len(info['seeds_done'])} |"
+            f"{info['reach']} | {info.get('updates', '-')} | {_cpu(info.get('train_cpu_seconds'))} | "
+            f"{len(info['seeds_done'])} |"
         )
     return out
 

@@ -47,8 +47,16 @@ def _variant_info(study: Study, name: str, runs: dict[int, dict[str, Any]]) -> d
         if m.is_wavenet
         else m.memory.mem_len + (m.compression.rate * m.memory.cmem_len if m.memory.cmem_len else 0),
         "parameters": any_run["parameters"] if any_run else None,
+        "updates": study.configs[name].train.steps,
+        "train_cpu_seconds": _per_seed(runs, lambda r: _train_cpu(r, study.configs[name].train.steps)),
         "seeds_done": sorted(runs),
     }
+
+
+def _train_cpu(result: dict[str, Any], steps: int) -> float | None:
+    """The run's training CPU seconds where every one of its steps was counted (runs before the record: None)."""
+    train = (result.get("cpu_seconds") or {}).get("train")
+    return train["seconds"] if train and train["steps"] >= steps else None
 
 
 def _per_seed(runs: dict[int, dict[str, Any]], get: Any) -> dict[int, float]:

@@ -1,0 +1,73 @@
+"""The agent study runner (benchmarks/agents/run.py): training CPU seconds per run, contrasts decided by exact
+permutation tests, the cost table, and a rerun that trains nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torchrl")
+pytest.importorskip("gymnasium")
+
+from benchmarks.agents import run as agents_run  # noqa: E402
+from compressive_transformer.runs import cputime  # noqa: E402
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "agents" / "nonmatching.toml"
+SMALL = '"env.delay=2", "train.n_envs=2", "train.unroll=4", "train.log_every=1", "train.checkpoint_every=2"'
+
+
+def _spec(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(
+        f'config = "{CONFIG.as_posix()}"\nseeds = [0, 1, 2]\nenv_steps = 48\nbin_steps = 16\nfinal_fraction = 0.5\n'
+        f'[models.lstm]\noverrides = [{SMALL}, "core.kind=\\"lstm\\""]\n'
+        f'[models.txl]\noverrides = [{SMALL}, "model.mem_len=6", "model.cmem_len=0"]\n'
+        '[[contrasts]]\na = "txl"\nb = "lstm"\n'
+        '[[contrasts]]\na = "txl"\nb = "lstm"\nshift = 2.0\n'
+    )
+    return path
+
+
+def test_runs_record_cpu_seconds_and_the_report_decides_the_contrasts(tmp_path: Path) -> None:
+    spec, out = _spec(tmp_path), tmp_path / "out"
+    (out / "cost.json").parent.mkdir(parents=True)
+    (out / "cost.json").write_text(json.dumps({"models": {"txl": {"keys_per_query": 7, "acting_flops_per_step": 1e4}}}))
+    assert agents_run.main([str(spec), "--out", str(out)]) == 0
+    result = json.loads((out / "results.json").read_text())
+    for model in ("lstm", "txl"):
+        for seed in (0, 1, 2):
+            total = cputime.total(out / "runs" / f"{model}-seed{seed}")
+            assert total["steps"] == 6 and total["seconds"] > 0, "every update of the run is counted once"
+        assert all(v > 0 for v in result["models"][model]["train_cpu_seconds"].values())
+    plain, shifted = result["contrasts"]
+    assert plain["n"] == [3, 3] and 1 / 20 - 1e-9 <= plain["p_permutation"] <= 1.0
+    assert shifted["shift"] == 2.0 and shifted["p_permutation"] == pytest.approx(1 / 20), "a + 2 is above any rate"
+    assert shifted["p_sign_flip"] == pytest.approx(1 / 8) and shifted["p_paired_t"] < 0.01
+    md = (out / "results.md").read_text()
+    assert "| txl | lstm | 2 | 0.050 | yes |" in md
+    assert "| txl | 7 | 10,000 | - |" in md and "| lstm | - | - | - |" in md
+
+    before = (out / "runs" / "txl-seed1" / cputime.FILE).read_text()
+    agents_run.main([str(spec), "--out", str(out)])  # finished runs are skipped: nothing new is counted
+    assert (out / "runs" / "txl-seed1" / cputime.FILE).read_text() == before
+
+    for seed in (0, 1, 2):  # runs from before the record: the pilot's CPU seconds per step x steps, in brackets
+        (out / "runs" / f"txl-seed{seed}" / cputime.FILE).unlink()
+    cost = {"txl": {"keys_per_query": 7, "cpu_seconds_per_million_steps": 1e6}, "lstm": {"keys_per_query": None}}
+    (out / "cost.json").write_text(json.dumps({"models": cost}))
+    agents_run.main([str(spec), "--out", str(out), "--report-only"])
+    md = (out / "results.md").read_text()
+    assert "| txl | 7 | - | - | [48, pilot] |" in md and "| lstm | - | - | - | " in md
+
+
+def test_a_run_from_before_the_cpu_record_reports_none(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 10, "env_steps": 160}) + "\n")
+    assert agents_run.train_cpu(run_dir) is None
+    cputime.record(run_dir, start=4, end=10, seconds=3.0)  # only part of its updates counted
+    assert agents_run.train_cpu(run_dir) is None
+    cputime.record(run_dir, start=0, end=4, seconds=1.0)
+    assert agents_run.train_cpu(run_dir) == 4.0
