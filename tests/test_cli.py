@@ -385,6 +385,7 @@ class CtrlC(importlib.abc.MetaPathFinder):  # the user presses Ctrl-C while `imp
         return None
 
 sys.meta_path.insert(0, CtrlC())
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's foreground (a background job ignores SIGINT)
 module, _, function = sys.argv[1].partition(":")
 sys.argv[1:] = sys.argv[2:]
 sys.exit(getattr(__import__(module, fromlist=[function]), function)())
