@@ -3,6 +3,7 @@ that leaves existing runs and checkpoints intact."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from compressive_transformer.core import install
 from compressive_transformer.core.config import tomllib
 from compressive_transformer.core.install import program
 from compressive_transformer.core.models import CompressiveTransformerLM
+from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import list_checkpoints, load_checkpoint
 from compressive_transformer.runs.presets import TINY_TOML
 from compressive_transformer.runs.rundir import fresh_run_dir, read_run_config
@@ -57,6 +59,9 @@ def test_train_writes_a_complete_run_directory(trained: Path) -> None:
         assert (trained / name).exists(), name
     assert [p.name for p in list_checkpoints(trained)] == ["step-00000002", "step-00000004"]
     assert read_run_config(trained).model.d_model == 32  # the built-in tiny config
+    laps = [json.loads(x) for x in (trained / cputime.FILE).read_text().splitlines()]
+    assert [(x["from"], x["to"]) for x in laps] == [(0, 2), (2, 4)], "CPU seconds recorded at each checkpoint"
+    assert all(x["seconds"] > 0 for x in laps)
 
 
 def test_evaluate_and_generate(trained: Path, capsys: pytest.CaptureFixture) -> None:

@@ -7,8 +7,8 @@ Runs go seed by seed (every model of seed 0 first), one thread each, and resume:
 with a checkpoint continues from it (to the spec's steps, should they have grown). Whatever has finished is
 summarized into results.json, results.md and success.png after every run.
 
-Each training call records its process CPU seconds in the run's ``cpu_seconds.jsonl`` (``runs.cputime``), so a run
-paused (SIGSTOP) or sharing the machine is charged only its own work. A spec's ``[[contrasts]]`` (``a``, ``b``,
+Training records its process CPU seconds at each checkpoint in the run's ``cpu_seconds.jsonl`` (``runs.cputime``), so a
+run paused (SIGSTOP) or sharing the machine is charged only its own work. A spec's ``[[contrasts]]`` (``a``, ``b``,
 optional ``shift`` added to a's values) are decided by one-sided exact permutation tests of final success over
 seeds, "a above b"; the paired t-test and the paired sign-flip test are reported beside them. Where the output
 folder holds ``cost.json`` (``python -m benchmarks.agents.cost``), its per-arm cost is tabled beside success.
@@ -51,9 +51,7 @@ def run_one(spec: dict[str, Any], model: str, seed: int, run_dir: Path) -> float
     if not _done(run_dir, spec["env_steps"]):
         cfg = load_rl_config(spec["config"], _overrides(spec, model, seed))
         ckpt = latest_checkpoint(run_dir)
-        with cputime.counting(run_dir, cputime.checkpoint_step(ckpt)) as span:
-            summary = train_agent(cfg, run_dir, resume=ckpt is not None, progress=False)  # may extend a run
-            span.end = summary.updates
+        train_agent(cfg, run_dir, resume=ckpt is not None, progress=False)  # may extend a run; records its CPU time
     return time.perf_counter() - start
 
 

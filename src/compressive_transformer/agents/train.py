@@ -45,6 +45,7 @@ from compressive_transformer.agents.core import CoreState, detach_state
 from compressive_transformer.agents.health import AgentDiverged, diverged, require_finite, require_finite_weights
 from compressive_transformer.core.config import ConfigError, Log, to_dict
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import (
     RESUME_FILES,
     CheckpointError,
@@ -298,6 +299,7 @@ def _train(
     bar = tqdm(total=total * per_update, initial=learner.update * per_update, unit="step", disable=not progress)
     since_log: list[float] = []
     lags: list[int] | None = [] if tc.actors else None
+    clock = cputime.Clock(run_dir, learner.update)
     try:
         while learner.update < total:
             unroll = actors.next()
@@ -316,6 +318,7 @@ def _train(
                 since_log, lags = [], ([] if lags is not None else None)
                 bar.set_postfix(ret=f"{record['mean_return']:.2f}", success=f"{record['success_rate']:.2f}")
             if learner.update % tc.checkpoint_every == 0 or learner.update == total:
+                clock.lap(learner.update)  # before the checkpoint: a kill between them only repeats the lap
                 last = _save(run_dir, cfg, learner, actors)
     except AgentDiverged as e:
         raise diverged(e, learner.update + 1, last) from None

@@ -362,10 +362,7 @@ def run_job(job: Job) -> dict[str, Any]:
             shutil.rmtree(job.run_dir)
             started = False
         t0 = time.perf_counter()
-        start = cputime.checkpoint_step(latest_checkpoint(job.run_dir)) if started else 0
-        with cputime.counting(job.run_dir, start) as span:  # process CPU time: pauses and other work do not count
-            summary = train_run(job.config, job.run_dir, resume=started, log=log)
-            span.end = summary.step
+        summary = train_run(job.config, job.run_dir, resume=started, log=log)  # records its CPU time (runs.cputime)
         train_s = time.perf_counter() - t0
         t0, c0 = time.perf_counter(), time.process_time()
         result = measure_run(job, log=log)

@@ -4,43 +4,37 @@ Wall-clock time on a shared machine counts other people's work and any pause (a 
 its wall clock running); the process's own CPU time (``time.process_time``: user + system time of every thread of
 this process) does not. With one torch thread per run it is the run's cost in core-seconds.
 
-Each training call that returns appends one line ``{"from": step, "to": step, "seconds": s}`` to
-``cpu_seconds.jsonl``. A call killed before it returns writes nothing, and the resumed call starts again from the
-last checkpoint, so the lines cover the run's steps once each and count the work the run kept, not the work lost
-to the kill.
+The training loops (text and agents) keep a :class:`Clock` and, just before writing each checkpoint, append one
+line ``{"from": step, "to": step, "seconds": s}`` to ``cpu_seconds.jsonl``: the CPU seconds since the previous
+checkpoint of the same call. A call killed between checkpoints loses only the lap it was in, which its resumed call
+trains again from the last checkpoint and records; a lap recorded for a checkpoint that was then not written (killed
+or failed mid-write) is replaced when its steps are recorded again (:func:`total`). So the lines cover the run's
+steps once each and count the work the run kept. Only the learner's process is counted (not an agent's actor
+processes, not other ranks).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 FILE = "cpu_seconds.jsonl"
 
 
-@dataclass
-class Span:
-    """One training call: steps ``start`` to ``end`` (set by the caller before the block ends)."""
+class Clock:
+    """One training call's CPU time, recorded for ``run_dir`` in laps that end at checkpoint steps."""
 
-    start: int
-    end: int | None = None
+    def __init__(self, run_dir: str | Path, step: int) -> None:
+        self.run_dir, self.step, self.t0 = Path(run_dir), step, time.process_time()
 
-
-@contextmanager
-def counting(run_dir: str | Path, start: int) -> Iterator[Span]:
-    """Count this process's CPU seconds over the block and record them for ``run_dir`` when it returns, with the
-    steps it covered: ``start`` and whatever the block sets as ``span.end``. Nothing is recorded if the block
-    raises or sets no end, or if it trained no step."""
-    span = Span(start)
-    t0 = time.process_time()
-    yield span
-    seconds = time.process_time() - t0
-    if span.end is not None and span.end > span.start:
-        record(run_dir, start=span.start, end=span.end, seconds=seconds)
+    def lap(self, step: int) -> None:
+        """Record the steps since the last lap (or the call's start) up to ``step``, about to be checkpointed.
+        Nothing when no step was trained since (a final checkpoint re-saved)."""
+        now = time.process_time()
+        if step > self.step:
+            record(self.run_dir, start=self.step, end=step, seconds=now - self.t0)
+            self.step, self.t0 = step, now
 
 
 def record(run_dir: str | Path, *, start: int, end: int, seconds: float) -> None:
@@ -51,8 +45,9 @@ def record(run_dir: str | Path, *, start: int, end: int, seconds: float) -> None
 
 
 def total(run_dir: str | Path) -> dict[str, float | int] | None:
-    """``{"seconds", "steps", "calls"}`` summed over the recorded calls, None when nothing is recorded. A line
-    whose steps overlap an earlier line's (a call that repeated steps) replaces the lines it overlaps."""
+    """``{"seconds", "steps", "laps"}`` summed over the recorded laps, None when nothing is recorded. A line whose
+    steps overlap an earlier line's (steps trained again after a kill or a failed checkpoint) replaces the lines it
+    overlaps."""
     path = Path(run_dir) / FILE
     if not path.is_file():
         return None
@@ -67,13 +62,8 @@ def total(run_dir: str | Path) -> dict[str, float | int] | None:
     return {
         "seconds": sum(float(s["seconds"]) for s in spans),
         "steps": int(sum(s["to"] - s["from"] for s in spans)),
-        "calls": len(spans),
+        "laps": len(spans),
     }
 
 
-def checkpoint_step(path: Path | None) -> int:
-    """The step of a checkpoint directory ``step-NNNNNNNN`` (0 for none)."""
-    return 0 if path is None else int(path.name.removeprefix("step-"))
-
-
-__all__ = ["FILE", "Span", "checkpoint_step", "counting", "record", "total"]
+__all__ = ["FILE", "Clock", "record", "total"]

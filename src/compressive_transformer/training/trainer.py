@@ -29,6 +29,7 @@ from compressive_transformer.core.memory import MemoryState, is_row_tensor
 from compressive_transformer.core.modality import run_modality, token_unit
 from compressive_transformer.core.models import IGNORE_INDEX, MemoryModel, build_model
 from compressive_transformer.data import StreamBatcher
+from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -516,6 +517,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         window_start, window_tokens = time.perf_counter(), 0
+        clock = cputime.Clock(self.run_dir, self.step) if self.dist.is_main else None
         try:
             while self.step < end:
                 before = self.tokens_seen
@@ -542,6 +544,8 @@ class Trainer:
                     if result is not None:
                         (bar.write if not bar.disable else self.log)(f"step {self.step}: {result.summary()}")
                 if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or self.step == t.steps:
+                    if clock is not None:
+                        clock.lap(self.step)  # before the checkpoint: a kill between them only repeats the lap
                     self.save()
             if self.step == t.steps:
                 summary.validation = self._log_validation()
