@@ -78,13 +78,33 @@ def train_cpu(run_dir: Path) -> float | None:
     return total["seconds"] if total and updates and total["steps"] >= updates else None
 
 
-def contrast(summary: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
-    """One "a above b" decision on final success: the exact permutation test's one-sided p, and beside it the
-    paired t-test's and the paired sign-flip test's (over the seeds both finished)."""
+METRICS = ("final_quarter", "windowed", "solve_speed")
+
+
+def metric_by_seed(s: dict[str, Any], metric: str, total_steps: int) -> dict[int, float]:
+    """One arm's per-seed values of ``metric``: "final_quarter", the success of the episodes in the run's last
+    ``final_fraction``; "windowed", the windowed success (last 200 episodes) at the end; "solve_speed", minus the
+    millions of steps to the first windowed success >= 0.9 (a run that never solves counts as solving at the end), so
+    that "a above b" reads "a solves sooner"."""
+    if metric == "final_quarter":
+        return {int(k): v for k, v in s["final_by_seed"].items()}
+    st = {int(k): v for k, v in s["stability_by_seed"].items()}
+    if metric == "windowed":
+        return {k: v["final"] for k, v in st.items()}
+    return {k: -(total_steps if v["solved_at"] is None else v["solved_at"]) / 1e6 for k, v in st.items()}
+
+
+def contrast(
+    summary: dict[str, Any], c: dict[str, Any], metric: str = "final_quarter", total: int = 0
+) -> dict[str, Any]:
+    """One "a above b" decision on ``c``'s metric (else ``metric``; :func:`metric_by_seed`): the exact permutation
+    test's one-sided p, and beside it the paired t-test's and the paired sign-flip test's (over the seeds both
+    finished)."""
     a, b, shift = c["a"], c["b"], float(c.get("shift", 0.0))
-    fa = {int(k): v + shift for k, v in summary[a]["final_by_seed"].items()}
-    fb = {int(k): v for k, v in summary[b]["final_by_seed"].items()}
-    out: dict[str, Any] = {"a": a, "b": b, "shift": shift, "n": [len(fa), len(fb)]}
+    metric = c.get("metric", metric)
+    fa = {k: v + shift for k, v in metric_by_seed(summary[a], metric, total).items()}
+    fb = metric_by_seed(summary[b], metric, total)
+    out: dict[str, Any] = {"a": a, "b": b, "shift": shift, "metric": metric, "n": [len(fa), len(fb)]}
     if min(len(fa), len(fb)) < 2:
         return out | {"p_permutation": None, "p_paired_t": None, "p_sign_flip": None}
     out["p_permutation"] = permutation_test(list(fa.values()), list(fb.values()), alternative="greater")
@@ -147,7 +167,10 @@ def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
         "machine": machine_info() | {"torch_threads": load_rl_config(spec["config"]).train.threads},  # per run
         "env_steps": spec["env_steps"],
         "models": summary,
-        "contrasts": [contrast(summary, c) for c in spec.get("contrasts", [])],
+        "contrasts": [
+            contrast(summary, c, spec.get("final_metric", "final_quarter"), spec["env_steps"])
+            for c in spec.get("contrasts", [])
+        ],
         "pooled": [pooled(summary, c) for c in spec.get("pooled", [])],
     }
     write_text_atomic(out / "results.json", json.dumps(result, indent=1))
@@ -208,17 +231,19 @@ def markdown(spec: dict[str, Any], spec_path: Path, result: dict[str, Any], cost
         lines += [
             "",
             'Contrasts, final success, "a above b" (one-sided; `shift` is added to a\'s values first): the exact '
-            "permutation test over seeds decides at 0.05 (its floor with 3 seeds per arm is 1/20); the paired t-test "
-            "and the paired sign-flip test (floor 1/8) are reported beside it.",
+            "permutation test over seeds decides at 0.05 (its floor: 1/20 with 3 seeds per arm, 1/252 with 5); the "
+            "paired t-test and the paired sign-flip test are reported beside it. Metric: final_quarter = success of "
+            "the episodes in the last quarter; windowed = the last 200 episodes at the end; solve_speed = minus the "
+            "millions of steps to the first windowed success >= 0.9 (never: the run's end).",
             "",
-            "| a | b | shift | exact permutation p | decided | paired t p | sign-flip p |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "| a | b | metric | shift | exact permutation p | decided | paired t p | sign-flip p |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for c in result["contrasts"]:
             p = c.get("p_permutation")
             decided = "-" if p is None else ("yes" if p <= 0.05 + 1e-12 else "no")
             lines.append(
-                f"| {c['a']} | {c['b']} | {c['shift']:g} | {_p(p)} | {decided} | {_p(c.get('p_paired_t'))} | "
+                f"| {c['a']} | {c['b']} | {c.get('metric', 'final_quarter')} | {c['shift']:g} | {_p(p)} | {decided} | {_p(c.get('p_paired_t'))} | "
                 f"{_p(c.get('p_sign_flip'))} |"
             )
     return lines
