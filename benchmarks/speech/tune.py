@@ -202,7 +202,7 @@ def grow_seeds() -> int:
     n = seeds_needed(list(d["per_seed"].values()))
     if n > len(have):
         text = (HERE / "tuned.toml").read_text(encoding="utf-8")
-        old = "seeds = " + json.dumps(have).replace(",", ", ")
+        old = "seeds = " + json.dumps(have)
         assert old in text, old
         write_text_atomic(
             HERE / "tuned.toml", text.replace(old, "seeds = " + json.dumps(list(range(n))).replace(",", ", "))
