@@ -204,9 +204,7 @@ def grow_seeds() -> int:
         text = (HERE / "tuned.toml").read_text(encoding="utf-8")
         old = "seeds = " + json.dumps(have)
         assert old in text, old
-        write_text_atomic(
-            HERE / "tuned.toml", text.replace(old, "seeds = " + json.dumps(list(range(n))).replace(",", ", "))
-        )
+        write_text_atomic(HERE / "tuned.toml", text.replace(old, "seeds = " + json.dumps(list(range(n)))))
     return n
 
 
