@@ -32,9 +32,9 @@ CORES = ("transformer", "lstm")
 OPTIMIZERS = ("adam", "rmsprop")
 LR_SCHEDULES = ("constant", "linear")
 LOSS_REDUCTIONS = ("mean", "sum")
-# the learner of every agent run written before train.optimizer and train.lr_schedule existed: a saved run config
-# without them means this learner, whatever the defaults are now
-LEGACY_LEARNER = {"optimizer": "adam", "lr_schedule": "constant", "loss_reduction": "mean"}
+# the learner of every agent run written before its keys existed: a saved run config without one of them means this
+# learner's value, whatever the defaults are now
+LEGACY_LEARNER = {"optimizer": "adam", "adam_eps": 1e-8, "lr_schedule": "constant", "loss_reduction": "mean"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class RLTrainConfig:
     unroll: int = 16
     lr: float = 5e-4
     optimizer: str = "adam"  # or "rmsprop", IMPALA's (agents.optim)
+    adam_eps: float = 1e-8  # Adam's epsilon (torch's default); larger damps the steps of near-zero gradients
     rmsprop_decay: float = 0.99
     rmsprop_eps: float = 0.01  # large, as IMPALA's: a parameter's step shrinks with its gradient
     rmsprop_momentum: float = 0.0
@@ -123,6 +124,7 @@ class RLTrainConfig:
             "train.optimizer",
             f"unknown {self.optimizer!r}; use one of {', '.join(OPTIMIZERS)}",
         )
+        require(self.adam_eps > 0, "train.adam_eps", "must be > 0 (torch's default: 1e-8)")
         require(0.0 <= self.rmsprop_decay < 1.0, "train.rmsprop_decay", "must be in [0, 1) (IMPALA's: 0.99)")
         require(self.rmsprop_eps > 0, "train.rmsprop_eps", "must be > 0 (IMPALA's: 0.01)")
         require(0.0 <= self.rmsprop_momentum < 1.0, "train.rmsprop_momentum", "must be in [0, 1) (IMPALA's: 0)")
@@ -204,11 +206,12 @@ def load_rl_config(path: str | Path | None, overrides: list[str] | tuple[str, ..
 
 
 def load_saved_config(path: str | Path) -> RLConfig:
-    """The resolved config a run or checkpoint recorded. One written before the learner's keys existed trained with
-    :data:`LEGACY_LEARNER`, so it keeps meaning that learner when the defaults change."""
+    """The resolved config a run or checkpoint recorded. A learner key it lacks was written before the key existed,
+    when the run trained with :data:`LEGACY_LEARNER`'s value, so it keeps meaning that learner when the defaults
+    change."""
     raw = load_toml(path)
     train = raw.get("train")
-    if isinstance(train, dict) and "optimizer" not in train:
+    if isinstance(train, dict):
         raw = {**raw, "train": {**LEGACY_LEARNER, **train}}
     return RLConfig.from_raw(apply_run_overrides(raw, ()))
 

@@ -1,8 +1,10 @@
 """The agent learner's optimizer and learning-rate schedule.
 
-- ``train.optimizer = "adam"``: Adam (epsilon 1e-8). Its step is normalised by the gradient's running magnitude, so
-  once an agent has solved its task and the gradients have shrunk to near zero, each step stays about ``lr`` in
-  size and the weights keep drifting.
+- ``train.optimizer = "adam"``: Adam, epsilon ``train.adam_eps`` (1e-8, torch's). Its step is normalised by the
+  gradient's running magnitude, so once an agent has solved its task and the gradients have shrunk to near zero,
+  each step stays about ``lr`` in size and the weights keep drifting. A larger epsilon (about the gradients' size
+  at a solved plateau, where their per-parameter RMS is ~1e-4 in the control) shrinks those steps in proportion
+  to the gradient while leaving the larger gradients of learning nearly normalised.
 - ``train.optimizer = "rmsprop"``: IMPALA's learner (Espeholt et al. 2018; as TorchBeast runs it in PyTorch): RMSProp
   with decay 0.99, no momentum and a large epsilon (0.01), added to the root of the running mean square. A
   parameter whose gradients are far below epsilon moves by about ``lr * grad / eps``, in proportion to its
@@ -28,7 +30,7 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], tc: RLTrainConfig) -> 
         return torch.optim.RMSprop(
             params, lr=tc.lr, alpha=tc.rmsprop_decay, eps=tc.rmsprop_eps, momentum=tc.rmsprop_momentum
         )
-    return torch.optim.Adam(params, lr=tc.lr)
+    return torch.optim.Adam(params, lr=tc.lr, eps=tc.adam_eps)
 
 
 def learning_rate(tc: RLTrainConfig, update: int, total_updates: int) -> float:
