@@ -63,6 +63,19 @@ def test_rmsprop_is_built_with_impalas_settings() -> None:
     assert step == pytest.approx(4e-3 * 1e-5 / (math.sqrt(0.01 * 1e-10) + 0.01), rel=1e-4)
 
 
+def test_adam_is_built_with_its_epsilon() -> None:
+    """train.adam_eps reaches Adam: a gradient far below epsilon moves the weight by about lr * grad / eps, one far
+    above it by about lr (eps 1e-8, the old learner, normalises both to lr)."""
+    for eps, grad, expected in ((1e-8, 1e-5, 1e-3), (1e-3, 1e-5, 1e-3 * 1e-5 / (1e-5 + 1e-3)), (1e-3, 1.0, 1e-3)):
+        param = torch.nn.Parameter(torch.zeros(1))
+        opt = build_optimizer([param], RLTrainConfig(lr=1e-3, adam_eps=eps))
+        assert opt.param_groups[0]["eps"] == eps
+        param.grad = torch.full((1,), grad)
+        opt.step()  # Adam's first step, bias-corrected: lr * g / (|g| + eps)
+        assert -float(param.detach()[0]) == pytest.approx(expected, rel=1e-3)
+    assert RLTrainConfig().adam_eps == 1e-8
+
+
 def test_the_linear_schedule_anneals_to_zero_at_the_last_step() -> None:
     tc = RLTrainConfig(lr=2e-3, lr_schedule="linear")
     rates = [learning_rate(tc, u, 8) for u in range(9)]
@@ -90,8 +103,10 @@ def test_a_run_logs_the_annealed_rate_and_resumes_exactly(tmp_path: Path) -> Non
         assert (list_checkpoints(cut)[-1] / name).read_bytes() == (ckpt / name).read_bytes(), name
 
 
-def test_a_run_config_from_before_the_learner_keys_means_adam_at_a_constant_rate(tmp_path: Path) -> None:
-    assert LEGACY_LEARNER == {"optimizer": "adam", "lr_schedule": "constant", "loss_reduction": "mean"}
+def test_a_run_config_from_before_the_learner_keys_means_adam_at_a_constant_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert LEGACY_LEARNER == {"optimizer": "adam", "adam_eps": 1e-8, "lr_schedule": "constant", "loss_reduction": "mean"}
     saved = ROOT / "benchmarks" / "agents" / "control" / "runs" / "txl-seed0" / "config.toml"
     assert "optimizer" not in load_toml(saved)["train"]
     old = tmp_path / "old.toml"  # such a config, but the defaults' learner stated otherwise: the file's own keys win
@@ -102,6 +117,14 @@ def test_a_run_config_from_before_the_learner_keys_means_adam_at_a_constant_rate
     new = tmp_path / "new.toml"
     new.write_text(text.replace("[train]\n", '[train]\noptimizer = "rmsprop"\n'), encoding="utf-8")
     assert load_saved_config(new).train.optimizer == "rmsprop"
+    # the learner comparison's runs name their optimizer but were written before train.adam_eps: the legacy value
+    # fills the one key they lack (not the default, nor nothing because they name the optimizer)
+    learner = ROOT / "benchmarks" / "agents" / "learner" / "runs" / "txl-adam-seed0" / "config.toml"
+    assert "adam_eps" not in load_toml(learner)["train"]
+    assert load_saved_config(learner).train.adam_eps == 1e-8
+    monkeypatch.setitem(LEGACY_LEARNER, "adam_eps", 3e-8)
+    assert load_saved_config(learner).train.adam_eps == 3e-8
+    assert load_saved_config(learner).train.optimizer == "adam"
 
 
 @pytest.mark.parametrize("spec", ["pilot", "pilot-long", "full", "reach", "control"])

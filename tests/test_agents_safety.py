@@ -89,6 +89,7 @@ OUT_OF_RANGE: dict[type, dict[str, list[Any]]] = {
         "unroll": [0],
         "lr": [0.0, -1.0, math.inf, math.nan],
         "optimizer": ["sgd", ""],
+        "adam_eps": [0.0, -1e-8, math.nan],
         "rmsprop_decay": [-0.1, 1.0, math.nan],
         "rmsprop_eps": [0.0, -0.01, math.nan],
         "rmsprop_momentum": [-0.1, 1.0],
