@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+from scipy.stats import fisher_exact
 
 from compressive_transformer.agents.report import read_run_metrics, stability
 
@@ -162,3 +166,141 @@ def test_speech_fair_differences_and_cpu_time_as_quoted() -> None:
     share = f"{wavenet / measured:.0%} of the CPU time ({wavenet:.0f} against the {measured:.0f} s"
     assert share in readme
     assert f"with {wavenet / measured:.0%} of its CPU time ({wavenet:.0f} against the {measured:.0f} s" in results
+
+
+LEARNER_RESULTS = "## The learner: results (after the runs)"
+TRANSFORMER_CORES = ("txl", "ct1", "ct4", "txl48")
+PARAMETERS = {"txl": 45_187, "ct1": 49_347, "ct4": 55_491, "txl48": 45_187}  # the built agents (test above)
+
+
+def _runs(study: str, arm: str) -> list[dict]:
+    """Each seed's stability (0-4), recomputed from the run's committed metrics."""
+    return [_stable(study, f"{arm}-seed{s}") for s in range(5)]
+
+
+def _pool(study: str, learner: str, cores: tuple[str, ...] = TRANSFORMER_CORES) -> dict[str, Any]:
+    runs = [r for core in cores for r in _runs(study, f"{core}-{learner}")]
+    solved = [r["solved_at"] for r in runs if r["solved_at"] is not None]
+    return {
+        "n": len(runs),
+        "stays": sum(r["stays_solved"] for r in runs),
+        "solved": len(solved),
+        "drops": [len(r["drops"]) for r in runs],
+        "ends": sum(r["final"] >= 0.9 for r in runs),
+        "dropped": sum(bool(r["drops"]) for r in runs),
+        "median_solve": float(np.median(solved)) if solved else None,
+    }
+
+
+def _fisher(a: dict[str, Any], b: dict[str, Any]) -> float:
+    table = [[a["stays"], a["n"] - a["stays"]], [b["stays"], b["n"] - b["stays"]]]
+    return float(fisher_exact(table, alternative="greater").pvalue)
+
+
+@pytest.mark.parametrize("arm", [f"{core}-{learner}" for core in ARMS for learner in ("adam", "impala")])
+def test_learner_table_as_quoted(arm: str) -> None:
+    from benchmarks.agents.run import train_cpu
+
+    runs = _runs("learner", arm)
+    cpu = [train_cpu(AGENTS / "learner" / "runs" / f"{arm}-seed{s}") for s in range(5)]
+    solve = ", ".join("-" if r["solved_at"] is None else f"{r['solved_at'] / 1e3:.0f}" for r in runs)
+    expected = [
+        f"`{arm}`",
+        f"{sum(r['solved_at'] is not None for r in runs)} of 5",
+        f"{sum(r['stays_solved'] for r in runs)} of 5",
+        str(sum(len(r["drops"]) for r in runs)),
+        f"{sum(r['final'] >= 0.9 for r in runs)} of 5",
+        solve,
+        f"{sum(cpu) / 5:.0f}",
+    ]
+    assert _row(_section(_text(AGENTS / "README.md"), LEARNER_RESULTS), f"`{arm}`") == expected
+
+
+def test_learner_decision_as_quoted() -> None:
+    from compressive_transformer.analysis.stats import permutation_test
+
+    impala, adam = _pool("learner", "impala"), _pool("learner", "adam")
+    fisher = _fisher(impala, adam)
+    sign_flip = permutation_test(impala["drops"], adam["drops"], paired=True, alternative="less")
+    results = json.loads(_text(AGENTS / "learner" / "results.json"))["pooled"][0]  # what the runner decided
+    assert results["p_fisher"] == pytest.approx(fisher) and results["p_drops_sign_flip"] == pytest.approx(sign_flip)
+    di, da = sum(impala["drops"]), sum(adam["drops"])
+    i_solve, a_solve = impala["median_solve"] / 1e3, adam["median_solve"] / 1e3
+    readme = _flat(_section(_text(AGENTS / "README.md"), LEARNER_RESULTS))
+    for quoted in (
+        f"in {impala['stays']} of 20, `adam`'s in {adam['stays']} of 20 (one-sided Fisher p = {fisher:.3f}",
+        f"drops after solving {di} against {da} (paired sign-flip p = {sign_flip:.3f}",
+        f"solved at all {impala['solved']} of 20 against {adam['solved']} of 20",
+        f"at the end {impala['ends']} of 20 against {adam['ends']} of 20",
+        f"`adam` stays solved in {adam['stays']} of 20, fewer than the predicted 12-15; `impala` in {impala['stays']}",
+        f"with {di} drops, not <= 2",
+        f"it solves {impala['solved']} of 20 runs",
+        f"median of {i_solve:.0f} k steps to the first windowed success >= 0.9, against {a_solve:.0f} k",
+        f"({di} drops in {impala['solved']} solved runs, {di / impala['solved']:.2f} per solved run, against "
+        f"{da} in {adam['solved']}, {da / adam['solved']:.2f})",
+    ):
+        assert quoted in readme, quoted
+    ct = {c: sum(r["solved_at"] is not None for r in _runs("learner", f"{c}-impala")) for c in ("ct1", "ct4")}
+    assert f"(`ct1` and `ct4` {ct['ct1']} of 5 each)" in readme and ct["ct1"] == ct["ct4"]
+    lstm_i, lstm_a = _pool("learner", "impala", ("lstm", "lstm40")), _pool("learner", "adam", ("lstm", "lstm40"))
+    assert (
+        f"{lstm_i['stays']} of 10 against {lstm_a['stays']} of 10 stay solved, {lstm_i['solved']} of 10 against "
+        f"{lstm_a['solved']} of 10 solve" in readme
+    )
+    three = ("txl", "ct1", "ct4")  # txl48 left out: at delay 12 it computes what txl does
+    i3, a3 = _pool("learner", "impala", three), _pool("learner", "adam", three)
+    assert f"`impala` stays solved in {i3['stays']} of 15, `adam` in {a3['stays']} of 15" in readme
+    assert _fisher(i3, a3) > 0.05  # "the conclusion does not change"
+
+    results_md = _flat(_text(ROOT / "docs" / "results.md"))
+    for quoted in (
+        f"stay solved to the end in {impala['stays']} of 20 against Adam's {adam['stays']} of 20 (one-sided "
+        f"Fisher p = {fisher:.3f}, not decided), with {di} drops after solving against {da} (sign-flip p = "
+        f"{sign_flip:.3f})",
+        f"it solves {impala['solved']} of 20 runs against {adam['solved']} of 20, at a median {i_solve:.0f} k steps",
+        f"against {a_solve:.0f} k",
+        f"Adam's runs mostly recover ({adam['ends']} of 20 end >= 0.9) but {adam['dropped']} of 20 drop at least once",
+    ):
+        assert quoted in results_md, quoted
+    top = _flat(_text(ROOT / "README.md"))
+    assert (
+        f"{impala['stays']} of 20 runs stay solved against Adam's {adam['stays']} of 20 (not decided better, p = "
+        f"{fisher:.3f}); it solves {impala['solved']} of 20 within 750 k steps against {adam['solved']} of 20" in top
+    )
+    agents_doc = _flat(_text(ROOT / "docs" / "agents.md"))
+    assert (
+        f"(a median {i_solve:.0f} k steps to solve against Adam's {a_solve:.0f} k), solves {impala['solved']} runs "
+        f"of 20 against {adam['solved']}, and keeps {impala['stays']} solved to the end against Adam's "
+        f"{adam['stays']}" in agents_doc
+    )
+
+
+def _plateau_rms(study: str, learner: str) -> tuple[list[float], list[float]]:
+    """The gradient's per-parameter RMS (logged norm / sqrt(parameters)) at every record after the first 20: at
+    records whose windowed success is >= 0.9, and at the others."""
+    solved, other = [], []
+    for core, n in PARAMETERS.items():
+        for s in range(5):
+            for r in read_run_metrics(AGENTS / study / "runs" / f"{core}-{learner}-seed{s}")[20:]:
+                (solved if r["success_rate"] >= 0.9 else other).append(r["grad_norm"] / n**0.5)
+    return solved, other
+
+
+def test_learner_gradient_scale_and_twin_cores_as_quoted() -> None:
+    readme = _flat(_section(_text(AGENTS / "README.md"), LEARNER_RESULTS))
+    q = lambda v: [f"{x:.1e}".replace("e-0", "e-") for x in statistics.quantiles(v, n=4)]  # noqa: E731  1.4e-4
+    adam_solved, adam_other = (q(v) for v in _plateau_rms("learner", "adam"))
+    impala_solved = q(_plateau_rms("learner", "impala")[0])
+    assert (
+        f"a median {adam_solved[1]} for `adam` (quartiles {adam_solved[0]} and {adam_solved[2]}) against "
+        f"{adam_other[1]} elsewhere ({adam_other[0]}, {adam_other[2]})" in readme
+    )
+    assert f"the median at a solved record is {impala_solved[1]} ({impala_solved[0]}, {impala_solved[2]})" in readme
+    apart = []
+    for s in range(5):
+        a = read_run_metrics(AGENTS / "learner" / "runs" / f"txl-adam-seed{s}")
+        b = read_run_metrics(AGENTS / "learner" / "runs" / f"txl48-adam-seed{s}")
+        steps = [x["env_steps"] for x, y in zip(a, b) if abs(x["success_rate"] - y["success_rate"]) > 0.05]
+        apart.append(f"{steps[0] / 1e3:.0f} k" if steps else "never")
+    said = ", ".join(apart[:-1]) + " and " + apart[-1]
+    assert f"first differs by more than 0.05 at {said} steps by seed" in readme
