@@ -71,3 +71,50 @@ def test_a_run_from_before_the_cpu_record_reports_none(tmp_path: Path) -> None:
     assert agents_run.train_cpu(run_dir) is None
     cputime.record(run_dir, start=0, end=4, seconds=1.0)
     assert agents_run.train_cpu(run_dir) == 4.0
+
+
+def test_an_arm_reused_from_another_study_reads_its_runs_and_trains_nothing(tmp_path: Path, capsys) -> None:
+    first = _spec(tmp_path)
+    assert agents_run.main([str(first)]) == 0  # the runs land in tmp_path / "tiny"
+    done = json.loads((tmp_path / "tiny" / "results.json").read_text())["models"]["txl"]
+    before = {s: (tmp_path / "tiny" / "runs" / f"txl-seed{s}" / cputime.FILE).read_text() for s in (0, 1)}
+    second = tmp_path / "second.toml"
+    second.write_text(
+        f'config = "{CONFIG.as_posix()}"\noverrides = ["train.lr=1e-2"]\nseeds = [0, 1]\nenv_steps = 48\n'
+        f'bin_steps = 16\nfinal_fraction = 0.5\n[models.txl]\nreuse = "tiny"\n'
+        f'[models.txl-fast]\noverrides = [{SMALL}, "model.mem_len=6", "model.cmem_len=0"]\n'
+        '[[pooled]]\nname = "fast"\na = ["txl-fast"]\nb = ["txl"]\n'
+    )
+    assert agents_run.main([str(second)]) == 0
+    result = json.loads((tmp_path / "second" / "results.json").read_text())
+    reused = result["models"]["txl"]
+    assert reused["stability_by_seed"] == {k: v for k, v in done["stability_by_seed"].items() if k in ("0", "1")}
+    assert reused["parameters"] == done["parameters"]
+    assert not (tmp_path / "second" / "runs" / "txl-seed0").exists(), "nothing of the reused arm is written here"
+    assert (tmp_path / "second" / "runs" / "txl-fast-seed0").is_dir()
+    assert {s: (tmp_path / "tiny" / "runs" / f"txl-seed{s}" / cputime.FILE).read_text() for s in (0, 1)} == before
+    spec = agents_run.resolve_reused(agents_run.load_toml(second), second)
+    assert "train.lr=1e-2" not in agents_run.arm_overrides(spec, "txl"), "the other study's overrides, not these"
+    assert "train.lr=1e-2" in agents_run.arm_overrides(spec, "txl-fast")
+    assert result["pooled"][0]["runs"] == 2
+
+
+@pytest.mark.parametrize(
+    "arm, header, message",
+    [
+        ('reuse = "nowhere"', "seeds = [0]\nenv_steps = 48", "no study"),
+        ('reuse = "tiny"\n[models.x]\nreuse = "tiny"', "seeds = [0]\nenv_steps = 48", "has no arm 'x'"),
+        ('reuse = "tiny"', "seeds = [0]\nenv_steps = 96", "ran 48 steps on seeds [0, 1, 2]; this spec asks 96"),
+        ('reuse = "tiny"', "seeds = [0]\nenv_steps = 48", "is not finished; run the study it belongs to first"),
+    ],
+)
+def test_a_reuse_that_cannot_hold_is_one_line(tmp_path: Path, capsys, arm: str, header: str, message: str) -> None:
+    _spec(tmp_path)  # written, never run: its runs are not finished
+    spec = tmp_path / "second.toml"
+    spec.write_text(
+        f'config = "{CONFIG.as_posix()}"\n{header}\nbin_steps = 16\nfinal_fraction = 0.5\n[models.txl]\n{arm}\n'
+    )
+    with pytest.raises(SystemExit) as e:
+        agents_run.main([str(spec)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and message in err and "\n" not in err

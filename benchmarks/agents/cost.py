@@ -52,8 +52,10 @@ def acting_flops(cfg: RLConfig) -> tuple[int, int]:
 
 
 def arm_overrides(spec: dict[str, Any], model: str) -> list[str]:
-    """An arm's config overrides: the spec's own (every arm's) first, then the arm's."""
-    return [*spec.get("overrides", []), *spec["models"][model]["overrides"]]
+    """An arm's config overrides: the spec's own (every arm's) first, then the arm's; an arm reused from another
+    study (``benchmarks.agents.run.resolve_reused``) carries its whole list and ignores this spec's."""
+    arm = spec["models"][model]
+    return [*([] if "reuse" in arm else spec.get("overrides", [])), *arm["overrides"]]
 
 
 def parameter_counts(cfg: RLConfig) -> dict[str, int]:

@@ -21,6 +21,11 @@ run paused (SIGSTOP) or sharing the machine is charged only its own work. A spec
 optional ``shift`` added to a's values) are decided by one-sided exact permutation tests of final success over
 seeds, "a above b"; the paired t-test and the paired sign-flip test are reported beside them. Where the output
 folder holds ``cost.json`` (``python -m benchmarks.agents.cost``), its per-arm cost is tabled beside success.
+
+An arm written ``[models.NAME] reuse = "STUDY"`` is the arm NAME of ``STUDY.toml`` beside this spec, with its
+finished runs: its overrides are that spec's (its top-level ones, then the arm's), its runs are read from that
+study's folder and never trained or written here, so a comparison against an arm that already ran costs nothing and
+judges the very runs reported there. The seeds and steps must match the other study's, and its runs must be finished.
 """
 
 from __future__ import annotations
@@ -49,6 +54,41 @@ from compressive_transformer.runs.machine import machine_info
 MAX_SIGN_FLIP_PAIRS = 20  # 2 ** 20 sign flips, enumerated in seconds
 
 
+class SpecError(ValueError):
+    """A spec that cannot be run as written; the message says what to change."""
+
+
+def resolve_reused(spec: dict[str, Any], spec_path: Path) -> dict[str, Any]:
+    """The spec with every ``reuse`` arm replaced by the other study's arm: its full overrides and its runs' folder
+    (``runs_from``), checked to have this spec's seeds and steps."""
+    models = {}
+    for name, arm in spec["models"].items():
+        if "reuse" not in arm:
+            models[name] = arm
+            continue
+        other_path = spec_path.parent / f"{arm['reuse']}.toml"
+        if not other_path.is_file():
+            raise SpecError(f"models.{name}.reuse: no study {other_path}; name a spec beside {spec_path.name}")
+        other = load_toml(other_path)
+        if name not in other["models"]:
+            raise SpecError(
+                f"models.{name}.reuse: {other_path.name} has no arm {name!r}; use one of {sorted(other['models'])}"
+            )
+        if other["env_steps"] != spec["env_steps"] or not set(spec["seeds"]) <= set(other["seeds"]):
+            raise SpecError(
+                f"models.{name}.reuse: {other_path.name} ran {other['env_steps']} steps on seeds {other['seeds']}; "
+                f"this spec asks {spec['env_steps']} on {spec['seeds']}"
+            )
+        runs_from = other_path.parent / other_path.stem / "runs"
+        models[name] = {"reuse": arm["reuse"], "overrides": arm_overrides(other, name), "runs_from": runs_from}
+    return spec | {"models": models}
+
+
+def arm_run_dir(spec: dict[str, Any], out: Path, model: str, seed: int) -> Path:
+    """Where an arm's run for ``seed`` lives: under ``out``, or in the study it is reused from."""
+    return spec["models"][model].get("runs_from", out / "runs") / f"{model}-seed{seed}"
+
+
 def _overrides(spec: dict[str, Any], model: str, seed: int) -> list[str]:
     return [*arm_overrides(spec, model), f"train.seed={seed}", f"train.env_steps={spec['env_steps']}"]
 
@@ -61,6 +101,8 @@ def _done(run_dir: Path, steps: int) -> bool:
 def run_one(spec: dict[str, Any], model: str, seed: int, run_dir: Path) -> float:
     """Train (or finish) one run; returns its wall-clock seconds in this call."""
     start = time.perf_counter()
+    if "reuse" in spec["models"][model]:  # another study's finished run (checked in main): read, never written
+        return 0.0
     if not _done(run_dir, spec["env_steps"]):
         cfg = load_rl_config(spec["config"], _overrides(spec, model, seed))
         ckpt = latest_checkpoint(run_dir)
@@ -152,7 +194,7 @@ def arm_parameters(spec: dict[str, Any], model: str) -> dict[str, int]:
 
 
 def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
-    runs = {m: {s: out / "runs" / f"{m}-seed{s}" for s in spec["seeds"]} for m in spec["models"]}
+    runs = {m: {s: arm_run_dir(spec, out, m, s) for s in spec["seeds"]} for m in spec["models"]}
     summary = summarize(
         runs, total_steps=spec["env_steps"], bin_steps=spec["bin_steps"], final_fraction=spec["final_fraction"]
     )
@@ -312,12 +354,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=1, help="runs at a time (one thread each)")
     p.add_argument("--report-only", action="store_true", help="summarize what has finished, train nothing")
     args = p.parse_args(argv)
-    spec = load_toml(args.spec)
+    try:
+        spec = resolve_reused(load_toml(args.spec), args.spec)
+    except SpecError as e:
+        p.exit(2, f"error: {e}\n")
     out = args.out or args.spec.parent / args.spec.stem
     jobs = [(m, s) for s in spec["seeds"] for m in spec["models"]]
+    unfinished = [arm_run_dir(spec, out, m, s) for m, s in jobs if "reuse" in spec["models"][m]]
+    unfinished = [d for d in unfinished if not _done(d, spec["env_steps"])]
+    if unfinished and not args.report_only:
+        p.exit(2, f"error: {unfinished[0]} is not finished; run the study it belongs to first\n")
     if not args.report_only:
         with ProcessPoolExecutor(max_workers=args.parallel) as pool:
-            futures = {(m, s): pool.submit(run_one, spec, m, s, out / "runs" / f"{m}-seed{s}") for m, s in jobs}
+            futures = {(m, s): pool.submit(run_one, spec, m, s, arm_run_dir(spec, out, m, s)) for m, s in jobs}
             for (m, s), f in futures.items():
                 seconds = f.result()
                 print(f"{m} seed {s}: {seconds:.0f} s", flush=True)
