@@ -53,7 +53,10 @@ def with_keys(cfg: ModelConfig, **keys) -> ModelConfig:
     from compressive_transformer.core.config import to_dict, upgrade_model_table
     from compressive_transformer.core.config_base import merge_tables
 
-    return ModelConfig.from_raw(merge_tables(to_dict(cfg), upgrade_model_table(keys)))
+    base = to_dict(cfg)
+    if "kind" not in keys:
+        base.pop("kind")  # named again from the sections the merged table holds (``model.scales`` makes it QL)
+    return ModelConfig.from_raw(merge_tables(base, upgrade_model_table(keys)))
 
 
 def tiny_model(seed: int = 0, **overrides) -> CompressiveTransformerLM:

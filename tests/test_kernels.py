@@ -117,7 +117,7 @@ def test_cuda_training_equals_the_reference(variant, backend):
 def test_fallbacks_and_the_auto_choice(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     pick = lambda impl, **kw: choose_kernel(  # noqa: E731
-        impl, **{**dict(device=cuda, need_weights=False, dropout=0.0, grad=True), **kw}
+        impl, **{**dict(device=cuda, need_weights=False, dropout=0.0), **kw}
     )
     assert {pick(impl, need_weights=True) for impl in ("auto", *KERNELS)} <= {"explicit", "reference"}  # weights
     assert pick("math") == "explicit" and pick("sdpa") == "sdpa-bias"  # earlier names

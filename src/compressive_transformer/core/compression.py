@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.dtypes import full_precision
-from compressive_transformer.core.registry import compressor_spec, register_compression_loss, register_compressor
+from compressive_transformer.core.registry import compressor_spec
 
 
 class Compressor(nn.Module):
@@ -42,7 +42,7 @@ class PoolCompressor(Compressor):
         self.kind = kind
 
     def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
-        return _max(windows) if self.kind == "max" else _mean(windows)
+        return max_over_group(windows) if self.kind == "max" else mean_over_group(windows)
 
 
 class ConvCompressor(Compressor):
@@ -113,49 +113,38 @@ class ConvDecoder(nn.Module):
         return out.transpose(2, 3).reshape(B, G * self.rate, -1)
 
 
-def _max(groups: Tensor) -> Tensor:
+def max_over_group(groups: Tensor) -> Tensor:
+    """(B, G, c, d) -> (B, G, d): max pooling's reduction (Transformer-QL pools between scales with it)."""
     return groups.amax(dim=2)
 
 
-def _mean(groups: Tensor) -> Tensor:
+def mean_over_group(groups: Tensor) -> Tensor:
+    """(B, G, c, d) -> (B, G, d): mean pooling's reduction."""
     return groups.mean(dim=2)
 
 
-register_compressor(
-    "max_pool",
-    lambda cfg: PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "max"),
-    trainable=False,
-    scale_pool=_max,
-)
-register_compressor(
-    "mean_pool",
-    lambda cfg: PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "mean"),
-    trainable=False,
-    scale_pool=_mean,
-)
-register_compressor(
-    "conv", lambda cfg: ConvCompressor(cfg.d_model, cfg.compression.rate, cfg.compression.extra_width), trainable=True
-)
-register_compressor(
-    "dilated_conv",
-    lambda cfg: DilatedConvCompressor(
-        cfg.d_model, cfg.compression.rate, cfg.compression.extra_width, cfg.compression.dilations
-    ),
-    trainable=True,
-)
-register_compressor(
-    "most_used",
-    lambda cfg: MostUsedCompressor(cfg.compression.rate, 0),
-    trainable=False,
-    needs_usage=True,
-    extra_width=False,
-)
+# The builders the rows of core.registry.COMPRESSORS name: each makes its compressor from a ModelConfig.
 
 
-register_compression_loss("attention", local=True)  # attention_reconstruction_loss below
-register_compression_loss("autoencoder", local=True, decoder=True)  # autoencoder_loss below, through ConvDecoder
-register_compression_loss("bptt", bptt=True)  # the task loss, backpropagated through the compressed memories
-register_compression_loss("none")  # parameter-free compressors
+def build_max_pool(cfg: ModelConfig) -> Compressor:
+    return PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "max")
+
+
+def build_mean_pool(cfg: ModelConfig) -> Compressor:
+    return PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "mean")
+
+
+def build_conv(cfg: ModelConfig) -> Compressor:
+    return ConvCompressor(cfg.d_model, cfg.compression.rate, cfg.compression.extra_width)
+
+
+def build_dilated_conv(cfg: ModelConfig) -> Compressor:
+    comp = cfg.compression
+    return DilatedConvCompressor(cfg.d_model, comp.rate, comp.extra_width, comp.dilations)
+
+
+def build_most_used(cfg: ModelConfig) -> Compressor:
+    return MostUsedCompressor(cfg.compression.rate, 0)
 
 
 def build_compressor(cfg: ModelConfig) -> Compressor:

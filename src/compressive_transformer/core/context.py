@@ -34,7 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from compressive_transformer.core.config import ConfigError, ModelConfig
-from compressive_transformer.core.registry import find_model_kind
+from compressive_transformer.core.registry import model_kind
 
 MODELS = ("transformer-xl", "compressive", "transformer-ql")
 _ALIASES = {
@@ -272,8 +272,8 @@ def range_report(cfg: ModelConfig) -> str:
             f"{list(cfg.wavenet.dilations)}); no attention, no memory beyond it"
         )
     lines = []
-    kind = find_model_kind(cfg)
-    if kind is not None and kind.temporal_range is not None:
+    kind = model_kind(cfg)
+    if kind.temporal_range is not None:
         r = kind.temporal_range(cfg)
         lines += [
             f"max temporal range: {r.max_range} positions "
@@ -282,7 +282,7 @@ def range_report(cfg: ModelConfig) -> str:
             f"memory slots per layer: {r.memory_slots}",
         ]
     n_s, memory = cfg.seg_len, cfg.memory.mem_len + cfg.memory.cmem_len
-    own = kind.context_length if kind is not None and kind.context_length is not None else context_length_from_config
+    own = kind.context_length if kind.context_length is not None else context_length_from_config
     rows = [("this config", own(cfg))]
     rows.append(
         (

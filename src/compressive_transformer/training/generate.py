@@ -17,7 +17,7 @@ from compressive_transformer.core.dtypes import autocast
 from compressive_transformer.core.memory import MemoryState
 from compressive_transformer.core.models.checks import check_token_ids
 from compressive_transformer.core.models.decode import unsupported
-from compressive_transformer.core.registry import find_model_kind
+from compressive_transformer.core.registry import model_kind
 
 
 def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
@@ -123,8 +123,7 @@ class Generation:
 def _decoder(model: torch.nn.Module, memory: MemoryState, compile: bool) -> Any:
     """The model kind's token-by-token decoder over ``memory``, or None (then each step runs ``model.forward``). On a
     GPU its steps replay as CUDA graphs (a token is then one launch rather than a few hundred)."""
-    kind = find_model_kind(model.cfg)
-    make = kind.decoder if kind is not None and unsupported(model) is None else None
+    make = model_kind(model.cfg).decoder if unsupported(model) is None else None
     if make is None:
         return None
     return make(model, memory, compile=compile, cuda_graphs=memory.layers[0].mem.device.type == "cuda" and not compile)

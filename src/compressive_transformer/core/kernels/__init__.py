@@ -23,60 +23,29 @@ import functools
 import importlib.util
 import os
 import warnings
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
 
-from compressive_transformer.core.attention import Kernel, KeyMask, key_mask, relative_attention
+from compressive_transformer.core.attention import Kernel, KeyMask, key_mask
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.dtypes import compute_dtype
-from compressive_transformer.core.kernels.explicit import explicit_attention
-from compressive_transformer.core.kernels.torch_kernels import sdpa_bias_attention
 from compressive_transformer.core.memory import LayerMemory
+from compressive_transformer.core.registry import KERNEL_ALIASES, KERNELS, KernelSpec, Ref, canonical_kernel
 
-ALIASES = {"math": "explicit", "sdpa": "sdpa-bias", "flex": "fused"}  # names configs and checkpoints used before
-
-
-def _with_dense(mask: KeyMask, T: int, dtype: torch.dtype) -> KeyMask:
-    return mask.with_dense(T, dtype)
+ALIASES = KERNEL_ALIASES  # the earlier names of kernels (the table's, under the name this module gave it)
+canonical = canonical_kernel
 
 
-def _as_is(mask: KeyMask, T: int, dtype: torch.dtype) -> KeyMask:
-    return mask
-
-
-def _fused(a):
-    # imported on first use: Triton's import costs seconds and only CUDA runs (or the interpreter) reach here
+def fused_attention(a):
+    """The ``fused`` row's kernel: imported on first use (Triton's import costs seconds, and only CUDA or the
+    interpreter reach here)."""
     from compressive_transformer.core.kernels.fused_triton import fused_relative_attention
 
     m = a.mask
     return fused_relative_attention(
         a.qu, a.k, a.v, a.qv, a.r, a.qc, a.rc, m.valid, n_cmem=m.n_cmem, window=m.window
     ), None
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    run: Kernel
-    prepare: Callable[[KeyMask, int, torch.dtype], KeyMask]  # once per forward: what the kernel reads of the mask
-    weights: bool  # returns the attention weights
-    dropout: bool  # applies attention dropout
-    traceable: bool  # torch.compile traces it without a graph break
-
-
-KERNELS: dict[str, KernelSpec] = {
-    "reference": KernelSpec(relative_attention, _as_is, weights=True, dropout=True, traceable=True),
-    "explicit": KernelSpec(explicit_attention, _with_dense, weights=True, dropout=True, traceable=False),
-    "sdpa-bias": KernelSpec(sdpa_bias_attention, _with_dense, weights=False, dropout=True, traceable=True),
-    "fused": KernelSpec(_fused, _as_is, weights=False, dropout=False, traceable=True),
-}
-
-
-def canonical(impl: str) -> str:
-    """The kernel name of a configured ``attn_impl`` (``auto`` stays ``auto``)."""
-    return ALIASES.get(impl, impl)
 
 
 def triton_available() -> bool:
@@ -115,14 +84,12 @@ def choose_kernel(
     device: torch.device,
     need_weights: bool,
     dropout: float,
-    grad: bool,
     dtype: torch.dtype = torch.float32,
 ) -> str:
     """The kernel that runs one forward. ``need_weights``: the caller or the compressor reads the attention weights;
-    ``dropout``: the attention dropout in force (0 in evaluation); ``grad``: gradients are recorded; ``dtype``: the
-    compute dtype."""
+    ``dropout``: the attention dropout in force (0 in evaluation); ``dtype``: the compute dtype."""
     compiling = torch.compiler.is_compiling()
-    name = canonical(impl)
+    name = canonical_kernel(impl)
     if name == "auto":
         name = auto_choice(device, compiling=compiling, dtype=dtype)[0]
     spec = KERNELS[name]
@@ -150,12 +117,22 @@ def plan(
         device=h.device,
         need_weights=need_weights or cfg.needs_attention_weights,
         dropout=cfg.attn_dropout if training else 0.0,
-        grad=torch.is_grad_enabled(),
         dtype=compute_dtype(h.device, h.dtype),
     )
     spec = KERNELS[name]
     mask = key_mask(x_mask, first.mem_mask, first.cmem_mask, window=window)
-    return spec.run, spec.prepare(mask, x_mask.shape[1], compute_dtype(h.device, h.dtype))
+    run = spec.run.resolve() if isinstance(spec.run, Ref) else spec.run
+    return run, spec.prepare(mask, x_mask.shape[1], compute_dtype(h.device, h.dtype))
 
 
-__all__ = ["ALIASES", "KERNELS", "KernelSpec", "auto_choice", "canonical", "choose_kernel", "fused_runs_on", "plan"]
+__all__ = [
+    "ALIASES",
+    "KERNELS",
+    "KernelSpec",
+    "auto_choice",
+    "canonical",
+    "choose_kernel",
+    "fused_attention",
+    "fused_runs_on",
+    "plan",
+]

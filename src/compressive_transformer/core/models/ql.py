@@ -49,6 +49,10 @@ def ql_scales(*, seg_len: int, mem_len: int, compression_rate: int, n_scales: in
     return scales
 
 
+def label(cfg: ModelConfig) -> str:
+    return "Transformer-QL"
+
+
 def check_config(cfg: ModelConfig) -> None:
     """Transformer-QL's rules for a config, beyond the common ones (run by ``ModelConfig`` through the kinds table)."""
     p, c = "model.", cfg.compression.rate
