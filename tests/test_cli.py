@@ -146,7 +146,7 @@ def test_data_download_calls_the_data_package(
 def test_demo_trains_evaluates_samples_and_never_reuses_a_directory(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    import compressive_transformer.training.workflows as run_module
+    import compressive_transformer.training.demo as run_module
 
     demo_toml = TINY_TOML.replace("[train]", "[train]\nprogress = false").replace("[eval]", "[eval]\nseg_len = 256")
     monkeypatch.setattr(run_module, "DEMO_TOML", demo_toml)

@@ -20,6 +20,7 @@ LAYERS = (
     "core",
     "data",
     "runs",
+    "inference",
     "training",
     "audio",
     "harness",

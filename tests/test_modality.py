@@ -13,10 +13,10 @@ from cli_helpers import assert_one_line_error, cli_run
 
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.modality import AUDIO, CONTINUOUS, TEXT, run_modality
+from compressive_transformer.inference.text_eval import evaluate_text
+from compressive_transformer.inference.textgen import generate_text
 from compressive_transformer.runs.loading import load_run, read_modality
 from compressive_transformer.runs.metrics import read_metrics
-from compressive_transformer.training.text_eval import evaluate_text
-from compressive_transformer.training.textgen import generate_text
 
 sf = pytest.importorskip("soundfile")
 pytest.importorskip("soxr")

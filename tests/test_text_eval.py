@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from compressive_transformer import cli, evaluate_text, load_run
+from compressive_transformer.inference.workflows import evaluate_run
 from compressive_transformer.runs.presets import TINY_TOML
 from compressive_transformer.runs.rundir import config_from_text
-from compressive_transformer.training.workflows import evaluate_run, train_run
+from compressive_transformer.training.workflows import train_run
 
 torch.set_num_threads(1)
 DOCS = {

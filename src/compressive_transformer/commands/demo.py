@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from compressive_transformer.core.install import program
-from compressive_transformer.training.workflows import demo
+from compressive_transformer.training.demo import demo
 
 NAME = "demo"
 HELP = "train, evaluate and sample a small model on the pydoc topics in a few minutes"

@@ -9,14 +9,14 @@ from compressive_transformer.commands.options import SPLITS, add_device, add_ove
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.modality import AUDIO, TEXT, format_modality, require_modality
 from compressive_transformer.data.formats import path_formats
-from compressive_transformer.runs.loading import load_run, read_modality
-from compressive_transformer.training.text_eval import (
+from compressive_transformer.inference.text_eval import (
     check_text_overrides,
     corpus_source,
     evaluate_source,
     files_source,
 )
-from compressive_transformer.training.workflows import evaluate_run
+from compressive_transformer.inference.workflows import evaluate_run
+from compressive_transformer.runs.loading import load_run, read_modality
 
 NAME = "evaluate"
 HELP = "score a split, your own text files or another corpus with a trained run"

@@ -10,9 +10,9 @@ from pathlib import Path
 from compressive_transformer.commands import generate_audio
 from compressive_transformer.commands.options import add_device, add_run_or_export
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.inference.generate import SamplingConfig, check_sampling, clean_prompt
+from compressive_transformer.inference.textgen import generate_text, load_memory, read_prompts, save_memory
 from compressive_transformer.runs.loading import load_run
-from compressive_transformer.training.generate import SamplingConfig, check_sampling, clean_prompt
-from compressive_transformer.training.textgen import generate_text, load_memory, read_prompts, save_memory
 
 NAME = "generate"
 HELP = "sample continuations of prompts, streamed as they are produced"
@@ -75,7 +75,7 @@ def main(args: argparse.Namespace) -> None:
     """Each prompt is printed, then its continuation as it is produced (an audio run writes a WAV file instead)."""
     if generate_audio.generate_command(args):
         return
-    check_sampling(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    check_sampling(max_tokens=args.max_tokens)
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     prompts = [clean_prompt(p) for p in _prompts(args)]
     if args.save_memory is not None and len(prompts) > 1:

@@ -6,10 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from compressive_transformer.audio.generation import main as generate_audio
+from compressive_transformer.audio.generation import generate_audio, save_generation
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import require_writable
 from compressive_transformer.core.modality import AUDIO
-from compressive_transformer.runs.loading import CONFIG_JSON, load_run, read_modality
+from compressive_transformer.inference.generate import SamplingConfig
+from compressive_transformer.runs.loading import CONFIG_JSON, Run, load_run, read_modality
 from compressive_transformer.runs.rundir import CONFIG_FILE
 
 
@@ -38,8 +40,34 @@ def generate_command(args: Any) -> bool:
         if args.out is not None or args.prime is not None:
             raise ConfigError("--out/--prime: this run models text, not audio; drop them")
         return False
-    generate_audio(args, load_run(args.run_dir, device=args.device, threads=args.threads))
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)  # before the load
+    _generate(args, sampling, load_run(args.run_dir, device=args.device, threads=args.threads))
     return True
+
+
+def _generate(args: argparse.Namespace, sampling: SamplingConfig, run: Run) -> None:
+    """``generate`` on an audio run: write the WAV and its plot, print where they are."""
+    if args.prompt is not None or args.prompts_file is not None or args.load_memory or args.save_memory:
+        raise ConfigError(
+            "--prompt: this run models audio; prime it with --prime FILE (memory files are for text runs)"
+        )
+    out = args.out or (Path(args.run_dir) / "generated.wav")
+    if out.suffix.lower() != ".wav":
+        raise ConfigError(f"--out: {out} is not a .wav file; name the WAV file to write")
+    if out.exists():
+        raise ConfigError(f"--out: {out} exists; choose a new file")
+    require_writable(out)  # before the generation, not after it
+    gen = generate_audio(
+        run,
+        seconds=args.seconds,
+        prime=args.prime,
+        prime_seconds=args.prime_seconds,
+        sampling=sampling,
+        seed=args.seed,
+        progress=True,
+    )
+    png = save_generation(gen, out)
+    print(f"wrote {out} ({len(gen.prompt) / gen.sample_rate:.2f} s prompt + {args.seconds:.2f} s generated) and {png}")
 
 
 __all__ = ["add_arguments", "generate_command", "is_audio_run_dir"]

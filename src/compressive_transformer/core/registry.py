@@ -24,26 +24,26 @@ class Ref:
     """A callable (or value) named by where it lives, ``"package.module:attr"``, imported when first used.
 
     Calling a ``Ref`` calls its target, so a row's builder reads the same whether it was given as a function or as
-    a place; :meth:`resolve` returns the target itself (a class, a function, a table)."""
+    a place; :meth:`resolve` returns the target itself (a class, a function, a table). Nothing is cached on the
+    ``Ref``: the module, once imported, is Python's own cache, and ``torch.compile`` sees the same lookups on every
+    call (a cached target would be a guard that fails once the first call has filled it)."""
 
-    __slots__ = ("path", "_target")
+    __slots__ = ("path",)
 
     def __init__(self, path: str) -> None:
         module, sep, attr = path.partition(":")
         if not sep or not module or not attr:
             raise ValueError(f"{path!r}: name a builder as 'package.module:attr'")
         self.path = path
-        self._target: Any = None
 
     def resolve(self) -> Any:
-        if self._target is None:
-            module, _, attr = self.path.partition(":")
-            loaded = sys.modules.get(module) or importlib.import_module(module)
-            target = loaded
-            for part in attr.split("."):
-                target = getattr(target, part)
-            self._target = target
-        return self._target
+        module, _, attr = self.path.partition(":")
+        target = sys.modules.get(module)
+        if target is None:
+            target = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        return target
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.resolve()(*args, **kwargs)

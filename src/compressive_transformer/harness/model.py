@@ -24,8 +24,9 @@ from tqdm.auto import tqdm
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.modality import TEXT, require_modality
 from compressive_transformer.harness.scoring import continuation_loglikelihoods, encode_pair, rolling_loglikelihoods
+from compressive_transformer.inference.generate import SamplingConfig
+from compressive_transformer.inference.textgen import generate_text
 from compressive_transformer.runs.loading import Run, load_run
-from compressive_transformer.training.textgen import generate_text
 
 MODEL_NAME = "compressive-transformer"
 # the harness's (and Hugging Face's) precision names -> this library's eval.amp values
@@ -248,9 +249,11 @@ class HarnessModel(LM):
             self.run,
             prompt,
             max_tokens=_int("max_gen_toks", kwargs.get("max_gen_toks")) or self.max_gen_toks,
-            temperature=temperature,
-            top_k=int(kwargs.get("top_k", 0) or 0) if sample and temperature > 0 else 0,
-            top_p=float(kwargs.get("top_p", 1.0) or 1.0) if sample and temperature > 0 else 1.0,
+            sampling=SamplingConfig(
+                temperature=temperature,
+                top_k=int(kwargs.get("top_k", 0) or 0) if sample and temperature > 0 else 0,
+                top_p=float(kwargs.get("top_p", 1.0) or 1.0) if sample and temperature > 0 else 1.0,
+            ),
             seed=self.seed,
             mem_len=self.run.mem_len,
             cmem_len=self.run.cmem_len,

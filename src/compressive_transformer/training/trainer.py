@@ -29,6 +29,7 @@ from compressive_transformer.core.memory import MemoryState, is_row_tensor
 from compressive_transformer.core.modality import run_modality, token_unit
 from compressive_transformer.core.models import IGNORE_INDEX, MemoryModel, build_model
 from compressive_transformer.data import StreamBatcher
+from compressive_transformer.inference.evaluate import EvalResult, evaluate
 from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import (
     Checkpoint,
@@ -58,7 +59,6 @@ from compressive_transformer.training.distributed import (
     local_device,
     with_every_parameter,
 )
-from compressive_transformer.training.evaluate import EvalResult, evaluate
 from compressive_transformer.training.schedule import learning_rate
 
 

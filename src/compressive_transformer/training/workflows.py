@@ -1,45 +1,30 @@
-"""Whole workflows over a run directory, as plain functions (no argparse): train (or resume) a run, evaluate it,
-sample from it, and the demo that does all three.
+"""Training a run directory, as a plain function (no argparse): start a run or resume one.
 
 Training holds the run's lock throughout, so a second ``train``/``--resume`` of the same run stops in one line.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
 import shutil
-import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from compressive_transformer.core.config import ConfigError, RunConfig, parse_override
-from compressive_transformer.core.dtypes import amp_dtype
-from compressive_transformer.core.fileio import require_writable, write_text_atomic
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.modality import require_modality, run_modality
-from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
-from compressive_transformer.data.baselines import ReferenceScores, reference_scores
 from compressive_transformer.runs.budget import check_fits
 from compressive_transformer.runs.checkpoint import RESUME_FILES, CheckpointError, newest_good_checkpoint
 from compressive_transformer.runs.failures import (
-    EVALUATION_REMEDY,
     TRAINING_REMEDY,
-    evaluation_sizes,
     sizes_to_lower,
     training_sizes,
 )
 from compressive_transformer.runs.init_from import load_source
-from compressive_transformer.runs.loading import Run, load_run
 from compressive_transformer.runs.machine import resolve_device
-from compressive_transformer.runs.precision import inference_amp
-from compressive_transformer.runs.presets import DEMO_TOML
 from compressive_transformer.runs.rundir import (
     CONFIG_FILE,
-    EVAL_KEYS,
     RESUME_FREE_KEYS,
     RESUME_REMEDY_KEYS,
     TOKENIZER_DIR,
@@ -48,11 +33,7 @@ from compressive_transformer.runs.rundir import (
     check_vocabulary,
     claim_run_dir,
     config_difference,
-    config_from_text,
     flat,
-    fresh_run_dir,
-    load_model_from,
-    log_stderr,
     open_run,
     read_run_config,
     require_empty,
@@ -61,15 +42,8 @@ from compressive_transformer.runs.rundir import (
 from compressive_transformer.runs.runlock import RunLock
 from compressive_transformer.runs.toml_writer import config_text
 from compressive_transformer.training.distributed import DistInfo, barrier, init_distributed, local_device
-from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
-from compressive_transformer.training.generate import SamplingConfig
 from compressive_transformer.training.schedule import learning_rate
-from compressive_transformer.training.text_eval import run_record
-from compressive_transformer.training.textgen import generate_text
 from compressive_transformer.training.trainer import Trainer, TrainSummary
-
-# ---------------------------------------------------------------------------------------------------------------
-# subcommands
 
 
 def train_run(
@@ -277,153 +251,9 @@ def _record_resume_changes(run_dir: Path, saved: RunConfig, new: RunConfig, log:
     write_text_atomic(run_dir / CONFIG_FILE, config_text(new))
 
 
-@contextlib.contextmanager
-def _writable_cache(preferred: Path) -> Iterator[Path]:
-    """``preferred`` when the token cache can be written there (or is already there); else a temporary directory,
-    removed afterwards (a read-only run is still evaluated, its split encoded afresh)."""
-    try:
-        preferred.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=preferred, prefix=".probe-"):
-            pass
-    except OSError:
-        with tempfile.TemporaryDirectory(prefix="ct-eval-cache-", ignore_cleanup_errors=True) as tmp:
-            yield Path(tmp)
-        return
-    yield preferred
-
-
 def _optional_corpus(cfg: RunConfig, split: str, tokenizer: Any, caches: Path, log: Log) -> Any:
     try:
         return load_corpus(cfg.data, split, tokenizer, caches)
     except ConfigError as e:
         log(f"note: no {split} data ({e}); training without validation")
         return None
-
-
-def evaluate_run(
-    run_dir: str | Path,
-    *,
-    split: str | None = None,
-    overrides: list[str] | tuple[str, ...] = (),
-    checkpoint: str | Path | None = None,
-    progress: bool = True,
-    out: str | Path | None = None,
-    log: Log = log_stderr,
-    device: str | None = None,
-    threads: int | None = None,
-) -> EvalResult:
-    """Stream a whole split through the run's newest good model; write ``eval_<split>.json`` into the run (or to
-    ``out``). Where that cannot be written it stops before computing anything."""
-    bad = [o for o in overrides if not o.strip().startswith(EVAL_KEYS)]
-    if bad:
-        raise ConfigError(
-            f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run"
-        )
-    run_dir = Path(run_dir)
-    cfg, tokenizer = open_run(run_dir, overrides)
-    if not corpus_format(cfg.data.format).needs_path and any(o.strip().startswith("data.path") for o in overrides):
-        raise ConfigError(
-            f"--set data.path: a {cfg.data.format} run reads no path; score your own text with `evaluate RUN --text FILE`"
-        )
-    if split is not None and any(o.strip().startswith("eval.split") for o in overrides):
-        raise ConfigError("--set eval.split: --split is given too and wins; drop one of them")
-    split = split or cfg.eval.split
-    target = Path(out) if out is not None else run_dir / f"eval_{split}.json"
-    require_writable(target)
-    e = cfg.eval
-    lengths = e.lengths(cfg.model)
-    model, path = load_model_from(run_dir, cfg, checkpoint, device=device, threads=threads, log=log)
-    check_fits(
-        cfg.model,
-        batch_size=e.batch_size,
-        seg_len=lengths.seg_len,
-        device=next(model.parameters()).device,
-        mem_len=lengths.mem_len,
-        cmem_len=lengths.cmem_len,
-        key="eval.seg_len",
-    )
-    with _writable_cache(cache_dir(cfg, run_dir)) as caches:
-        corpus = load_corpus(cfg.data, split, tokenizer, caches)
-    with sizes_to_lower("evaluating", evaluation_sizes(cfg), EVALUATION_REMEDY):
-        result = evaluate(
-            model,
-            corpus,
-            split=split,
-            batch_size=e.batch_size,
-            seg_len=lengths.seg_len,
-            mem_len=lengths.mem_len,
-            cmem_len=lengths.cmem_len,
-            max_batches=e.max_batches,
-            progress=progress,
-            amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
-        )
-    run = Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=run_dir, checkpoint=path)
-    source = {"kind": "split", "format": cfg.data.format, "path": cfg.data.path, "split": split}
-    write_eval_record(target, run_record(run, result, source))
-    return result
-
-
-def generate_run(
-    run_dir: str | Path,
-    prompt: str,
-    *,
-    max_tokens: int = 200,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    compile: bool = False,
-    device: str | None = None,
-    log: Log = log_stderr,
-    sampling: SamplingConfig | None = None,
-) -> str:
-    """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest good model
-    (``sampling``, when given, replaces ``temperature``, ``top_k`` and ``top_p``)."""
-    sampling = sampling or SamplingConfig(temperature, top_k, top_p)  # checked before the model loads
-    run = load_run(run_dir, device=device, log=log)
-    return generate_text(
-        run,
-        prompt,
-        max_tokens=max_tokens,
-        sampling=sampling,
-        seed=seed,
-        compile=compile,
-    ).text
-
-
-@dataclass
-class DemoResult:
-    run_dir: Path
-    steps: int
-    seconds: float
-    validation: EvalResult
-    sample: str
-    references: ReferenceScores  # the validation text under simple references: what the score means
-
-
-def demo(
-    *, steps: int | None = None, run_dir: str | Path | None = None, log: Log = print, prompt: str = "The "
-) -> DemoResult:
-    """Train the demo config on the pydoc topics, evaluate on validation, sample; never reuses a run directory."""
-    overrides = [f"train.steps={steps}"] if steps is not None else []
-    cfg = config_from_text(DEMO_TOML, overrides)
-    if steps is not None and steps < cfg.train.warmup_steps * 2:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, warmup_steps=max(steps // 10, 0)))
-    run_dir = Path(run_dir) if run_dir is not None else fresh_run_dir("demo")
-    start = time.perf_counter()
-    log(
-        f"demo: training a {cfg.model.n_layers}-layer Compressive Transformer on the pydoc topics for {cfg.train.steps} steps"
-    )
-    train_run(cfg, run_dir, log=log)
-    log("demo: evaluating on the whole validation split (memory carried through)")
-    result = evaluate_run(run_dir, split="validation")
-    references = reference_scores(read_documents(cfg.data, "train"), read_documents(cfg.data, "validation"))
-    sample = generate_run(run_dir, prompt, max_tokens=200, sampling=SamplingConfig(temperature=0.8, top_k=40), seed=0)
-    return DemoResult(
-        run_dir=run_dir,
-        steps=cfg.train.steps,
-        seconds=time.perf_counter() - start,
-        validation=result,
-        sample=prompt + sample,
-        references=references,
-    )

@@ -17,10 +17,10 @@ from compressive_transformer.core.fileio import require_writable
 from compressive_transformer.core.modality import AUDIO, TEXT, format_modality, require_modality, token_unit
 from compressive_transformer.data.readers import Document, decode_file, read_split
 from compressive_transformer.data.units import texts_size
+from compressive_transformer.inference.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.runs.failures import EVALUATION_REMEDY, evaluation_sizes, sizes_to_lower
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import inference_amp
-from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
 
 TextInput = str | Path | Sequence[str | Path]
 # what may change when scoring a user's text; anything else would be ignored, so it is refused
