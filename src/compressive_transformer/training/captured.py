@@ -1,5 +1,6 @@
 """The training update as one CUDA graph (``train.cuda_graphs``): forward, task and compression losses, backward,
-gradient clipping and the fused Adam step, replayed with one launch over static buffers for the batch and the memory.
+the update (:func:`~compressive_transformer.training.update.apply_update`: the same clipping and fused Adam step,
+skipped on a non-finite gradient, as the eager step's), replayed with one launch over static buffers for the batch and the memory.
 
 The model's forward has no host synchronisation and, once the memories are full, the same shapes at every step, so
 the whole update can be captured (:class:`~compressive_transformer.core.graphs.StaticGraphs`). What changes from step
@@ -12,7 +13,6 @@ not cover (the memory still filling, accumulated batches, fp16's loss scaling, s
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,6 +20,7 @@ from torch import Tensor
 from compressive_transformer.core.dtypes import amp_dtype
 from compressive_transformer.core.graphs import StaticGraphs
 from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.training.update import apply_update
 
 
 def capture_reason(device: torch.device, amp: str, distributed: bool) -> str | None:
@@ -39,14 +40,6 @@ def make_capturable(optimizer: torch.optim.Optimizer) -> None:
         device = group["params"][0].device
         group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
         group["capturable"] = True
-
-
-def set_lr(group: dict[str, Any], value: float) -> None:
-    """Set a param group's learning rate, in place where it is a (captured) tensor."""
-    if isinstance(group["lr"], Tensor):
-        group["lr"].fill_(value)
-    else:
-        group["lr"] = value
 
 
 class CapturedUpdate:
@@ -75,8 +68,7 @@ class CapturedUpdate:
             out = self.model(tokens, memory=memory, targets=targets, input_mask=mask)
         loss, aux = out.loss.float(), out.aux_loss.float()
         (loss + aux).backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
-        self.optimizer.step()
+        norm = apply_update(self.optimizer, self.params, max_norm=self.max_norm)
         stats = torch.stack([loss.detach(), aux.detach(), norm.float()])
         return (stats, out.aux_losses.float()), out.memory
 

@@ -51,7 +51,7 @@ from compressive_transformer.runs.precision import (
     resolve_amp,
 )
 from compressive_transformer.runs.toml_writer import config_text
-from compressive_transformer.training.captured import CapturedUpdate, capture_reason, make_capturable, set_lr
+from compressive_transformer.training.captured import CapturedUpdate, capture_reason, make_capturable
 from compressive_transformer.training.distributed import (
     all_reduce_sum,
     gather_rows,
@@ -60,6 +60,7 @@ from compressive_transformer.training.distributed import (
     with_every_parameter,
 )
 from compressive_transformer.training.schedule import learning_rate
+from compressive_transformer.training.update import apply_update, set_learning_rate
 
 
 class TrainingError(RuntimeError):
@@ -348,8 +349,7 @@ class Trainer:
         t = self.cfg.train
         n_batches = t.accumulation_at(self.step)
         lr = learning_rate(t, self.step)
-        for group in self.optimizer.param_groups:
-            set_lr(group, lr * group["lr_scale"])
+        set_learning_rate(self.optimizer, lr)
         self.model.train()
         if self.captured is not None and n_batches == 1:
             return self._captured_step(lr)
@@ -388,15 +388,12 @@ class Trainer:
             loss_sum += loss_value
             aux_sum += aux_value
             aux_layers += all_reduce_sum(out.aux_losses.float().cpu(), self.dist) / self.dist.world_size
-        self.scaler.unscale_(self.optimizer)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        if not math.isfinite(grad_norm) and self.amp_dtype is not torch.float16:  # fp16's scaler skips such steps
-            raise self._diverged("the gradient norm", grad_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        grad_norm = float(apply_update(self.optimizer, params, max_norm=max_norm, scaler=self.scaler))
         self.optimizer.zero_grad(set_to_none=True)
+        if not math.isfinite(grad_norm) and self.amp_dtype is not torch.float16:  # fp16's scaler skips such steps
+            raise self._diverged("the gradient norm", grad_norm)  # the update was skipped: the weights are intact
         return self._finish_step(
             loss_sum / n_batches, aux_sum / n_batches, aux_layers, lr, grad_norm, tokens, n_batches
         )
