@@ -165,3 +165,13 @@ def pin_source(monkeypatch: pytest.MonkeyPatch, name: str, **changes) -> None:
 
     (owner,) = [fmt for fmt in FORMATS.values() if name in fmt.sources]
     monkeypatch.setitem(owner.sources, name, dataclasses.replace(owner.sources[name], **changes))
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """CUDA graphs recorded on the CPU (:class:`~compressive_transformer.core.graphs.RecordedGraph` stands in for the
+    capture), and the trainer allowed to capture there."""
+    import compressive_transformer.core.graphs as graphs
+
+    monkeypatch.setattr(graphs, "DEFAULT_GRAPH", graphs.RecordedGraph)
+    monkeypatch.setattr("compressive_transformer.training.trainer.capture_reason", lambda *a: None)

@@ -13,16 +13,8 @@ import torch
 from conftest import tiny_model
 from test_train import tiny, trainer
 
-import compressive_transformer.core.graphs as graphs
-from compressive_transformer.core.graphs import RecordedGraph, StaticGraphs, key_of, tensors_of
+from compressive_transformer.core.graphs import StaticGraphs, key_of, tensors_of
 from compressive_transformer.core.models.decode import Decoder
-
-
-@pytest.fixture
-def recorded(monkeypatch):
-    """Graphs recorded on the CPU, and the trainer allowed to capture there."""
-    monkeypatch.setattr(graphs, "DEFAULT_GRAPH", RecordedGraph)
-    monkeypatch.setattr("compressive_transformer.training.trainer.capture_reason", lambda *a: None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_captured import recorded  # noqa: F401  (the fixture)
 from test_train import tiny, trainer
 
 from compressive_transformer.training import captured
@@ -68,7 +67,7 @@ def test_the_eager_and_the_captured_step_take_their_update_from_apply_update(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     recorded,
-    cuda_graphs: bool,  # noqa: F811
+    cuda_graphs: bool,
 ) -> None:
     """Each update reaches the optimizer through apply_update once, and only through it: with apply_update made a
     no-op, no weight moves on either path."""
@@ -88,7 +87,7 @@ def test_the_eager_and_the_captured_step_take_their_update_from_apply_update(
 def test_a_non_finite_gradient_stops_training_with_the_weights_intact(
     tmp_path: Path,
     recorded,
-    cuda_graphs: bool,  # noqa: F811
+    cuda_graphs: bool,
 ) -> None:
     t = trainer(tiny("train.accumulate=[[0, 1]]", f"train.cuda_graphs={str(cuda_graphs).lower()}"), tmp_path)
     assert (t.captured is not None) == cuda_graphs
