@@ -10,7 +10,6 @@ from pathlib import Path
 from compressive_transformer.commands.options import add_overrides
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.runs.rundir import build_config, fresh_run_dir
-from compressive_transformer.training.distributed import DistInfo, shutdown
 from compressive_transformer.training.workflows import train_run
 
 NAME = "train"
@@ -50,9 +49,7 @@ def main(args: argparse.Namespace) -> None:
         # kept on args: the Ctrl-C message names the run directory that was left
         run_dir = args.run_dir = args.run_dir or fresh_run_dir(args.config.stem if args.config else "tiny")
         summary = train_run(cfg, run_dir)
-    info = DistInfo(rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    shutdown(info)
-    if not info.is_main:
+    if int(os.environ.get("RANK", "0")) != 0:  # the main process reports for all
         return
     if summary.validation is not None:
         print(summary.validation.summary())

@@ -139,7 +139,8 @@ def check_vocabulary(cfg: RunConfig, tokenizer: Any, log: Log) -> None:
     )
 
 
-def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+def read_run_tables(run_dir: str | Path) -> dict[str, Any]:
+    """The tables of a text or audio run's ``config.toml``, as written (one line when ``run_dir`` is no such run)."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise ConfigError(
@@ -151,7 +152,12 @@ def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] 
             f"{run_dir}: is an agent run (written by `rl train`; its model reads continuous observations), not a "
             "text or audio run; continue it with `rl train --resume --run-dir`"
         )
-    return RunConfig.from_raw(apply_run_overrides(raw, overrides))
+    return raw
+
+
+def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """A run's config with ``overrides`` laid over it."""
+    return RunConfig.from_raw(apply_run_overrides(read_run_tables(run_dir), overrides))
 
 
 # ---------------------------------------------------------------------------------------------------------------
