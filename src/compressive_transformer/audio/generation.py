@@ -90,15 +90,13 @@ def _prime(path: Path, rate: int, seconds: float) -> np.ndarray:
 
 def plot_audio(gen: AudioGeneration, path: str | Path, title: str = "") -> Path:
     """Waveform above spectrogram, prompt and continuation divided by a vertical line; PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # a figure of its own: pyplot's backend and figures stay as they were
 
     x, rate = gen.waveform, gen.sample_rate
     t = np.arange(len(x)) / rate
     split = len(gen.prompt) / rate
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.5), sharex=True, constrained_layout=True)
+    fig = Figure(figsize=(8, 4.5), constrained_layout=True)
+    top, bottom = fig.subplots(2, 1, sharex=True)
     top.plot(t, x, lw=0.4, color="black")
     top.set_ylim(-1, 1)
     top.set_ylabel("amplitude")
@@ -111,7 +109,6 @@ def plot_audio(gen: AudioGeneration, path: str | Path, title: str = "") -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=72)
-    plt.close(fig)
     return path
 
 
