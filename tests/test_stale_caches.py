@@ -1,7 +1,8 @@
 """No inference cache outlives the weights it was derived from, whoever wrote them and however.
 
-The positional projections W_r R and the memory's cached keys/values are keyed on the weights' content
-(:class:`~compressive_transformer.core.stamps.ContentStamp`); the decoder is told of writes (:class:`~.stamps.WriteWatch`).
+The model holds no cache: the positional projections W_r R and the keys/values of memory are recomputed from the
+weights in every forward. The decoder, which owns such state for generation, is told of writes to the weights it was
+made from (:class:`~compressive_transformer.core.models.weight_watch.WriteWatch`) and refuses to continue after one.
 The optimizer the trainer really uses is ``Adam(fused=True)``, whose CPU step writes parameters without bumping
 ``Tensor._version``: every test here runs it, and every optimizer option the trainer offers.
 """

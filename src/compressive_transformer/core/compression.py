@@ -10,6 +10,8 @@ carries the last h evicted states across segments (``LayerMemory.history``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -214,3 +216,42 @@ def autoencoder_loss(old: Tensor, old_mask: Tensor, decoded: Tensor) -> Tensor:
     dtype = torch.promote_types(old.dtype, torch.float32)  # at least fp32, under autocast too
     err = ((old.detach().to(dtype) - decoded.to(dtype)) ** 2).mean(dim=-1)  # (B, G*c)
     return (err * old_mask).sum() / old_mask.sum().clamp(min=1)
+
+
+@dataclass(frozen=True)
+class EvictionLoss:
+    """What a local compression loss (a ``local`` row of ``COMPRESSION_LOSSES``) sees of one layer's eviction.
+
+    queries: (B, H, T, d_h) the layer's queries of this segment, query_mask: (B, T); old: (B, G*c, d) the evicted
+    states, old_keys/old_values: (B, H, G*c, d_h) them under the layer's own projections, old_mask: (B, G*c);
+    compressed: (B, G, d) their compression, compressed_mask: (B, G); w_k, w_v: (H d_h, d) the layer's key/value
+    weights; decoder: the layer's decoder (rows with ``decoder``), else None. Only ``compressed`` (and the decoder)
+    may carry gradient: the loss trains the compression network alone (Algorithm 2's stop-gradients).
+    """
+
+    queries: Tensor
+    query_mask: Tensor
+    old: Tensor
+    old_keys: Tensor
+    old_values: Tensor
+    old_mask: Tensor
+    compressed: Tensor
+    compressed_mask: Tensor
+    w_k: Tensor
+    w_v: Tensor
+    decoder: nn.Module | None = None
+
+
+# The losses the rows of core.registry.COMPRESSION_LOSSES name: each maps one layer's eviction to a scalar.
+
+
+def reconstruct_attention(e: EvictionLoss) -> Tensor:
+    """The attention-reconstruction loss (``attention``)."""
+    return attention_reconstruction_loss(
+        e.queries, e.query_mask, e.old_keys, e.old_values, e.old_mask, e.compressed, e.compressed_mask, e.w_k, e.w_v
+    )
+
+
+def reconstruct_states(e: EvictionLoss) -> Tensor:
+    """The auto-encoding loss (``autoencoder``): the evicted states against their decoded compression."""
+    return autoencoder_loss(e.old, e.old_mask, e.decoder(e.compressed))

@@ -169,18 +169,25 @@ def compressor_spec(name: str) -> CompressorSpec:
 class CompressionLossSpec:
     """One way of training the compressor (``model.compression.loss``).
 
-    ``local``: a loss of its own, computed per layer from every eviction under stop-gradients (the attention
+    ``local``: a loss of its own, ``compute(eviction)`` of one layer's
+    :class:`~compressive_transformer.core.compression.EvictionLoss` under stop-gradients (the attention
     reconstruction, the auto-encoding): the compressor trains in every segment that evicts, and the loss is what the
     analyses report as the layer's compressibility. ``bptt``: the compressor trains through the task loss, its
     gradient carried back through the compressed memories (the model keeps the windows they were made from).
-    ``decoder``: the model keeps a transposed-convolution decoder per layer (auto-encoding). A loss that is none of
-    these trains nothing (``'none'``: for compressors without parameters).
+    ``decoder``: the model keeps a transposed-convolution decoder per layer (auto-encoding), which ``compute``
+    receives. A loss that is none of these trains nothing (``'none'``: for compressors without parameters).
     """
 
     name: str
     local: bool = False
     bptt: bool = False
     decoder: bool = False
+    compute: Callable[[Any], Any] | str | None = None
+
+    def __post_init__(self) -> None:
+        _refs(self, "compute")
+        if self.local and self.compute is None:
+            raise ValueError(f"compression loss {self.name!r}: a local loss needs compute(eviction) -> loss")
 
     @property
     def trains(self) -> bool:
@@ -190,8 +197,8 @@ class CompressionLossSpec:
 COMPRESSION_LOSSES: dict[str, CompressionLossSpec] = {
     spec.name: spec
     for spec in (
-        CompressionLossSpec("attention", local=True),  # compression.attention_reconstruction_loss
-        CompressionLossSpec("autoencoder", local=True, decoder=True),  # compression.autoencoder_loss, via ConvDecoder
+        CompressionLossSpec("attention", local=True, compute=f"{_COMPRESSION}:reconstruct_attention"),
+        CompressionLossSpec("autoencoder", local=True, decoder=True, compute=f"{_COMPRESSION}:reconstruct_states"),
         CompressionLossSpec("bptt", bptt=True),  # the task loss, backpropagated through the compressed memories
         CompressionLossSpec("none"),  # parameter-free compressors
     )
@@ -199,10 +206,15 @@ COMPRESSION_LOSSES: dict[str, CompressionLossSpec] = {
 
 
 def register_compression_loss(
-    name: str, *, local: bool = False, bptt: bool = False, decoder: bool = False
+    name: str,
+    *,
+    local: bool = False,
+    bptt: bool = False,
+    decoder: bool = False,
+    compute: Callable[[Any], Any] | str | None = None,
 ) -> CompressionLossSpec:
     """Make ``name`` usable as ``model.compression.loss``; registering a name again replaces its row."""
-    spec = CompressionLossSpec(name, local, bptt, decoder)
+    spec = CompressionLossSpec(name, local, bptt, decoder, compute)
     COMPRESSION_LOSSES[name] = spec
     return spec
 

@@ -19,12 +19,7 @@ from compressive_transformer.core.attention import (
     make_positions,
     share_positions,
 )
-from compressive_transformer.core.compression import (
-    ConvDecoder,
-    attention_reconstruction_loss,
-    autoencoder_loss,
-    build_compressor,
-)
+from compressive_transformer.core.compression import ConvDecoder, EvictionLoss, build_compressor
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.kernels import plan
 from compressive_transformer.core.memory import (
@@ -292,21 +287,21 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         if eviction is None or not loss.local:
             return out.h.new_zeros(())
         group_mask = eviction.compressed_mask.repeat_interleave(cfg.compression.rate, dim=1)  # (B, G*c)
-        old_mask = eviction.old_mask & group_mask
-        if not loss.decoder:  # the attention reconstruction
-            first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values
-            old = slice(first, first + eviction.old.shape[1])
-            attn = self.blocks[i].attn
-            return attention_reconstruction_loss(
-                out.attn.q,
-                input_mask,
-                out.attn.k[:, :, old],
-                out.attn.v[:, :, old],
-                old_mask,
-                eviction.compressed,
-                eviction.compressed_mask,
-                attn.w_k,
-                attn.w_v,
+        first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values
+        old = slice(first, first + eviction.old.shape[1])
+        attn = self.blocks[i].attn
+        return loss.compute(
+            EvictionLoss(
+                queries=out.attn.q,
+                query_mask=input_mask,
+                old=eviction.old,
+                old_keys=out.attn.k[:, :, old],
+                old_values=out.attn.v[:, :, old],
+                old_mask=eviction.old_mask & group_mask,
+                compressed=eviction.compressed,
+                compressed_mask=eviction.compressed_mask,
+                w_k=attn.w_k,
+                w_v=attn.w_v,
+                decoder=self.decoders[i] if loss.decoder else None,
             )
-        decoded = self.decoders[i](eviction.compressed)  # autoencoder
-        return autoencoder_loss(eviction.old, old_mask, decoded)
+        )
