@@ -135,23 +135,11 @@ def test_decoder_refuses_training_mode():
 
 def test_generate_gives_the_same_tokens_with_and_without_the_decoder(monkeypatch):
     model = tiny_model()
-    fast = generate(
-        model,
-        [3, 1, 4, 1, 5, 9, 2, 6, 5, 3],
-        max_new_tokens=40,
-        sampling=SamplingConfig(temperature=0.8, top_k=10),
-        seed=7,
-        keep_logits=True,
-    )
+    sampling = SamplingConfig(temperature=0.8, top_k=10)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+    fast = generate(model, prompt, max_new_tokens=40, sampling=sampling, seed=7, keep_logits=True)
     monkeypatch.setattr(sys.modules["compressive_transformer.inference.generate"], "unsupported", lambda m: "forced")
-    slow = generate(
-        model,
-        [3, 1, 4, 1, 5, 9, 2, 6, 5, 3],
-        max_new_tokens=40,
-        sampling=SamplingConfig(temperature=0.8, top_k=10),
-        seed=7,
-        keep_logits=True,
-    )
+    slow = generate(model, prompt, max_new_tokens=40, sampling=sampling, seed=7, keep_logits=True)
     assert fast.tokens == slow.tokens
     torch.testing.assert_close(torch.stack(fast.logits), torch.stack(slow.logits), rtol=1e-10, atol=1e-10)
 
