@@ -46,7 +46,7 @@ def test_runs_record_cpu_seconds_and_the_report_decides_the_contrasts(tmp_path: 
     assert shifted["shift"] == 2.0 and shifted["p_permutation"] == pytest.approx(1 / 20), "a + 2 is above any rate"
     assert shifted["p_sign_flip"] == pytest.approx(1 / 8) and shifted["p_paired_t"] < 0.01
     md = (out / "results.md").read_text()
-    assert "| txl | lstm | 2 | 0.050 | yes |" in md
+    assert "| txl | lstm | final_quarter | 2 | 0.050 | yes |" in md
     assert "| txl | 7 | 10,000 | - |" in md and "| lstm | - | - | - |" in md
 
     before = (out / "runs" / "txl-seed1" / cputime.FILE).read_text()

@@ -51,6 +51,19 @@ def acting_flops(cfg: RLConfig) -> tuple[int, int]:
     return total, matching(per_module, r"blocks\.\d+\.attn")
 
 
+def arm_overrides(spec: dict[str, Any], model: str) -> list[str]:
+    """An arm's config overrides: the spec's own (every arm's) first, then the arm's."""
+    return [*spec.get("overrides", []), *spec["models"][model]["overrides"]]
+
+
+def parameter_counts(cfg: RLConfig) -> dict[str, int]:
+    """The built agent's parameters: all of them, and the observation embedding's (the encoder's) share."""
+    env = make_env(cfg.env)
+    agent = ActorCritic(cfg, env.observation_space.shape[0], int(env.action_space.n))
+    count_of = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+    return {"total": count_of(agent), "observation_embedding": count_of(agent.encoder)}
+
+
 def with_updates(cfg: RLConfig, updates: int) -> RLConfig:
     steps = updates * cfg.train.n_envs * cfg.train.unroll
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, env_steps=steps, threads=1))
@@ -103,10 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_toml(args.spec)
     models: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, m in spec["models"].items():
+        for name in spec["models"]:
             if args.arms and name not in args.arms:
                 continue
-            cfg = load_rl_config(spec["config"], m["overrides"])
+            cfg = load_rl_config(spec["config"], arm_overrides(spec, name))
             models[name] = measure_one(cfg, tuple(args.updates), Path(tmp) / name)
             print(f"{name}: {models[name]['cpu_seconds_per_update']:.3f} CPU s per update", flush=True)
     result = {

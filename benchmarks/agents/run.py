@@ -7,6 +7,15 @@ Runs go seed by seed (every model of seed 0 first), one thread each, and resume:
 with a checkpoint continues from it (to the spec's steps, should they have grown). Whatever has finished is
 summarized into results.json, results.md and success.png after every run.
 
+A spec's top-level ``overrides`` apply to every arm before the arm's own (the learner a study ran with is pinned there,
+so the spec keeps its meaning when the defaults change). A finished run's metrics are packed into
+``metrics.jsonl.gz`` (what a study commits; the report reads it where ``metrics.jsonl`` is absent). Every arm's
+windowed success is judged for stability (``agents.report.stability``: solved, drops after solving, stays solved),
+and a spec's ``[[pooled]]`` comparisons (``name``, arm lists ``a`` and ``b`` paired by position and seed) decide
+"a's runs stay solved more often than b's" by a one-sided Fisher exact test of the two fractions, with the drops
+after solving per run compared by a one-sided exact paired sign-flip test beside it. Each arm's parameter count is
+computed from its built model (the observation embedding counted, and given apart).
+
 Training records its process CPU seconds at each checkpoint in the run's ``cpu_seconds.jsonl`` (``runs.cputime``), so a
 run paused (SIGSTOP) or sharing the machine is charged only its own work. A spec's ``[[contrasts]]`` (``a``, ``b``,
 optional ``shift`` added to a's values) are decided by one-sided exact permutation tests of final success over
@@ -24,8 +33,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from scipy.stats import fisher_exact
+
+from benchmarks.agents.cost import arm_overrides, parameter_counts
 from compressive_transformer.agents.config import load_rl_config
-from compressive_transformer.agents.report import plot_success, summarize
+from compressive_transformer.agents.report import pack_metrics, plot_success, read_run_metrics, summarize
 from compressive_transformer.agents.train import train_agent
 from compressive_transformer.analysis.stats import paired_t_test, permutation_test
 from compressive_transformer.core.config import load_toml
@@ -33,15 +45,16 @@ from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import latest_checkpoint
 from compressive_transformer.runs.machine import machine_info
-from compressive_transformer.runs.metrics import read_metrics
+
+MAX_SIGN_FLIP_PAIRS = 20  # 2 ** 20 sign flips, enumerated in seconds
 
 
 def _overrides(spec: dict[str, Any], model: str, seed: int) -> list[str]:
-    return [*spec["models"][model]["overrides"], f"train.seed={seed}", f"train.env_steps={spec['env_steps']}"]
+    return [*arm_overrides(spec, model), f"train.seed={seed}", f"train.env_steps={spec['env_steps']}"]
 
 
 def _done(run_dir: Path, steps: int) -> bool:
-    records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    records = read_run_metrics(run_dir)
     return bool(records) and records[-1]["env_steps"] >= steps
 
 
@@ -52,24 +65,46 @@ def run_one(spec: dict[str, Any], model: str, seed: int, run_dir: Path) -> float
         cfg = load_rl_config(spec["config"], _overrides(spec, model, seed))
         ckpt = latest_checkpoint(run_dir)
         train_agent(cfg, run_dir, resume=ckpt is not None, progress=False)  # may extend a run; records its CPU time
+    if (run_dir / "metrics.jsonl").is_file():
+        pack_metrics(run_dir)
     return time.perf_counter() - start
 
 
 def train_cpu(run_dir: Path) -> float | None:
     """The run's training CPU seconds, where every update it logged was counted (None for runs before the record)."""
     total = cputime.total(run_dir)
-    records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    records = read_run_metrics(run_dir)
     updates = records[-1]["step"] if records else 0
     return total["seconds"] if total and updates and total["steps"] >= updates else None
 
 
-def contrast(summary: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
-    """One "a above b" decision on final success: the exact permutation test's one-sided p, and beside it the
-    paired t-test's and the paired sign-flip test's (over the seeds both finished)."""
+METRICS = ("final_quarter", "windowed", "solve_speed")
+
+
+def metric_by_seed(s: dict[str, Any], metric: str, total_steps: int) -> dict[int, float]:
+    """One arm's per-seed values of ``metric``: "final_quarter", the success of the episodes in the run's last
+    ``final_fraction``; "windowed", the windowed success (last 200 episodes) at the end; "solve_speed", minus the
+    millions of steps to the first windowed success >= 0.9 (a run that never solves counts as solving at the end), so
+    that "a above b" reads "a solves sooner"."""
+    if metric == "final_quarter":
+        return {int(k): v for k, v in s["final_by_seed"].items()}
+    st = {int(k): v for k, v in s["stability_by_seed"].items()}
+    if metric == "windowed":
+        return {k: v["final"] for k, v in st.items()}
+    return {k: -(total_steps if v["solved_at"] is None else v["solved_at"]) / 1e6 for k, v in st.items()}
+
+
+def contrast(
+    summary: dict[str, Any], c: dict[str, Any], metric: str = "final_quarter", total: int = 0
+) -> dict[str, Any]:
+    """One "a above b" decision on ``c``'s metric (else ``metric``; :func:`metric_by_seed`): the exact permutation
+    test's one-sided p, and beside it the paired t-test's and the paired sign-flip test's (over the seeds both
+    finished)."""
     a, b, shift = c["a"], c["b"], float(c.get("shift", 0.0))
-    fa = {int(k): v + shift for k, v in summary[a]["final_by_seed"].items()}
-    fb = {int(k): v for k, v in summary[b]["final_by_seed"].items()}
-    out: dict[str, Any] = {"a": a, "b": b, "shift": shift, "n": [len(fa), len(fb)]}
+    metric = c.get("metric", metric)
+    fa = {k: v + shift for k, v in metric_by_seed(summary[a], metric, total).items()}
+    fb = metric_by_seed(summary[b], metric, total)
+    out: dict[str, Any] = {"a": a, "b": b, "shift": shift, "metric": metric, "n": [len(fa), len(fb)]}
     if min(len(fa), len(fb)) < 2:
         return out | {"p_permutation": None, "p_paired_t": None, "p_sign_flip": None}
     out["p_permutation"] = permutation_test(list(fa.values()), list(fb.values()), alternative="greater")
@@ -84,6 +119,38 @@ def contrast(summary: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def pooled(summary: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
+    """One pooled stability comparison: arms ``a`` against arms ``b`` (paired by position), every finished seed."""
+    pairs = [(x, y, s) for x, y in zip(c["a"], c["b"]) for s in summary[x]["stability_by_seed"]]
+    pairs = [(x, y, s) for x, y, s in pairs if s in summary[y]["stability_by_seed"]]
+    runs_a = [summary[x]["stability_by_seed"][s] for x, _, s in pairs]
+    runs_b = [summary[y]["stability_by_seed"][s] for _, y, s in pairs]
+    stay_a, stay_b = sum(r["stays_solved"] for r in runs_a), sum(r["stays_solved"] for r in runs_b)
+    drops_a, drops_b = [len(r["drops"]) for r in runs_a], [len(r["drops"]) for r in runs_b]
+    n = len(pairs)
+    out: dict[str, Any] = {
+        "name": c["name"],
+        "a": c["a"],
+        "b": c["b"],
+        "runs": n,
+        "stays_solved": [stay_a, stay_b],
+        "solved": [sum(r["solved_at"] is not None for r in runs_a), sum(r["solved_at"] is not None for r in runs_b)],
+        "drops": [sum(drops_a), sum(drops_b)],
+        "p_fisher": None,
+        "p_drops_sign_flip": None,
+    }
+    if n:
+        table = [[stay_a, n - stay_a], [stay_b, n - stay_b]]
+        out["p_fisher"] = float(fisher_exact(table, alternative="greater").pvalue)
+    if 2 <= n <= MAX_SIGN_FLIP_PAIRS:
+        out["p_drops_sign_flip"] = permutation_test(drops_a, drops_b, paired=True, alternative="less")
+    return out
+
+
+def arm_parameters(spec: dict[str, Any], model: str) -> dict[str, int]:
+    return parameter_counts(load_rl_config(spec["config"], arm_overrides(spec, model)))
+
+
 def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
     runs = {m: {s: out / "runs" / f"{m}-seed{s}" for s in spec["seeds"]} for m in spec["models"]}
     summary = summarize(
@@ -91,6 +158,7 @@ def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
     )
     for model, s in summary.items():
         s["train_cpu_seconds"] = {str(k): train_cpu(runs[model][k]) for k in s["seeds"]}
+        s["parameters"] = arm_parameters(spec, model)
     cost_path = out / "cost.json"
     cost = json.loads(cost_path.read_text(encoding="utf-8"))["models"] if cost_path.is_file() else {}
     result = {
@@ -99,7 +167,11 @@ def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
         "machine": machine_info() | {"torch_threads": load_rl_config(spec["config"]).train.threads},  # per run
         "env_steps": spec["env_steps"],
         "models": summary,
-        "contrasts": [contrast(summary, c) for c in spec.get("contrasts", [])],
+        "contrasts": [
+            contrast(summary, c, spec.get("final_metric", "final_quarter"), spec["env_steps"])
+            for c in spec.get("contrasts", [])
+        ],
+        "pooled": [pooled(summary, c) for c in spec.get("pooled", [])],
     }
     write_text_atomic(out / "results.json", json.dumps(result, indent=1))
     write_text_atomic(out / "results.md", "\n".join(markdown(spec, spec_path, result, cost)) + "\n")
@@ -128,6 +200,9 @@ def markdown(spec: dict[str, Any], spec_path: Path, result: dict[str, Any], cost
             else f"{final['mean']:.3f}" + (f" ± {final['half_width']:.3f}" if final["half_width"] is not None else "")
         )
         lines.append(f"| {model} | {len(s['seeds'])} | {value} | {per_seed} |")
+    lines += stability_markdown(summary)
+    if result.get("pooled"):
+        lines += pooled_markdown(result["pooled"])
     if cost:
         lines += [
             "",
@@ -156,19 +231,69 @@ def markdown(spec: dict[str, Any], spec_path: Path, result: dict[str, Any], cost
         lines += [
             "",
             'Contrasts, final success, "a above b" (one-sided; `shift` is added to a\'s values first): the exact '
-            "permutation test over seeds decides at 0.05 (its floor with 3 seeds per arm is 1/20); the paired t-test "
-            "and the paired sign-flip test (floor 1/8) are reported beside it.",
+            "permutation test over seeds decides at 0.05 (its floor: 1/20 with 3 seeds per arm, 1/252 with 5); the "
+            "paired t-test and the paired sign-flip test are reported beside it. Metric: final_quarter = success of "
+            "the episodes in the last quarter; windowed = the last 200 episodes at the end; solve_speed = minus the "
+            "millions of steps to the first windowed success >= 0.9 (never: the run's end).",
             "",
-            "| a | b | shift | exact permutation p | decided | paired t p | sign-flip p |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "| a | b | metric | shift | exact permutation p | decided | paired t p | sign-flip p |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for c in result["contrasts"]:
             p = c.get("p_permutation")
             decided = "-" if p is None else ("yes" if p <= 0.05 + 1e-12 else "no")
             lines.append(
-                f"| {c['a']} | {c['b']} | {c['shift']:g} | {_p(p)} | {decided} | {_p(c.get('p_paired_t'))} | "
+                f"| {c['a']} | {c['b']} | {c.get('metric', 'final_quarter')} | {c['shift']:g} | {_p(p)} | {decided} | {_p(c.get('p_paired_t'))} | "
                 f"{_p(c.get('p_sign_flip'))} |"
             )
+    return lines
+
+
+def stability_markdown(summary: dict[str, Any]) -> list[str]:
+    """Per arm: parameters, and per seed the windowed success (the last 200 episodes) at the end, when it first
+    reached 0.9, and its drops after solving (below 0.6 after >= 0.9)."""
+    lines = [
+        "",
+        "Stability (`agents.report.stability`, windowed success = the last 200 episodes at each metrics record): "
+        "solved = first record >= 0.9; a drop = a fall below 0.6 after a record >= 0.9 (the next counts once the "
+        "run is >= 0.9 again); stays solved = solved, no drop, and >= 0.9 at the end. Parameters: the built model's, "
+        "with the observation embedding's share in brackets.",
+        "",
+        "| model | parameters (embedding) | stays solved | drops after solving | windowed success at the end, per seed "
+        "| first >= 0.9 (k steps), per seed | drops per seed |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for model, s in summary.items():
+        st = s["stability_by_seed"]
+        finals = ", ".join(f"{v['final']:.3f}" for v in st.values())
+        solved = ", ".join("-" if v["solved_at"] is None else f"{v['solved_at'] / 1000:.0f}" for v in st.values())
+        drops = ", ".join(str(len(v["drops"])) for v in st.values())
+        p = s["parameters"]
+        lines.append(
+            f"| {model} | {p['total']:,} ({p['observation_embedding']:,}) | {s['stays_solved']} of {len(st)} | "
+            f"{s['drops_after_solving']} | {finals} | {solved} | {drops} |"
+        )
+    return lines
+
+
+def pooled_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "",
+        "Pooled comparisons, \"a's runs stay solved more often than b's\": one-sided Fisher exact test of the two "
+        "fractions (decides at 0.05); drops after solving per run, one-sided exact paired sign-flip test (a fewer).",
+        "",
+        "| comparison | runs per side | solved, a / b | stay solved, a / b | Fisher p | decided | drops, a / b | "
+        "sign-flip p (drops) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in rows:
+        p = c["p_fisher"]
+        decided = "-" if p is None else ("yes" if p <= 0.05 else "no")
+        lines.append(
+            f"| {c['name']} | {c['runs']} | {c['solved'][0]} / {c['solved'][1]} | {c['stays_solved'][0]} / "
+            f"{c['stays_solved'][1]} | {_p(p)} | {decided} | {c['drops'][0]} / {c['drops'][1]} | "
+            f"{_p(c['p_drops_sign_flip'])} |"
+        )
     return lines
 
 

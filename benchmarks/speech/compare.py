@@ -1,7 +1,7 @@
 """The speech study's judged comparisons: paired differences over seeds with Bonferroni-corrected t intervals, and
 each arm's cost beside its bits per sample.
 
-    python -m benchmarks.speech.compare benchmarks/speech/fair [--split test]
+    python -m benchmarks.speech.compare benchmarks/speech/fair [--split test] [--design fair|tuned]
 
 Reads ``DIR/results/VARIANT/seed-S.json`` (the study runner's per-seed files) and ``DIR/cost.json`` (the cost
 pilot); writes ``DIR/comparisons.md`` and ``DIR/comparisons.json``. The comparisons and their family size are the
@@ -27,6 +27,15 @@ JUDGED = (  # (a, b): the interval of a - b decides; the README says which side 
 REPORTED = (("transformer-xl-wide", "transformer-xl"), ("compressive", "transformer-xl"), ("wavenet30", "wavenet20"))
 # the cost pilot measured the 30-layer WaveNet under its sweep name; the learning rate does not change its cost
 COST_OF = {"wavenet30": "wavenet30-lr1e-3", "wavenet30-cpu": "wavenet30-lr1e-3"}
+# each pre-registered design: (judged, reported, cost names); "tuned" is README.md's "Tuned transformers"
+DESIGNS = {
+    "fair": (JUDGED, REPORTED, COST_OF),
+    "tuned": (
+        (("compressive", "transformer-xl-wide"), ("wavenet30", "compressive"), ("wavenet30", "transformer-xl-wide")),
+        (),
+        {},
+    ),
+}
 
 
 def per_seed(folder: Path, variant: str, split: str) -> dict[int, dict[str, Any]]:
@@ -37,14 +46,16 @@ def per_seed(folder: Path, variant: str, split: str) -> dict[int, dict[str, Any]
     return out
 
 
-def arm(folder: Path, variant: str, split: str, cost: dict[str, Any]) -> dict[str, Any] | None:
+def arm(
+    folder: Path, variant: str, split: str, cost: dict[str, Any], cost_of: dict[str, str] = COST_OF
+) -> dict[str, Any] | None:
     runs = per_seed(folder, variant, split)
     if not runs:
         return None
     bits = {s: r["evaluations"]["train"][split]["bits_per_char"] for s, r in runs.items()}
     train = {s: (r.get("cpu_seconds") or {}).get("train") for s, r in runs.items()}
     cpu = [t["seconds"] for t in train.values() if t]
-    c = cost.get(COST_OF.get(variant, variant), {})
+    c = cost.get(cost_of.get(variant, variant), {})
     updates = runs[min(runs)]["identity"]["config"]["train.steps"]
     return {
         "parameters": runs[min(runs)]["parameters"]["total"],
@@ -58,12 +69,13 @@ def arm(folder: Path, variant: str, split: str, cost: dict[str, Any]) -> dict[st
     }
 
 
-def compare(folder: Path, split: str) -> dict[str, Any]:
+def compare(folder: Path, split: str, design: str = "fair") -> dict[str, Any]:
+    judged, reported, cost_of = DESIGNS[design]
     cost_path = folder / "cost.json"
     cost = json.loads(cost_path.read_text(encoding="utf-8"))["variants"] if cost_path.is_file() else {}
-    names = {n for pair in JUDGED + REPORTED for n in pair}
-    arms = {n: a for n in sorted(names) if (a := arm(folder, n, split, cost)) is not None}
-    level = 1 - 0.05 / len(JUDGED)
+    names = {n for pair in judged + reported for n in pair}
+    arms = {n: a for n in sorted(names) if (a := arm(folder, n, split, cost, cost_of)) is not None}
+    level = 1 - 0.05 / len(judged)
 
     def diff(a: str, b: str, lvl: float) -> dict[str, Any] | None:
         if a not in arms or b not in arms:
@@ -73,14 +85,15 @@ def compare(folder: Path, split: str) -> dict[str, Any]:
     return {
         "split": split,
         "arms": arms,
-        "judged": [d for a, b in JUDGED if (d := diff(a, b, level))],
-        "reported": [d for a, b in REPORTED if (d := diff(a, b, 0.95))],
+        "design": design,
+        "judged": [d for a, b in judged if (d := diff(a, b, level))],
+        "reported": [d for a, b in reported if (d := diff(a, b, 0.95))],
     }
 
 
 def markdown(result: dict[str, Any], command: str) -> list[str]:
     lines = [
-        f"# Speech, fair comparison: {result['split']} split, bits per sample",
+        f"# Speech, {result.get('design', 'fair')} comparison: {result['split']} split, bits per sample",
         "",
         f"`{command}`. Mean ± 95% t half-width over seeds. Training CPU seconds: the runs' own record (process CPU time, "
         "one thread), else the cost pilot's CPU seconds per update x updates (in brackets). FLOPs: the cost pilot's "
@@ -118,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path)
     p.add_argument("--split", default="test", choices=("validation", "test"))
+    p.add_argument("--design", default="fair", choices=tuple(DESIGNS), help="the pre-registered comparisons to make")
     args = p.parse_args(argv)
-    result = compare(args.folder, args.split)
+    result = compare(args.folder, args.split, args.design)
     command = "python -m benchmarks.speech.compare " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = markdown(result, command)
     write_text_atomic(args.folder / "comparisons.json", json.dumps(result, indent=1) + "\n")

@@ -123,9 +123,13 @@ def vtrace_losses(
     value_cost: float,
     rho_clip: float = 1.0,
     c_clip: float = 1.0,
+    reduction: str = "mean",
 ) -> Losses:
     """IMPALA's loss: policy gradient with V-trace advantages, value regression on the V-trace targets, an entropy
     bonus, plus the core's compression loss. ``out`` covers T + 1 steps; the last one only bootstraps the value.
+    ``reduction`` "mean" averages over the T x B steps; "sum" (IMPALA's) adds them up, so the total and its gradient
+    are T x B times the mean's (the parts reported stay means). Only where the optimizer is not scale-free does
+    that matter: against RMSProp's epsilon and the gradient clip.
 
     A truncated episode is treated as ended (no bootstrap from the state it was cut in, whose observation the vector
     environment replaced by the next episode's first): MiniGrid cuts at its step limit with reward 0, so the bias is
@@ -140,6 +144,8 @@ def vtrace_losses(
     value = 0.5 * (targets - values[:-1]).pow(2).mean()
     entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
     total = policy + value_cost * value - entropy_cost * entropy + out.aux_loss
+    if reduction == "sum":
+        total = total * logp.numel()
     return Losses(total, policy.detach(), value.detach(), entropy.detach(), out.aux_loss.detach())
 
 

@@ -29,6 +29,12 @@ QL_REFUSAL = (
     "an agent steps one observation at a time; remove [model.ql] (a Transformer-XL or Compressive Transformer core)"
 )
 CORES = ("transformer", "lstm")
+OPTIMIZERS = ("adam", "rmsprop")
+LR_SCHEDULES = ("constant", "linear")
+LOSS_REDUCTIONS = ("mean", "sum")
+# the learner of every agent run written before train.optimizer and train.lr_schedule existed: a saved run config
+# without them means this learner, whatever the defaults are now
+LEGACY_LEARNER = {"optimizer": "adam", "lr_schedule": "constant", "loss_reduction": "mean"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,12 @@ class RLTrainConfig:
     n_envs: int = 16
     unroll: int = 16
     lr: float = 5e-4
+    optimizer: str = "adam"  # or "rmsprop", IMPALA's (agents.optim)
+    rmsprop_decay: float = 0.99
+    rmsprop_eps: float = 0.01  # large, as IMPALA's: a parameter's step shrinks with its gradient
+    rmsprop_momentum: float = 0.0
+    lr_schedule: str = "constant"  # or "linear": lr falls linearly to 0 at env_steps (IMPALA's)
+    loss_reduction: str = "mean"  # or "sum" over the unroll's steps and environments (IMPALA's; vtrace_losses)
     gamma: float = 0.99
     entropy_cost: float = 0.01
     value_cost: float = 0.5
@@ -106,6 +118,24 @@ class RLTrainConfig:
         )
         require(0 <= self.seed < 2**32, "train.seed", "must be in [0, 2**32) (numpy's seeds)")
         require(self.lr > 0, "train.lr", "must be > 0")
+        require(
+            self.optimizer in OPTIMIZERS,
+            "train.optimizer",
+            f"unknown {self.optimizer!r}; use one of {', '.join(OPTIMIZERS)}",
+        )
+        require(0.0 <= self.rmsprop_decay < 1.0, "train.rmsprop_decay", "must be in [0, 1) (IMPALA's: 0.99)")
+        require(self.rmsprop_eps > 0, "train.rmsprop_eps", "must be > 0 (IMPALA's: 0.01)")
+        require(0.0 <= self.rmsprop_momentum < 1.0, "train.rmsprop_momentum", "must be in [0, 1) (IMPALA's: 0)")
+        require(
+            self.loss_reduction in LOSS_REDUCTIONS,
+            "train.loss_reduction",
+            f"unknown {self.loss_reduction!r}; use one of {', '.join(LOSS_REDUCTIONS)}",
+        )
+        require(
+            self.lr_schedule in LR_SCHEDULES,
+            "train.lr_schedule",
+            f"unknown {self.lr_schedule!r}; use one of {', '.join(LR_SCHEDULES)}",
+        )
         require(0.0 < self.gamma <= 1.0, "train.gamma", "must be in (0, 1]")
         require(self.grad_clip > 0, "train.grad_clip", "must be > 0")
         require(self.entropy_cost >= 0, "train.entropy_cost", "must be >= 0 (0: no entropy bonus)")
@@ -175,4 +205,23 @@ def load_rl_config(path: str | Path | None, overrides: list[str] | tuple[str, ..
     return RLConfig.from_raw(apply_run_overrides(raw, overrides))
 
 
-__all__ = ["QL_REFUSAL", "CoreConfig", "EnvConfig", "RLConfig", "RLTrainConfig", "load_rl_config"]
+def load_saved_config(path: str | Path) -> RLConfig:
+    """The resolved config a run or checkpoint recorded. One written before the learner's keys existed trained with
+    :data:`LEGACY_LEARNER`, so it keeps meaning that learner when the defaults change."""
+    raw = load_toml(path)
+    train = raw.get("train")
+    if isinstance(train, dict) and "optimizer" not in train:
+        raw = {**raw, "train": {**LEGACY_LEARNER, **train}}
+    return RLConfig.from_raw(apply_run_overrides(raw, ()))
+
+
+__all__ = [
+    "LEGACY_LEARNER",
+    "QL_REFUSAL",
+    "CoreConfig",
+    "EnvConfig",
+    "RLConfig",
+    "RLTrainConfig",
+    "load_rl_config",
+    "load_saved_config",
+]

@@ -40,9 +40,10 @@ from compressive_transformer.agents.acting import (
 )
 from compressive_transformer.agents.actor_critic import ActorCritic, Losses, Rollout, vtrace_losses
 from compressive_transformer.agents.actors import ActorPool
-from compressive_transformer.agents.config import RLConfig, RLTrainConfig, load_rl_config
+from compressive_transformer.agents.config import RLConfig, RLTrainConfig, load_saved_config
 from compressive_transformer.agents.core import CoreState, detach_state
 from compressive_transformer.agents.health import AgentDiverged, diverged, require_finite, require_finite_weights
+from compressive_transformer.agents.optim import build_optimizer, learning_rate, set_learning_rate
 from compressive_transformer.core.config import ConfigError, Log, to_dict
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.runs import cputime
@@ -92,7 +93,7 @@ def _run_config(cfg: RLConfig | None, run_dir: Path, resume: bool, log: Log) -> 
         raise ConfigError(f"--resume: {run_dir} holds no checkpoint; start the run without --resume")
     saved = _saved_config(run_dir)
     try:
-        written = load_rl_config(ckpt_path / CONFIG_FILE)
+        written = load_saved_config(ckpt_path / CONFIG_FILE)
     except ConfigError as e:
         raise CheckpointError(f"checkpoint {ckpt_path}: {CONFIG_FILE} does not hold an agent config ({e})") from None
     if not _same_run(written, saved):
@@ -123,7 +124,7 @@ def _same_run(a: RLConfig, b: RLConfig) -> bool:
 def _saved_config(run_dir: Path) -> RLConfig:
     """The config an agent run recorded; another kind of run directory is refused in one line."""
     try:
-        return load_rl_config(run_dir / CONFIG_FILE)
+        return load_saved_config(run_dir / CONFIG_FILE)
     except ConfigError as e:
         raise ConfigError(
             f"--resume: {run_dir} does not hold an agent run ({e}); `rl train --resume` continues runs of `rl train`"
@@ -197,7 +198,7 @@ class LocalActors:
 def _learn(
     agent: ActorCritic, optimizer: torch.optim.Optimizer, roll: Rollout, start: CoreState, tc: RLTrainConfig
 ) -> tuple[Losses, torch.Tensor]:
-    """One learner update on an unroll: the V-trace losses, clipped gradients, an Adam step. A loss or gradient
+    """One learner update on an unroll: the V-trace losses, clipped gradients, an optimizer step. A loss or gradient
     norm that is not finite stops training before it changes the weights (:class:`AgentDiverged`)."""
     out = agent.replay(roll.obs, roll.reads) if agent.can_replay else agent(roll.obs, roll.first, start)
     losses = vtrace_losses(
@@ -208,6 +209,7 @@ def _learn(
         value_cost=tc.value_cost,
         rho_clip=tc.rho_clip,
         c_clip=tc.c_clip,
+        reduction=tc.loss_reduction,
     )
     require_finite("the loss", losses.total.detach())
     optimizer.zero_grad(set_to_none=True)
@@ -243,12 +245,10 @@ def _setup(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: bool) -
         envs.close()
     else:
         agent = local.agent
-    learner = Learner(agent, torch.optim.Adam(agent.parameters(), lr=tc.lr), Episodes(deque(maxlen=tc.window)))
-    if resume:
+    learner = Learner(agent, build_optimizer(agent.parameters(), tc), Episodes(deque(maxlen=tc.window)))
+    if resume:  # train.lr may change on resume (the remedy for divergence): each update sets its own rate
         assert ckpt_path is not None
         ckpt = load_checkpoint(ckpt_path, model=agent, optimizer=learner.optimizer)
-        for group in learner.optimizer.param_groups:  # train.lr may change on resume (the remedy for divergence)
-            group["lr"] = tc.lr
         learner.update = ckpt.step
         _restore_episodes(learner.episodes, ckpt)
         if local is not None:
@@ -305,6 +305,7 @@ def _train(
             unroll = actors.next()
             if lags is not None:
                 lags.extend(learner.update - v for v in unroll.versions)
+            set_learning_rate(learner.optimizer, learning_rate(tc, learner.update, total))
             losses, grad_norm = _learn(learner.agent, learner.optimizer, unroll.roll, unroll.start, tc)
             learner.update += 1
             actors.publish(learner.agent, learner.update)
@@ -314,6 +315,7 @@ def _train(
             if learner.update % tc.log_every == 0 or learner.update == total:
                 step = learner.update
                 record = _record(step, step * per_update, learner.episodes, since_log, losses, grad_norm, lags)
+                record["lr"] = learner.optimizer.param_groups[0]["lr"]  # the last update's (train.lr_schedule)
                 metrics.log(record)
                 since_log, lags = [], ([] if lags is not None else None)
                 bar.set_postfix(ret=f"{record['mean_return']:.2f}", success=f"{record['success_rate']:.2f}")
@@ -339,6 +341,8 @@ def train_agent(
     """Train (or, with ``resume``, continue from the newest checkpoint that verifies) the agent of ``cfg`` in
     ``run_dir``. A resumed run keeps its config (``cfg`` None), but for :data:`RESUME_CHANGES`: ``train.env_steps``
     may grow to continue a finished run, ``train.lr`` and ``train.grad_clip`` change to continue a diverged one.
+    (With ``train.lr_schedule = "linear"`` the anneal then stretches to the new end: a continued run is not the
+    longer run from the start, as it is with a constant rate.)
     The run directory is locked meanwhile: a second process training it stops in one line."""
     run_dir = Path(run_dir)
     lock = RunLock(run_dir)

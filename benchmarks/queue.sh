@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The long study runs, in their pre-registered order, one process at a time, niced; resumable: run it again after
+# any interruption and every finished run is skipped, a started one continues from its checkpoint. Pausing it
+# (SIGSTOP/SIGCONT) is harmless: CPU time is counted per process, not by the clock.
+#
+#   setsid nohup bash benchmarks/queue.sh > queue.log 2>&1 &
+#
+# 1. agents: Adam against IMPALA's learner on the control (learner.toml; decides the learner), then
+# 2. speech: the transformers' learning-rate sweep (lr-sweep.toml, and lr-sweep-extra.toml where the rule asks), then
+#    the three arms at their tuned rates (tuned.toml, 5 seeds, more where the rule asks), then
+# 3. agents: the reach study with IMPALA's learner (reach-impala.toml).
+# With COMMIT=1, each stage's results are committed under its study's name as it finishes (paths given explicitly,
+# so nothing else in the work tree is committed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PY:-.venv/bin/python}"
+NICE=(nice -n 19)
+STUDY=("${NICE[@]}" "$PY" -m compressive_transformer.cli study)
+
+commit() {  # commit MESSAGE PATH... (only with COMMIT=1; a failure to commit never stops the queue)
+    [ "${COMMIT:-0}" = 1 ] || return 0
+    local message=$1
+    shift
+    git add -f -- "$@" 2>/dev/null && git commit -q -m "$message" -- "$@" || true
+}
+
+agents() {  # agents SPEC: train every run, then commit the results and each finished run's record
+    local spec=$1 name
+    name=$(basename "$spec" .toml)
+    "${NICE[@]}" "$PY" -m benchmarks.agents.run "benchmarks/agents/$spec" --parallel 1
+    commit "agents $name: results (metrics.jsonl.gz, config and CPU record of every run)" \
+        "benchmarks/agents/$name"/results.* "benchmarks/agents/$name"/success.png \
+        "benchmarks/agents/$name"/runs/*/{config.toml,cpu_seconds.jsonl,metrics.jsonl.gz}
+}
+
+speech() {  # speech SPEC OUT
+    "${STUDY[@]}" "benchmarks/speech/$1" --out "benchmarks/speech/$2" --parallel 1 --threads 1
+    commit "speech $2: results" "benchmarks/speech/$2/results" "benchmarks/speech/$2"/results.* \
+        "benchmarks/speech/$2"/*.png "benchmarks/speech/$1"
+}
+
+[ -f benchmarks/agents/learner/cost.json ] || "${NICE[@]}" "$PY" -m benchmarks.agents.cost \
+    benchmarks/agents/learner.toml --models txl-adam txl-impala ct4-adam ct4-impala --out benchmarks/agents/learner
+agents learner.toml
+
+speech lr-sweep.toml lr-sweep
+if "$PY" -m benchmarks.speech.tune extra | grep -q 'lr-sweep-extra.toml$'; then
+    speech lr-sweep-extra.toml lr-sweep-extra
+fi
+[ -f benchmarks/speech/tuned.toml ] || "$PY" -m benchmarks.speech.tune tuned
+[ -f benchmarks/speech/tuned/cost.json ] || "${NICE[@]}" "$PY" -m benchmarks.speech.cost \
+    benchmarks/speech/tuned.toml --updates 20 60 --out benchmarks/speech/tuned
+speech tuned.toml tuned
+"$PY" -m benchmarks.speech.tune seeds
+speech tuned.toml tuned  # the added seeds, if the rule asked for any (nothing to do otherwise)
+"$PY" -m benchmarks.speech.compare benchmarks/speech/tuned --design tuned --split test
+commit "speech tuned: judged comparisons" benchmarks/speech/tuned/comparisons.*
+
+[ -f benchmarks/agents/reach-impala/cost.json ] || "${NICE[@]}" "$PY" -m benchmarks.agents.cost \
+    benchmarks/agents/reach-impala.toml --out benchmarks/agents/reach-impala
+agents reach-impala.toml
+echo "queue finished"
