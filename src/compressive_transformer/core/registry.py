@@ -375,6 +375,11 @@ def model_kind(cfg: Any) -> ModelKind:
         raise ValueError(f"model.kind: unknown {cfg.kind!r}; registered: {', '.join(MODEL_KINDS)}") from None
 
 
+def find_model_kind(cfg: Any) -> ModelKind | None:
+    """The row ``cfg.kind`` names, or None where no kind of that name is registered."""
+    return MODEL_KINDS.get(getattr(cfg, "kind", DEFAULT_KIND))
+
+
 def kind_of_section(section: str) -> str | None:
     """The kind whose own section is [model.<section>], or None."""
     return next((kind.name for kind in MODEL_KINDS.values() if kind.section == section), None)
@@ -479,6 +484,7 @@ __all__ = [
     "compression_loss_spec",
     "compressor_spec",
     "corpus_format",
+    "find_model_kind",
     "kernel_names",
     "kind_of_section",
     "model_kind",

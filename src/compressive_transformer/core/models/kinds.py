@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.models.protocol import MemoryModel
-from compressive_transformer.core.registry import MODEL_KINDS, ModelKind, model_kind, register_model_kind
+from compressive_transformer.core.registry import MODEL_KINDS, ModelKind, find_model_kind, model_kind, register_model_kind
 
 
 def register_model(
@@ -46,4 +46,4 @@ def build_model(cfg: ModelConfig) -> MemoryModel:
     return model_kind(cfg).build(cfg)
 
 
-__all__ = ["MODEL_KINDS", "ModelKind", "build_model", "model_kind", "register_model"]
+__all__ = ["MODEL_KINDS", "ModelKind", "build_model", "find_model_kind", "model_kind", "register_model"]
