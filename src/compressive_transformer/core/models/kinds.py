@@ -9,7 +9,13 @@ from typing import Any, Callable
 
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.models.protocol import MemoryModel
-from compressive_transformer.core.registry import MODEL_KINDS, ModelKind, find_model_kind, model_kind, register_model_kind
+from compressive_transformer.core.registry import (
+    MODEL_KINDS,
+    ModelKind,
+    find_model_kind,
+    model_kind,
+    register_model_kind,
+)
 
 
 def register_model(
