@@ -1,25 +1,24 @@
-"""Tile helpers shared by the fused relative attention's Triton kernels: masked loads, the relative shift between
-a tile and its band of positional-table rows, the scores of one (query block, key block) tile and its mask.
+"""Tile helpers shared by the fused relative attention's Triton kernels: masked loads, the relative shift between a
+tile and its band of positional-table rows (in registers), a tile's scores and which key blocks need a mask.
 
-A tile of BLOCK queries i0.. and BLOCK keys n0.. of one positional stream reads table rows m = (n - i) + T - 1, all
-of them inside the band of 2 * BLOCK rows that starts at ``n0 - i0 + T - BLOCK``: element (a, c) of the tile is
-column c + BLOCK - 1 - a of the band. The kernels multiply the queries by the whole band on the tensor cores and
-move each row a left by BLOCK - 1 - a through a small scratch buffer of the program (store, barrier, shifted load),
-which stays in L1/L2: no (B, H, T, K) tensor is ever written to memory. The scratch is why every kernel runs with
-``num_stages=1``: Triton's software pipeliner would hoist a load of the next iteration above this iteration's store.
+A tile of BLOCK_M queries i0.. and BLOCK_N keys n0.. of one positional stream reads table rows m = (n - i) + T - 1,
+all inside the band of BLOCK_M + BLOCK_N - 1 rows that starts at ``n0 - i0 + T - BLOCK_M``: element (a, c) of the tile
+is column j = c + BLOCK_M - 1 - a of the band. The band is cut into R + 1 chunks of BLOCK_N rows (R = BLOCK_M //
+BLOCK_N, at least 1); the queries are multiplied by each chunk on the tensor cores, and :func:`skew` moves row a of
+the chunks left by BLOCK_M - 1 - a with ``tl.gather`` along the row: no scratch buffer, no barrier of its own, so
+Triton's software pipeliner may overlap the next tile's loads with this tile's products. Consecutive key blocks of
+one query block share R of their chunks, so a program walking the keys computes one new chunk per tile
+(:func:`first_chunks`, :func:`next_chunks`). :func:`unskew` is the inverse (a tile's dS into band chunks), for the
+positional queries' and the table's gradients.
+
+Masks: a key's slot may be empty anywhere (a per-key bias of 0 or -inf, one vector per tile); the causal rule, the
+window and "a query always reads itself" concern only the memory + segment stream's tiles that straddle the diagonal
+or the window's edge (:func:`memory_blocks`, :func:`memory_queries` say which), so every other tile is scored
+without a (BLOCK_M, BLOCK_N) mask.
 """
 
-import os
-
-import torch
-
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    # Triton compiles for GPUs only; without one its interpreter runs the kernels (on NumPy), so that they can be
-    # tested on CPU. It must be chosen before the first kernel below is decorated.
-    os.environ["TRITON_INTERPRET"] = "1"
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import triton
+import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)  # scores are kept in base 2: exp2 is the GPU's native exponential
 
@@ -37,22 +36,35 @@ def dense(ptr, bh, n_rows, dh):
 
 
 @triton.jit
-def load_rows(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
-    """Rows row0 .. row0 + ROWS of a (n_rows, dh) matrix as a (ROWS, D) tile; rows outside [0, n_rows) and columns
-    past dh read as 0 (never out of bounds)."""
+def row_block(row0, n_rows, dh, ROWS: tl.constexpr, D: tl.constexpr):
+    """Offsets (rows, columns) and the in-bounds mask of rows row0 .. row0 + ROWS of a (n_rows, dh) matrix."""
     rows = row0 + tl.arange(0, ROWS)
     cols = tl.arange(0, D)
     mask = ((rows >= 0) & (rows < n_rows))[:, None] & (cols < dh)[None, :]
-    return tl.load(ptr + rows[:, None].to(tl.int64) * stride_row + cols[None, :], mask=mask, other=0.0)
+    return rows[:, None].to(tl.int64), cols[None, :], mask
+
+
+@triton.jit
+def load_rows(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
+    """Rows row0 .. row0 + ROWS of a (n_rows, dh) matrix as a (ROWS, D) tile; rows outside [0, n_rows) and columns
+    past dh read as 0 (never out of bounds)."""
+    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
+    return tl.load(ptr + rows * stride_row + cols, mask=mask, other=0.0)
 
 
 @triton.jit
 def store_rows(ptr, value, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
     """Store a (ROWS, D) tile as rows row0 .. of a (n_rows, dh) matrix, skipping rows and columns outside it."""
-    rows = row0 + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
-    mask = ((rows >= 0) & (rows < n_rows))[:, None] & (cols < dh)[None, :]
-    tl.store(ptr + rows[:, None].to(tl.int64) * stride_row + cols[None, :], value.to(ptr.dtype.element_ty), mask=mask)
+    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
+    tl.store(ptr + rows * stride_row + cols, value.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def add_rows(ptr, value, row0, n_rows, dh, ROWS: tl.constexpr, D: tl.constexpr):
+    """Atomically add a (ROWS, D) fp32 tile to rows row0 .. of a contiguous (n_rows, dh) fp32 matrix (rows outside
+    it dropped): the table gradient, which the programs of all query blocks and batch rows add to."""
+    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
+    tl.atomic_add(ptr + rows * dh + cols, value, mask=mask, sem="relaxed")
 
 
 @triton.jit
@@ -68,86 +80,164 @@ def mma(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def band_to_tile(band, scratch, BLOCK: tl.constexpr, BAND: tl.constexpr):
-    """(BLOCK, BAND) band -> (BLOCK, BLOCK) tile: out[a, c] = band[a, c + BLOCK - 1 - a]. The first barrier keeps
-    the store from overwriting what another thread has not yet read from the previous use of the scratch."""
-    a = tl.arange(0, BLOCK)[:, None]
-    tl.debug_barrier()
-    tl.store(scratch + a * BAND + tl.arange(0, BAND)[None, :], band)
-    tl.debug_barrier()
-    c = tl.arange(0, BLOCK)[None, :]
-    return tl.load(scratch + a * BAND + c + (BLOCK - 1) - a)
+def chunk(qp, tab, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N: (BLOCK_M, BLOCK_N) fp32."""
+    rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D)
+    return mma(qp, tl.trans(rows), PREC)
 
 
 @triton.jit
-def tile_to_band(tile, scratch, BLOCK: tl.constexpr, BAND: tl.constexpr):
-    """The inverse of :func:`band_to_tile`: (BLOCK, BLOCK) tile -> (BLOCK, BAND) band, zero off the tile's
-    diagonals: out[a, t] = tile[a, t - (BLOCK - 1 - a)] where that column exists."""
-    a = tl.arange(0, BLOCK)[:, None]
-    tl.debug_barrier()
-    tl.store(scratch + a * BLOCK + tl.arange(0, BLOCK)[None, :], tile)
-    tl.debug_barrier()
-    c = tl.arange(0, BAND)[None, :] - (BLOCK - 1) + a
-    return tl.load(scratch + a * BLOCK + c, mask=(c >= 0) & (c < BLOCK), other=0.0)
+def band_column(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """j = c + BLOCK_M - 1 - a: the band column of tile element (a, c), (BLOCK_M, BLOCK_N)."""
+    return tl.arange(0, BLOCK_N)[None, :] + (BLOCK_M - 1) - tl.arange(0, BLOCK_M)[:, None]
 
 
 @triton.jit
-def logits(qu, qp, k, band, scratch, PREC: tl.constexpr, BLOCK: tl.constexpr, BAND: tl.constexpr):
-    """Scores of one tile in base 2: (qu . k + qp . table[m(i, n)]) * log2(e), (BLOCK, BLOCK) fp32."""
-    s = mma(qu, tl.trans(k), PREC)
-    pos = mma(qp, tl.trans(band), PREC)  # (BLOCK, BAND): every query against every band row
-    return (s + band_to_tile(pos, scratch, BLOCK, BAND)) * LOG2E
+def skew(c0, c1, c2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, R: tl.constexpr):
+    """A tile's positional scores from its band's chunks c0, c1 (and c2 when R == 2; ignored otherwise):
+    out[a, c] = band[a, c + BLOCK_M - 1 - a], each row gathered in registers."""
+    j = band_column(BLOCK_M, BLOCK_N)
+    col = j % BLOCK_N
+    out = tl.where(j < BLOCK_N, tl.gather(c0, col, 1), tl.gather(c1, col, 1))
+    if R == 2:
+        out = tl.where(j >= 2 * BLOCK_N, tl.gather(c2, col, 1), out)
+    return out
 
 
 @triton.jit
-def allowed(kv_ptr, i, n, key0, n_keys, T, M, win, MEM: tl.constexpr):
-    """Which keys n (stream positions, (BLOCK,)) queries i ((BLOCK,)) may read: valid slots of the stream starting
-    at key slot key0; in the memory + segment stream (MEM) also causal and at most ``win`` back, and always the
-    query itself."""
-    valid = tl.load(kv_ptr + key0 + n, mask=n < n_keys, other=0) != 0
-    ok = valid[None, :] & (i < T)[:, None]
-    if MEM:
-        dist = M + i[:, None] - n[None, :]  # (BLOCK, BLOCK)
-        ok = (ok & (dist >= 0) & (dist <= win)) | ((dist == 0) & (i < T)[:, None])
-    return ok
+def unskew(ds, q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Chunk q of the band layout of a (BLOCK_M, BLOCK_N) tile, the inverse of :func:`skew`:
+    out[a, t] = ds[a, q BLOCK_N + t - (BLOCK_M - 1 - a)] where that column exists, else 0."""
+    c = q * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] - (BLOCK_M - 1) + tl.arange(0, BLOCK_M)[:, None]
+    inside = (c >= 0) & (c < BLOCK_N)
+    return tl.where(inside, tl.gather(ds, tl.minimum(tl.maximum(c, 0), BLOCK_N - 1), 1), 0.0)
 
 
 @triton.jit
-def band_row0(n0, i0, T, BLOCK: tl.constexpr):
-    """The first table row of the band of the tile (queries i0.., keys n0..)."""
-    return n0 - i0 + T - BLOCK
+def band_row0(n0, i0, T, BLOCK_M: tl.constexpr):
+    """The first table row of the band of the tile (queries i0.., keys n0..): chunk p starts BLOCK_N p rows later."""
+    return n0 - i0 + T - BLOCK_M
 
 
 @triton.jit
-def query_program(SCR, K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK: tl.constexpr):
-    """A program of a (query block, b * H + h) grid: its first row i0 (the rows with the most keys first), bh, its
-    own shift scratch, and the heads of its keys and values and its batch row of key_valid."""
-    nq = tl.num_programs(0)
-    i0 = (nq - 1 - tl.program_id(0)) * BLOCK
+def first_chunks(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """The chunks the first tile (key block n0) of a walk shares with none before it but one: all but its newest,
+    oldest first as (older, old) (older is a dummy when R == 1)."""
+    row0 = band_row0(n0, i0, T, BLOCK_M)
+    old = chunk(qp, tab, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_N, D)
+    older = old
+    if R == 2:
+        older = chunk(qp, tab, row0, n_rows, st_t, dh, PREC, BLOCK_N, D)
+    return older, old
+
+
+@triton.jit
+def next_chunks(older, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """The positional scores of tile (i0, n0) from the chunks carried over from the tile before and one new chunk;
+    and the chunks to carry to the next tile."""
+    new = chunk(qp, tab, band_row0(n0, i0, T, BLOCK_M) + R * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_N, D)
+    if R == 2:
+        pos = skew(older, old, new, BLOCK_M, BLOCK_N, R)
+        older = old
+    else:
+        pos = skew(old, new, new, BLOCK_M, BLOCK_N, R)
+    return pos, older, new
+
+
+@triton.jit
+def band_scores(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """The positional scores of tile (i0, n0) from all of its band's chunks (a walk over query blocks, which shares
+    no chunk between tiles: the queries change)."""
+    older, old = first_chunks(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    pos, _, _ = next_chunks(older, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    return pos
+
+
+@triton.jit
+def scores(qu, k, pos, kv, i, n, key0, n_keys, T, M, win, PREC: tl.constexpr, MASK: tl.constexpr):
+    """Base-2 scores of one tile, (qu . k + positional) log2(e), with -inf where a key may not be read: an empty
+    slot (every tile, as a bias per key); with MASK (memory + segment tiles on the diagonal or the window's edge)
+    also a future key or one farther back than ``win``, except that a query always reads itself."""
+    raw = (mma(qu, tl.trans(k), PREC) + pos) * LOG2E
+    valid = tl.load(kv + key0 + n, mask=n < n_keys, other=0) != 0
+    if MASK:
+        dist = M + i[:, None] - n[None, :]
+        ok = (valid[None, :] & (dist >= 0) & (dist <= win)) | ((dist == 0) & (i < T)[:, None])
+        s = tl.where(ok, raw, float("-inf"))
+    else:
+        s = raw + tl.where(valid, 0.0, float("-inf"))[None, :]
+    return s
+
+
+@triton.jit
+def split(lo, full_lo, full_hi, hi):
+    """[lo, hi) cut at b1 <= b2 so that [b1, b2) is where the fully allowed blocks start (``full_lo``, ``full_hi``
+    on the blocks' lattice): the loops run [lo, b1) masked, [b1, b2) unmasked, [b2, hi) masked."""
+    b1 = tl.minimum(tl.maximum(full_lo, lo), hi)
+    b2 = tl.minimum(tl.maximum(full_hi, b1), hi)
+    return b1, b2
+
+
+@triton.jit
+def memory_blocks(i0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The memory + segment key blocks (stream positions) that queries i0 .. i0 + BLOCK_M may read, lo .. hi, and the
+    cuts b1 <= b2 between them: blocks before b1 cross the window's edge, blocks from b2 the diagonal, and the
+    blocks between are read whole by every query (each key at a distance in [1, win])."""
+    last = tl.minimum(i0 + BLOCK_M, T) - 1  # the block's last real query
+    lo = tl.maximum(M + i0 - win, 0) // BLOCK_N * BLOCK_N
+    hi = tl.minimum(M + T, M + i0 + BLOCK_M)
+    full_lo = (tl.maximum(M + last - win, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N  # no key beyond any query's window
+    full_hi = (M + i0) // BLOCK_N * BLOCK_N  # key blocks ending at or before the first query: all strictly earlier
+    b1, b2 = split(lo, full_lo, full_hi, hi)
+    return lo, b1, b2, hi
+
+
+@triton.jit
+def memory_queries(n0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The query blocks that read some key of the memory + segment block n0 .. n0 + BLOCK_N, lo .. hi, with the cuts
+    b1 <= b2 as in :func:`memory_blocks`: blocks before b1 cross the diagonal, blocks from b2 the window's edge."""
+    last = tl.minimum(n0 + BLOCK_N, M + T) - 1  # the block's last real key
+    lo = tl.maximum(n0 - M, 0) // BLOCK_M * BLOCK_M
+    hi = tl.minimum(T, last - M + win + 1)
+    full_lo = (tl.maximum(last - M + 1, 0) + BLOCK_M - 1) // BLOCK_M * BLOCK_M  # every key strictly earlier
+    full_hi = tl.maximum(n0 - M + win + 1, 0) // BLOCK_M * BLOCK_M  # every key within every query's window
+    b1, b2 = split(lo, full_lo, full_hi, hi)
+    return lo, b1, b2, hi
+
+
+@triton.jit
+def query_program(K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK_M: tl.constexpr):
+    """A program of a (query block, b * H + h) grid: its first row i0 (the rows with the most keys first), bh, h,
+    and the heads of its keys and values and its batch row of key_valid."""
+    i0 = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
-    scratch = SCR + (bh.to(tl.int64) * nq + tl.program_id(0)) * (2 * BLOCK * BLOCK)
     kp, vp, kv = head(K, b, h, sk_b, sk_h), head(V, b, h, sv_b, sv_h), KV + b.to(tl.int64) * skv_b
-    return i0, bh, h, scratch, kp, vp, kv
+    return i0, bh, h, kp, vp, kv
 
 
 @triton.jit
-def memory_keys(i0, T, M, win, BLOCK: tl.constexpr):
-    """The memory + segment key blocks that queries i0 .. i0 + BLOCK may read: from the oldest within the window
-    (rounded down to a block) to past the newest (causal)."""
-    return tl.maximum(M + i0 - win, 0) // BLOCK * BLOCK, tl.minimum(M + T, M + i0 + BLOCK)
+def query_rows(ptr, bh, i0, T, dh, BLOCK_M: tl.constexpr, D: tl.constexpr):
+    """Rows i0 .. i0 + BLOCK_M of head bh of a contiguous (B, H, T, dh) query-shaped tensor."""
+    return load_rows(dense(ptr, bh, T, dh), i0, T, dh, dh, BLOCK_M, D)
 
 
 @triton.jit
-def key_block(
-    qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh, scratch,
-    BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
-):  # fmt: skip
-    """Key block n0 of a stream (key slots key0 + n0 ..) against queries i0 ..: its keys, values and table band,
-    the tile's base-2 scores and which of them are allowed."""
-    k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK, D)
-    v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK, D)
-    band = load_rows(tab, band_row0(n0, i0, T, BLOCK), n_rows, st_t, dh, 2 * BLOCK, D)
-    s = logits(qu, qp, k, band, scratch, PREC, BLOCK, 2 * BLOCK)
-    ok = allowed(kv, i0 + tl.arange(0, BLOCK), n0 + tl.arange(0, BLOCK), key0, n_keys, T, M, win, MEM)
-    return k, v, band, s, ok
+def row_stats(LSE, DI, bh, i0, T, BLOCK_M: tl.constexpr):
+    """The saved base-2 log-sum-exp and rowsum(dO * O) of rows i0 .. i0 + BLOCK_M; rows past T get +inf and 0, so
+    that their probabilities and score gradients are exactly 0."""
+    i = i0 + tl.arange(0, BLOCK_M)
+    lse = tl.load(LSE + bh * T + i, mask=i < T, other=float("inf"))
+    di = tl.load(DI + bh * T + i, mask=i < T, other=0.0)
+    return lse, di
+
+
+@triton.jit
+def probs_and_dscores(s, do, v, lse, di, PREC: tl.constexpr):
+    """P (from the saved base-2 log-sum-exp) and dS = P * (dO v^T - rowsum(dO * O)) of one tile."""
+    p = tl.math.exp2(s - lse[:, None])
+    dp = mma(do, tl.trans(v), PREC)
+    return p, p * (dp - di[:, None])
