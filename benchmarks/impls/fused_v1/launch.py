@@ -109,7 +109,7 @@ def _geometry(qu, k, n_cmem: int, window: int) -> _Geometry:
     B, H, T, dh = qu.shape
     K = k.shape[2]
     M = K - n_cmem - T
-    block = 64 if qu.device.type == "cuda" else 32
+    block = 32 if qu.device.type == "cpu" else 64  # 32: in the interpreter (CPU tensors)
     return _Geometry(B, H, T, K, dh, n_cmem, M, window if window > 0 else M + T, block, qu.device, qu.dtype)
 
 

@@ -57,7 +57,10 @@ class Tiles:
 
     @property
     def kwargs(self) -> dict:
-        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, R=max(self.block_m // self.block_n, 1))
+        """The tile constexprs: the blocks, R (chunks a query walk carries) and BAND (the rows of a key walk's band,
+        >= BLOCK_M + BLOCK_N - 1, a power of 2)."""
+        band = triton.next_power_of_2(self.block_m + self.block_n)
+        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, R=max(self.block_m // self.block_n, 1), BAND=band)
 
     def transposed(self) -> Tiles:
         """The key pass's tiles for these query-pass tiles: as many keys per program as there were queries."""
@@ -83,9 +86,13 @@ class TiledKernel:
     def __init__(self, fn, configs: tuple[Tiles, ...], key: list[str], zeroed: tuple[str, ...] = ()) -> None:
         self.fn, self.configs, self.key, self.zeroed = fn, configs, key, zeroed
 
+    def constexprs(self, tiles: Tiles) -> dict:
+        """The tile constexprs this kernel takes."""
+        return {k: v for k, v in tiles.kwargs.items() if k in self.fn.arg_names}
+
     @functools.cached_property
     def tuned(self):
-        configs = [triton.Config(t.kwargs, num_warps=t.warps, num_stages=t.stages) for t in self.configs]
+        configs = [triton.Config(self.constexprs(t), num_warps=t.warps, num_stages=t.stages) for t in self.configs]
         prune = {"early_config_prune": _first_while_capturing}
         return triton.autotune(configs, key=self.key, reset_to_zero=list(self.zeroed), prune_configs_by=prune)(self.fn)
 
@@ -94,7 +101,8 @@ class TiledKernel:
             self.tuned[grid](*args, **meta)
             return
         fn = self.fn if device.type == "cuda" else interpreted(self.fn)
-        fn[grid(tiles.kwargs)](*args, **meta, **tiles.kwargs, num_warps=tiles.warps, num_stages=tiles.stages)
+        tile = self.constexprs(tiles)
+        fn[grid(tile)](*args, **meta, **tile, num_warps=tiles.warps, num_stages=tiles.stages)
 
 
 FORWARD = TiledKernel(forward_kernel, QUERY_TILES, key=["T", "C", "M", "dh"])

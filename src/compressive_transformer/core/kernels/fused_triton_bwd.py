@@ -16,6 +16,7 @@ through their strides; dk and dv are written contiguous (B, H, K, dh).
 
 from compressive_transformer.core.kernels.fused_triton_tiles import (
     add_rows,
+    band_part,
     band_row0,
     band_scores,
     dense,
@@ -41,7 +42,7 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
 @triton.jit
 def _key_value_grads(
     dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, hi, T, M, win, dh,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
     MASK: tl.constexpr,
 ):  # fmt: skip
     """Add query blocks lo..hi to the gradients of key block n0."""
@@ -51,8 +52,9 @@ def _key_value_grads(
         qp = query_rows(QP, bh, i0, T, dh, BLOCK_M, D)
         do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D)
         lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M)
-        pos = band_scores(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-        s = scores(qu, k, pos, kv, i0 + tl.arange(0, BLOCK_M), n, key0, n_keys, T, M, win, PREC, MASK)
+        content = mma(qu, tl.trans(k), PREC)
+        pos = band_scores(qp, content, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND)
+        s = scores(content, pos, kv, i0 + tl.arange(0, BLOCK_M), n, key0, n_keys, T, M, win, MASK)
         p, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dv += mma(tl.trans(p.to(do.dtype)), do, PREC)
         dk += mma(tl.trans(ds.to(qu.dtype)), qu, PREC)
@@ -64,7 +66,7 @@ def key_value_grad_kernel(
     QU, QP, K, V, TAB, KV, DO, LSE, DI, DK, DV,
     sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, st_h, st_t, skv_b,
     H, T, M, n_rows, key0, n_keys, n_all, dh, win,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
     MEM: tl.constexpr,
 ):  # fmt: skip
     """dk, dv of key block n0 of one stream (key slots key0 + n0 ..), summed over the query blocks that read it:
@@ -83,15 +85,15 @@ def key_value_grad_kernel(
     dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     dk, dv = _key_value_grads(
         dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, b1, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
     )  # fmt: skip
     dk, dv = _key_value_grads(
         dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b1, b2, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, R, PREC, False,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, False,
     )  # fmt: skip
     dk, dv = _key_value_grads(
         dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b2, hi, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
     )  # fmt: skip
     store_rows(dense(DK, bh, n_all, dh), dk, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
     store_rows(dense(DV, bh, n_all, dh), dv, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
@@ -110,7 +112,7 @@ def _finish(dqp, band, qp, tab, dtab, row0, n_rows, st_t, dh, PREC: tl.constexpr
 
 @triton.jit
 def _query_grads(
-    dq, dqp, pend1, pend2, older, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv, key0,
+    dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv, key0,
     n_keys, lo, hi, i0, T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
     R: tl.constexpr, PREC: tl.constexpr, MASK: tl.constexpr,
 ):  # fmt: skip
@@ -120,18 +122,20 @@ def _query_grads(
     for n0 in range(lo, hi, BLOCK_N):
         k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
         v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
-        pos, older, old = next_chunks(older, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-        s = scores(qu, k, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, PREC, MASK)
+        content = mma(qu, tl.trans(k), PREC)
+        pos, head, old = next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+        s = scores(content, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, MASK)
         _, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dq += mma(ds.to(k.dtype), k, PREC)
-        done = pend1 + unskew(ds, 0, BLOCK_M, BLOCK_N)  # no later tile reads this chunk's rows
+        z = unskew(ds.to(qp.dtype), BLOCK_M, BLOCK_N)  # the products take dS in the operands' dtype
+        done = pend1 + band_part(z, 0, BLOCK_M, BLOCK_N)  # no later tile reads this chunk's rows
         dqp = _finish(dqp, done, qp, tab, dtab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, PREC, BLOCK_N, D)
         if R == 2:
-            pend1 = pend2 + unskew(ds, 1, BLOCK_M, BLOCK_N)
-            pend2 = unskew(ds, 2, BLOCK_M, BLOCK_N)
+            pend1 = pend2 + band_part(z, 1, BLOCK_M, BLOCK_N)
+            pend2 = band_part(z, 2, BLOCK_M, BLOCK_N)
         else:
-            pend1 = unskew(ds, 1, BLOCK_M, BLOCK_N)
-    return dq, dqp, pend1, pend2, older, old
+            pend1 = band_part(z, 1, BLOCK_M, BLOCK_N)
+    return dq, dqp, pend1, pend2, head, old
 
 
 @triton.jit
@@ -142,19 +146,19 @@ def _query_stream(
 ):  # fmt: skip
     """One stream's key blocks lo..hi ([b1, b2) without the mask): dq gains their share; returns it and dq_pos."""
     dqp = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    pend1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    pend1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=qp.dtype)
     pend2 = pend1
-    older, old = first_chunks(qp, tab, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-    dq, dqp, pend1, pend2, older, old = _query_grads(
-        dq, dqp, pend1, pend2, older, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
+    head, old = first_chunks(qp, tab, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    dq, dqp, pend1, pend2, head, old = _query_grads(
+        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
         key0, n_keys, lo, b1, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
     )  # fmt: skip
-    dq, dqp, pend1, pend2, older, old = _query_grads(
-        dq, dqp, pend1, pend2, older, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
+    dq, dqp, pend1, pend2, head, old = _query_grads(
+        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
         key0, n_keys, b1, b2, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False,
     )  # fmt: skip
-    dq, dqp, pend1, pend2, older, old = _query_grads(
-        dq, dqp, pend1, pend2, older, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
+    dq, dqp, pend1, pend2, head, old = _query_grads(
+        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
         key0, n_keys, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
     )  # fmt: skip
     if hi > lo:  # the chunks the last tile left open: no tile after it

@@ -20,7 +20,7 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
 
 @triton.jit
 def _attend(
-    m_i, l_i, acc, older, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, hi, i0,
+    m_i, l_i, acc, head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, hi, i0,
     T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr,
     PREC: tl.constexpr, MASK: tl.constexpr,
 ):  # fmt: skip
@@ -29,8 +29,9 @@ def _attend(
     for n0 in range(lo, hi, BLOCK_N):
         k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
         v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
-        pos, older, old = next_chunks(older, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-        s = scores(qu, k, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, PREC, MASK)
+        content = mma(qu, tl.trans(k), PREC)
+        pos, head, old = next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+        s = scores(content, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, MASK)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
         alpha = tl.math.exp2(m_i - m_use)
@@ -38,7 +39,7 @@ def _attend(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, PREC)
         m_i = m_new
-    return m_i, l_i, acc, older, old
+    return m_i, l_i, acc, head, old
 
 
 @triton.jit
@@ -49,17 +50,17 @@ def _attend_stream(
 ):  # fmt: skip
     """One stream's key blocks lo..hi: [lo, b1) and [b2, hi) with the causal/window mask (memory + segment only),
     [b1, b2) without."""
-    older, old = first_chunks(qp, tab, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-    m_i, l_i, acc, older, old = _attend(
-        m_i, l_i, acc, older, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, b1, i0,
+    head, old = first_chunks(qp, tab, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    m_i, l_i, acc, head, old = _attend(
+        m_i, l_i, acc, head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, b1, i0,
         T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
     )  # fmt: skip
-    m_i, l_i, acc, older, old = _attend(
-        m_i, l_i, acc, older, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, b1, b2, i0,
+    m_i, l_i, acc, head, old = _attend(
+        m_i, l_i, acc, head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, b1, b2, i0,
         T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False,
     )  # fmt: skip
-    m_i, l_i, acc, older, old = _attend(
-        m_i, l_i, acc, older, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, b2, hi, i0,
+    m_i, l_i, acc, head, old = _attend(
+        m_i, l_i, acc, head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, b2, hi, i0,
         T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
     )  # fmt: skip
     return m_i, l_i, acc

@@ -4,12 +4,13 @@ tile and its band of positional-table rows (in registers), a tile's scores and w
 A tile of BLOCK_M queries i0.. and BLOCK_N keys n0.. of one positional stream reads table rows m = (n - i) + T - 1,
 all inside the band of BLOCK_M + BLOCK_N - 1 rows that starts at ``n0 - i0 + T - BLOCK_M``: element (a, c) of the tile
 is column j = c + BLOCK_M - 1 - a of the band. The band is cut into R + 1 chunks of BLOCK_N rows (R = BLOCK_M //
-BLOCK_N, at least 1); the queries are multiplied by each chunk on the tensor cores, and :func:`skew` moves row a of
-the chunks left by BLOCK_M - 1 - a with ``tl.gather`` along the row: no scratch buffer, no barrier of its own, so
-Triton's software pipeliner may overlap the next tile's loads with this tile's products. Consecutive key blocks of
-one query block share R of their chunks, so a program walking the keys computes one new chunk per tile
-(:func:`first_chunks`, :func:`next_chunks`). :func:`unskew` is the inverse (a tile's dS into band chunks), for the
-positional queries' and the table's gradients.
+BLOCK_N, at least 1); the queries are multiplied by each chunk on the tensor cores, and :func:`chunk` moves row a
+of the product left by BLOCK_M - 1 - a (modulo BLOCK_N) with one ``tl.gather`` (:func:`take`): no scratch buffer in
+global memory and no barrier in the kernels' code, so Triton's software pipeliner may overlap the next tile's loads
+with this tile's products. Consecutive key blocks of one query block share R of their chunks, so a program walking
+the keys computes (and moves) one new chunk per tile and selects the tile's columns from R + 1 of them
+(:func:`first_chunks`, :func:`next_chunks`, :func:`skew`). :func:`unskew` and :func:`band_part` are the inverse (a
+tile's dS into band chunks), for the positional queries' and the table's gradients.
 
 Masks: a key's slot may be empty anywhere (a per-key bias of 0 or -inf, one vector per tile); the causal rule, the
 window and "a query always reads itself" concern only the memory + segment stream's tiles that straddle the diagonal
@@ -80,37 +81,38 @@ def mma(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def chunk(qp, tab, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
-    """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N: (BLOCK_M, BLOCK_N) fp32."""
-    rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D)
-    return mma(qp, tl.trans(rows), PREC)
+def take(src, index, like, N_SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """out[a, c] = src.flat[index[a, c]] for a (ROWS, COLS) result: ``tl.gather`` on the flattened tensors, which
+    Triton lowers to one store of src to shared memory, a barrier and one load per element. ``like`` (ROWS, COLS),
+    a tensor from the tensor cores, lends the index (and so the result) its register layout, so that no layout
+    conversion surrounds the gather; where ``like`` is NaN, position 0 is read (never out of bounds)."""
+    idx = tl.where(like == like, index, 0)
+    out = tl.gather(tl.reshape(src, [N_SRC]), tl.reshape(idx, [ROWS * COLS]), 0)
+    return tl.reshape(out, [ROWS, COLS])
+
+
+@triton.jit
+def tile_rows(BLOCK_M: tl.constexpr):
+    return tl.arange(0, BLOCK_M)[:, None]
 
 
 @triton.jit
 def band_column(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """j = c + BLOCK_M - 1 - a: the band column of tile element (a, c), (BLOCK_M, BLOCK_N)."""
-    return tl.arange(0, BLOCK_N)[None, :] + (BLOCK_M - 1) - tl.arange(0, BLOCK_M)[:, None]
+    return tl.arange(0, BLOCK_N)[None, :] + (BLOCK_M - 1) - tile_rows(BLOCK_M)
 
 
 @triton.jit
-def skew(c0, c1, c2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, R: tl.constexpr):
-    """A tile's positional scores from its band's chunks c0, c1 (and c2 when R == 2; ignored otherwise):
-    out[a, c] = band[a, c + BLOCK_M - 1 - a], each row gathered in registers."""
-    j = band_column(BLOCK_M, BLOCK_N)
-    col = j % BLOCK_N
-    out = tl.where(j < BLOCK_N, tl.gather(c0, col, 1), tl.gather(c1, col, 1))
-    if R == 2:
-        out = tl.where(j >= 2 * BLOCK_N, tl.gather(c2, col, 1), out)
-    return out
-
-
-@triton.jit
-def unskew(ds, q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Chunk q of the band layout of a (BLOCK_M, BLOCK_N) tile, the inverse of :func:`skew`:
-    out[a, t] = ds[a, q BLOCK_N + t - (BLOCK_M - 1 - a)] where that column exists, else 0."""
-    c = q * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] - (BLOCK_M - 1) + tl.arange(0, BLOCK_M)[:, None]
-    inside = (c >= 0) & (c < BLOCK_N)
-    return tl.where(inside, tl.gather(ds, tl.minimum(tl.maximum(c, 0), BLOCK_N - 1), 1), 0.0)
+def chunk(qp, tab, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+          D: tl.constexpr):  # fmt: skip
+    """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N, in qp's dtype (the positional
+    scores a bf16 bias would hold), each row of the product moved to where the tiles read it:
+    out[a, c] = qp[a] . tab[row0 + (j mod BLOCK_N)], j = c + BLOCK_M - 1 - a. A tile takes column c of row a from
+    the chunk holding band column j (:func:`next_chunks`)."""
+    rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D)
+    prod = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BLOCK_N)
+    index = tile_rows(BLOCK_M) * BLOCK_N + band_column(BLOCK_M, BLOCK_N) % BLOCK_N
+    return take(prod, index, prod, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -122,46 +124,69 @@ def band_row0(n0, i0, T, BLOCK_M: tl.constexpr):
 @triton.jit
 def first_chunks(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
-    """The chunks the first tile (key block n0) of a walk shares with none before it but one: all but its newest,
-    oldest first as (older, old) (older is a dummy when R == 1)."""
+    """What a walk's first tile (key block n0) needs besides its newest chunk, as :func:`next_chunks` carries it:
+    (head, old), old the chunk before the newest, head the band columns before the last BLOCK_N (R == 2: the two
+    chunks before the newest, combined; R == 1: a copy of old)."""
     row0 = band_row0(n0, i0, T, BLOCK_M)
-    old = chunk(qp, tab, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_N, D)
-    older = old
+    old = chunk(qp, tab, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+    head = old
     if R == 2:
-        older = chunk(qp, tab, row0, n_rows, st_t, dh, PREC, BLOCK_N, D)
-    return older, old
+        older = chunk(qp, tab, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+        head = tl.where(band_column(BLOCK_M, BLOCK_N) < BLOCK_N, older, old)
+    return head, old
 
 
 @triton.jit
-def next_chunks(older, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+def next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
-    """The positional scores of tile (i0, n0) from the chunks carried over from the tile before and one new chunk;
-    and the chunks to carry to the next tile."""
-    new = chunk(qp, tab, band_row0(n0, i0, T, BLOCK_M) + R * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_N, D)
-    if R == 2:
-        pos = skew(older, old, new, BLOCK_M, BLOCK_N, R)
-        older = old
+    """The positional scores of tile (i0, n0) from what the tile before carried over and one new chunk, and what to
+    carry to the next tile. Everything carried is computed in the tile before from its own inputs (a value passed on
+    unchanged for two tiles would keep Triton's pipeliner from overlapping the loads)."""
+    new = chunk(qp, tab, band_row0(n0, i0, T, BLOCK_M) + R * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+    j = band_column(BLOCK_M, BLOCK_N)
+    if R == 2:  # band columns < 2 BLOCK_N from head, the rest from the new chunk
+        pos = tl.where(j < 2 * BLOCK_N, head, new)
+        head = tl.where(j < BLOCK_N, old, new)
     else:
-        pos = skew(old, new, new, BLOCK_M, BLOCK_N, R)
-    return pos, older, new
+        pos = tl.where(j < BLOCK_N, old, new)
+    return pos, head, new
 
 
 @triton.jit
-def band_scores(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
-    """The positional scores of tile (i0, n0) from all of its band's chunks (a walk over query blocks, which shares
-    no chunk between tiles: the queries change)."""
-    older, old = first_chunks(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-    pos, _, _ = next_chunks(older, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-    return pos
+def band_scores(qp, like, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr):  # fmt: skip
+    """The positional scores of tile (i0, n0) from one product with its whole band (BAND >= BLOCK_M + BLOCK_N - 1
+    rows), for a walk over query blocks, whose tiles share no band rows' products (the queries change). like: the
+    tile's content scores (their layout)."""
+    rows = load_rows(tab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, BAND, D)
+    band = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BAND)
+    index = tile_rows(BLOCK_M) * BAND + band_column(BLOCK_M, BLOCK_N)
+    return take(band, index, like, BLOCK_M * BAND, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def scores(qu, k, pos, kv, i, n, key0, n_keys, T, M, win, PREC: tl.constexpr, MASK: tl.constexpr):
+def unskew(ds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A tile's dS moved into band columns modulo BLOCK_N: out[a, t] = ds[a, c] for the column c whose band column
+    j = c + BLOCK_M - 1 - a is congruent to t; :func:`band_part` cuts out the chunks."""
+    a = tile_rows(BLOCK_M)
+    c = (tl.arange(0, BLOCK_N)[None, :] + a + 1 - BLOCK_M + 2 * BLOCK_N) % BLOCK_N
+    return take(ds, a * BLOCK_N + c, ds, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)  # in ds's dtype
+
+
+@triton.jit
+def band_part(z, q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Chunk q of a tile's dS in the band layout, from :func:`unskew`'s z: band columns q BLOCK_N .. (q + 1)
+    BLOCK_N, zero where no tile column lands."""
+    c = q * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] - (BLOCK_M - 1) + tile_rows(BLOCK_M)
+    return tl.where((c >= 0) & (c < BLOCK_N), z, 0.0)
+
+
+@triton.jit
+def scores(content, pos, kv, i, n, key0, n_keys, T, M, win, MASK: tl.constexpr):
     """Base-2 scores of one tile, (qu . k + positional) log2(e), with -inf where a key may not be read: an empty
     slot (every tile, as a bias per key); with MASK (memory + segment tiles on the diagonal or the window's edge)
     also a future key or one farther back than ``win``, except that a query always reads itself."""
-    raw = (mma(qu, tl.trans(k), PREC) + pos) * LOG2E
+    raw = (content + pos) * LOG2E
     valid = tl.load(kv + key0 + n, mask=n < n_keys, other=0) != 0
     if MASK:
         dist = M + i[:, None] - n[None, :]
