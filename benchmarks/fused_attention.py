@@ -163,8 +163,8 @@ def report(rows: list[dict], meta: dict) -> str:
         peak = f"{r['peak_extra_mib']:.0f}" if "peak_extra_mib" in r else "-"
         diff = f"{r['max_rel_difference']:.2e}" if "max_rel_difference" in r else "-"
         lines.append(
-            f"| {r['impl']} | {r['forward_ms']:.2f} | {r['forward_backward_ms']:.2f} | {r['forward_tflops']:.1f} | "
-            f"{r['forward_backward_tflops']:.1f} | {peak} | {diff} |"
+            f"| {r['impl']} | {r['forward_ms']:.2f} | {r['forward_backward_ms']:.2f} | {r['forward_tflops']:.3g} | "
+            f"{r['forward_backward_tflops']:.3g} | {peak} | {diff} |"
         )
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """The fused attention's kernels compiled for an H100 (sm_90) without a GPU: what Triton's compiler output says about
-each kernel, the frozen first kernel (``benchmarks/impls/fused_v1``) against the current one, and how much
-tensor-core work each design does at the ``gpu`` workload's shape.
+each kernel, the frozen first kernel (``benchmarks/impls/fused_v1``) against the current one (and a plain
+attention forward with the same tiles, the floor), and how much tensor-core work each design does at the ``gpu``
+workload's shape.
 
     python -m benchmarks.kernel_compile [--out benchmarks/results/kernel_sm90]
 
@@ -31,6 +32,7 @@ from unittest import mock
 
 import torch
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
 from benchmarks.fused_attention import GPU_SHAPE
@@ -54,6 +56,38 @@ class Launch:
     args: tuple
     meta: dict
     configs: list[dict]  # each: constexprs (tile sizes) and num_warps / num_stages
+
+
+@triton.jit
+def plain_attention_forward(Q, K, V, OUT, n_keys, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """The floor a tile of the fused forward is compared with: plain attention of one head's query block over its
+    keys (no positional term, no mask), the same online softmax and tiles."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, D)
+    q = tl.load(Q + rows[:, None] * D + cols[None, :])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    for n0 in range(0, n_keys, BLOCK_N):
+        keys = n0 + tl.arange(0, BLOCK_N)
+        k = tl.load(K + keys[:, None] * D + cols[None, :])
+        v = tl.load(V + keys[:, None] * D + cols[None, :])
+        s = tl.dot(q, tl.trans(k)) * 1.4426950408889634
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    tl.store(OUT + rows[:, None] * D + cols[None, :], (acc / l_i[:, None]).to(OUT.dtype.element_ty))
+
+
+def record_floor(shape: dict) -> list[Launch]:
+    T, dh = shape["T"], shape["dh"]
+    K = shape["C"] + shape["M"] + T
+    q, k = torch.empty(T, dh, dtype=DTYPE, device="meta"), torch.empty(K, dh, dtype=DTYPE, device="meta")
+    config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
+    return [Launch("floor", plain_attention_forward, (q, k, k, q, K - K % 16), {"D": dh}, [config])]
 
 
 def _inputs(shape: dict) -> tuple:
@@ -146,6 +180,50 @@ def _count(ptx: str, pattern: str) -> int:
     return len(re.findall(pattern, ptx))
 
 
+def _sass(cubin: bytes) -> str:
+    """The machine code (SASS) of a cubin, by the nvdisasm that ships with Triton."""
+    nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "k.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([str(nvdisasm), "-c", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def loop_bodies(sass: str) -> list[str]:
+    """The bodies of the SASS loops (from a label to the branch back to it) that run tensor-core products: one
+    iteration of each is one tile."""
+    lines = sass.splitlines()
+    labels, bodies = {}, []
+    for i, line in enumerate(lines):
+        label = re.match(r"^\s*(\.L_x_\d+):", line)
+        if label:
+            labels[label.group(1)] = i
+        back = re.search(r"\bBRA\b.*?(\.L_x_\d+)", line)
+        if back and labels.get(back.group(1), i) < i:
+            body = "\n".join(lines[labels[back.group(1)] : i + 1])
+            if "HGMMA" in body or "HMMA" in body:
+                bodies.append(body)
+    return bodies
+
+
+def per_tile(sass: str, warps: int) -> dict:
+    """Per loop iteration (one tile), over the kernel's loops (masked and unmasked tiles): SASS instructions issued
+    by all warps together, block-wide barriers, shared-memory loads and stores, spilled registers reloaded."""
+    stats = []
+    for body in loop_bodies(sass):
+        count = lambda p, b=body: len(re.findall(p, b))  # noqa: E731
+        stats.append(
+            {
+                "warp_instructions": count(r"/\*[0-9a-f]{4,}\*/") * warps,
+                "barriers": count(r"\bBAR\.SYNC"),
+                "shared_accesses": count(r"\b(LDS|STS)(\.\S+)?\s"),
+                "spill_reloads": count(r"\bLDL\b"),
+            }
+        )
+    keys = ("warp_instructions", "barriers", "shared_accesses", "spill_reloads")
+    return {f"tile_{k}": [min(s[k] for s in stats), max(s[k] for s in stats)] for k in keys} if stats else {}
+
+
 def compile_one(launch: Launch, config: dict) -> dict:
     meta = {**launch.meta, **{k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}}
     signature, constexprs, attrs = specialise(launch.fn, launch.args, meta)
@@ -153,7 +231,7 @@ def compile_one(launch: Launch, config: dict) -> dict:
     src = triton.compiler.ASTSource(launch.fn, signature, constexprs, attrs)
     kernel = triton.compile(src, target=TARGET, options=options)
     ptx = kernel.asm["ptx"]
-    tiles = {k: meta[k] for k in ("BLOCK", "BLOCK_M", "BLOCK_N", "R") if k in meta}
+    tiles = {k: meta[k] for k in ("BLOCK", "BLOCK_M", "BLOCK_N") if k in meta}
     variant = {k: meta[k] for k in ("MEM", "HAS_C") if k in meta}
     return {
         "design": launch.design,
@@ -165,11 +243,9 @@ def compile_one(launch: Launch, config: dict) -> dict:
         **_ptxas(ptx),
         "bar_sync": _count(ptx, r"\bbar\.sync\b|\bbarrier\.sync\b"),
         "wgmma": _count(ptx, r"\bwgmma\.mma_async\b"),
-        "mma_sync": _count(ptx, r"\bmma\.sync\b"),
-        "shfl": _count(ptx, r"\bshfl\.sync\b"),
         "cp_async": _count(ptx, r"\bcp\.async\.c[ag]\b"),
         "atomics": _count(ptx, r"\b(red|atom)\.global\b"),
-        "local_memory_ops": _count(ptx, r"\b(ld|st)\.local\b"),
+        **per_tile(_sass(kernel.asm["cubin"]), config["num_warps"]),
     }
 
 
@@ -298,17 +374,19 @@ def report(result: dict) -> str:
         f"Compiled for sm_90 by Triton {result['triton']} (ptxas {result['ptxas']}), `gpu` shape {result['shape']}, "
         "bf16; no GPU: no timing.",
         "",
-        "| design | kernel | variant | tiles | warps | stages | shared KiB | registers | spilled B | bar.sync | "
-        "wgmma | shfl | cp.async | atomics |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| design | kernel | variant | tile | warps | stages | shared KiB | registers | spilled B | bar.sync | "
+        "cp.async | atomics | per tile: warp-instructions | barriers | shared ld/st | spill reloads |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    span = lambda k, n: "-" if f"tile_{n}" not in k else "{}-{}".format(*k[f"tile_{n}"])  # noqa: E731
     for k in result["kernels"]:
         variant = ", ".join(f"{n}={k[n]}" for n in ("MEM", "HAS_C") if n in k)
-        tiles = f"{k['BLOCK']}" if "BLOCK" in k else f"{k['BLOCK_M']} x {k['BLOCK_N']}"
+        tile = f"{k['BLOCK']} x {k['BLOCK']}" if "BLOCK" in k else f"{k['BLOCK_M']} x {k['BLOCK_N']}"
         lines.append(
-            f"| {k['design']} | {k['kernel']} | {variant} | {tiles} | {k['num_warps']} | {k['num_stages']} | "
+            f"| {k['design']} | {k['kernel']} | {variant} | {tile} | {k['num_warps']} | {k['num_stages']} | "
             f"{k['shared_bytes'] / 1024:.0f} | {k['registers']} | {k['spill_store_bytes']} | {k['bar_sync']} | "
-            f"{k['wgmma']} | {k['shfl']} | {k['cp_async']} | {k['atomics']} |"
+            f"{k['cp_async']} | {k['atomics']} | {span(k, 'warp_instructions')} | {span(k, 'barriers')} | "
+            f"{span(k, 'shared_accesses')} | {span(k, 'spill_reloads')} |"
         )
     lines += [
         "",
@@ -340,7 +418,7 @@ def run(shape: dict) -> dict:
 
     kernels = []
     with _quiet_fp_fusion_warning():
-        for launch in record_first(shape) + record_current(shape):
+        for launch in record_floor(shape) + record_first(shape) + record_current(shape):
             for config in launch.configs:
                 kernels.append(compile_one(launch, config))
     version = subprocess.run([get_ptxas(90).path, "--version"], capture_output=True, text=True).stdout

@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 pytest.importorskip("triton")
 
 from compressive_transformer.core.kernels.fused_triton import (  # noqa: E402
+    FORWARD,
+    KEY_GRADS,
+    QUERY_GRADS,
     QUERY_TILES,
+    TUNED_WORK,
+    _configs_worth_timing,
     fused_relative_attention,
 )
 
@@ -227,6 +232,20 @@ def test_importing_and_running_the_kernels_leaves_the_environment_alone() -> Non
     assert result == {"import": [], "run": [], "jit": "JITFunction"}
 
 
+def test_cuda_times_the_tile_configurations_only_for_shapes_large_enough() -> None:
+    """Each kernel has several configurations to time on CUDA (their constexprs its own); a shape of fewer than
+    TUNED_WORK (query, key) pairs per head takes the first untimed, so small models compile one config."""
+    for kernel in (FORWARD, KEY_GRADS, QUERY_GRADS):
+        assert len(kernel.configs) >= 4 and {t.warps for t in kernel.configs} == {4, 8}
+        assert {t.stages for t in kernel.configs} >= {2, 3}
+        assert all(set(kernel.constexprs(t)) <= set(kernel.fn.arg_names) for t in kernel.configs)
+    configs = list(range(4))
+    assert _configs_worth_timing(configs, dict(T=512, C=512, M=512)) == configs
+    assert _configs_worth_timing(configs, dict(T=8, C=4, M=8)) == [0]
+    assert _configs_worth_timing(configs, dict(T=512, n_keys=512)) == configs
+    assert _configs_worth_timing(configs, dict(T=64, n_keys=TUNED_WORK // 64 - 1)) == [0]
+
+
 def test_strided_views_as_the_model_makes_them() -> None:
     """Queries time-major transposed, keys and values the two halves of one (B, H, K, 2 dh) cache, tables a
     permuted (L, H, dh) projection: read through their strides, with the same results as contiguous copies."""
@@ -330,8 +349,9 @@ def test_cuda_bf16_at_the_benchmark_shape(window: int) -> None:
 
 @cuda
 def test_cuda_fp32_at_the_benchmark_shape() -> None:
+    """Fixed 64 x 64 tiles: fp32's exact products are for checking, not for speed, so its configs are not timed."""
     tensors, key_valid = inputs(*BENCH, p_invalid=0.1)
-    assert_close_fp32(run_both(tensors, key_valid, BENCH[3], 0)[0])
+    assert_close_fp32(run_both(tensors, key_valid, BENCH[3], 0, (64, 64))[0])
 
 
 @cuda

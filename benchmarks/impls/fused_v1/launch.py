@@ -1,9 +1,10 @@
 """The first fused relative attention (before its kernels kept the relative shift in registers), frozen as it was
-so that ``benchmarks/fused_attention.py`` and ``benchmarks/kernel_compile.py`` can measure the current kernel against
+so that ``benchmarks/fused_attention.py`` and ``benchmarks/kernel_compile.py`` can measure the current kernels against
 it. Its kernels are unchanged: the forward, three backward passes (key, query and table gradients), a per-program
-global scratch buffer for the shift between barriers (which forces ``num_stages=1``), 64 x 64 tiles on CUDA. Only
-the launching around them is reduced to what a benchmark needs: a ``torch.autograd.Function`` (no custom op, no
-argument checks), each launch through :func:`_launch`, CPU tensors through Triton's interpreter.
+global scratch buffer for the shift between barriers (which forces ``num_stages=1``), 64 x 64 tiles on CUDA; they
+share only the generic helpers (loads, stores, products, the online-softmax step) with today's. The launching around
+them is reduced to what a benchmark needs: a ``torch.autograd.Function`` (no custom op; the current kernel's argument
+checks), each launch through :func:`_launch`, CPU tensors through Triton's interpreter.
 
     fused_relative_attention_v1(qu, k, v, qv, r, qc, rc, key_valid, n_cmem=C, window=0)
 
@@ -15,10 +16,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from compressive_transformer.core.kernels.fused_triton import _geometry as _sizes
+from compressive_transformer.core.kernels.fused_triton_tiles import online_softmax
 from compressive_transformer.core.kernels.triton_interpreter import interpreted
 
 from .backward import _key_grad_kernel, _query_grad_kernel, _table_grad_kernel
-from .tiles import dense, key_block, load_rows, memory_keys, mma, query_program, store_rows, tl, triton
+from .tiles import dense, key_block, load_rows, memory_keys, query_program, store_rows, tl, triton
 
 
 @triton.jit
@@ -32,14 +35,7 @@ def _attend(
             qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh, scratch,
             BLOCK, D, PREC, MEM,
         )  # fmt: skip
-        s = tl.where(ok, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
-        alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, PREC)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax(m_i, l_i, acc, tl.where(ok, s, float("-inf")), v, PREC)
     return m_i, l_i, acc
 
 
@@ -78,19 +74,13 @@ def _forward_kernel(
 
 @dataclass(frozen=True)
 class _Geometry:
-    """Sizes of one call and the kernels' compile-time settings."""
+    """The sizes of one call (the current kernel's checks and sizes) and the first kernel's tile."""
 
-    B: int
-    H: int
-    T: int
-    K: int
-    dh: int
-    C: int
-    M: int
-    win: int  # the window, or M + T (beyond any distance) for none
+    sizes: object  # the current kernel's _Geometry: B, H, T, K, dh, C, M, win, device, dtype
     block: int
-    device: torch.device
-    dtype: torch.dtype
+
+    def __getattr__(self, name: str):
+        return getattr(self.sizes, name)
 
     @property
     def meta(self) -> dict:
@@ -105,12 +95,9 @@ class _Geometry:
         return torch.empty(programs * 2 * self.block**2, dtype=torch.float32, device=self.device)
 
 
-def _geometry(qu, k, n_cmem: int, window: int) -> _Geometry:
-    B, H, T, dh = qu.shape
-    K = k.shape[2]
-    M = K - n_cmem - T
-    block = 32 if qu.device.type == "cpu" else 64  # 32: in the interpreter (CPU tensors)
-    return _Geometry(B, H, T, K, dh, n_cmem, M, window if window > 0 else M + T, block, qu.device, qu.dtype)
+def _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int) -> _Geometry:
+    sizes = _sizes(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, 0, 0)
+    return _Geometry(sizes, 32 if qu.device.type == "cpu" else 64)  # 32: in the interpreter (CPU tensors)
 
 
 def _launch(kernel, grid: tuple, args: tuple, meta: dict, device: torch.device) -> None:
@@ -119,7 +106,7 @@ def _launch(kernel, grid: tuple, args: tuple, meta: dict, device: torch.device) 
 
 
 def _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window) -> tuple[Tensor, Tensor]:
-    g = _geometry(qu, k, n_cmem, window)
+    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window)
     qc, rc = (qc, rc) if g.C > 0 else (qv, r)  # unread when there is no compressed stream
     kv = key_valid.view(torch.uint8)
     out = torch.empty((g.B, g.H, g.T, g.dh), dtype=qu.dtype, device=qu.device)
@@ -206,7 +193,7 @@ def fold_bands(part: Tensor, delta0: int, block: int, T: int, n_rows: int) -> Te
 
 def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window) -> tuple[Tensor, ...]:
     """dqu, dk, dv, dqv, dr, dqc, drc (the last two None without a compressed stream)."""
-    g = _geometry(qu, k, n_cmem, window)
+    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window)
     grad = grad.contiguous()
     kv = key_valid.view(torch.uint8)
     di = (grad.float() * out.float()).sum(-1)  # (B, H, T): rowsum(dO * O)

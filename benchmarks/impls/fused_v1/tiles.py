@@ -1,5 +1,6 @@
-"""The first fused kernel's tile helpers, frozen as they were (the baseline the current kernel is measured against): masked loads, the relative shift between
-a tile and its band of positional-table rows, the scores of one (query block, key block) tile and its mask.
+"""The first fused kernel's tile helpers, frozen as they were (the baseline the current kernels are measured
+against): the relative shift between a tile and its band of positional-table rows, the scores of one (query block,
+key block) tile and its mask.
 
 A tile of BLOCK queries i0.. and BLOCK keys n0.. of one positional stream reads table rows m = (n - i) + T - 1, all
 of them inside the band of 2 * BLOCK rows that starts at ``n0 - i0 + T - BLOCK``: element (a, c) of the tile is
@@ -12,50 +13,10 @@ which stays in L1/L2: no (B, H, T, K) tensor is ever written to memory. The scra
 import triton
 import triton.language as tl
 
-LOG2E = tl.constexpr(1.4426950408889634)  # scores are kept in base 2: exp2 is the GPU's native exponential
+# loads, stores, products and the base-2 constant are the current kernels' (unchanged in meaning since)
+from compressive_transformer.core.kernels.fused_triton_tiles import LOG2E, dense, head, load_rows, mma, store_rows
 
-
-@triton.jit
-def head(ptr, b, h, stride_b, stride_h):
-    """The base pointer of head (b, h), in 64-bit arithmetic (large tensors overflow 32-bit offsets)."""
-    return ptr + tl.cast(b, tl.int64) * stride_b + tl.cast(h, tl.int64) * stride_h
-
-
-@triton.jit
-def dense(ptr, bh, n_rows, dh):
-    """The base pointer of head bh of a contiguous (B, H, n_rows, dh) tensor (rows dh apart)."""
-    return ptr + tl.cast(bh, tl.int64) * n_rows * dh
-
-
-@triton.jit
-def load_rows(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
-    """Rows row0 .. row0 + ROWS of a (n_rows, dh) matrix as a (ROWS, D) tile; rows outside [0, n_rows) and columns
-    past dh read as 0 (never out of bounds)."""
-    rows = row0 + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
-    mask = ((rows >= 0) & (rows < n_rows))[:, None] & (cols < dh)[None, :]
-    return tl.load(ptr + rows[:, None].to(tl.int64) * stride_row + cols[None, :], mask=mask, other=0.0)
-
-
-@triton.jit
-def store_rows(ptr, value, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
-    """Store a (ROWS, D) tile as rows row0 .. of a (n_rows, dh) matrix, skipping rows and columns outside it."""
-    rows = row0 + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
-    mask = ((rows >= 0) & (rows < n_rows))[:, None] & (cols < dh)[None, :]
-    tl.store(ptr + rows[:, None].to(tl.int64) * stride_row + cols[None, :], value.to(ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def mma(a, b, PREC: tl.constexpr):
-    """a @ b accumulated in fp32. PREC: "ieee" (fp32 operands, exact: no TF32), "tf32" (16-bit operands: the tensor
-    cores' bf16/fp16 product, where the setting is moot) or "widen" (16-bit operands widened to fp32 first, the same
-    products: for Triton's interpreter, whose dot multiplies the bit patterns of bf16 operands)."""
-    if PREC == "widen":
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    else:
-        out = tl.dot(a, b, input_precision=PREC)
-    return out
+__all__ = ["LOG2E", "dense", "head", "load_rows", "mma", "store_rows"]  # the generic helpers, shared with today's
 
 
 @triton.jit

@@ -68,14 +68,22 @@ class Tiles:
 
 
 # tried on the first call of each shape on CUDA; the key pass holds a key block and walks the query blocks
-QUERY_TILES = (Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 3), Tiles(128, 64, 8, 2), Tiles(128, 64, 8, 3))
-KEY_TILES = (Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 3), Tiles(64, 128, 8, 2), Tiles(64, 128, 8, 3))
+QUERY_TILES = (Tiles(64, 64, 4, 2), Tiles(64, 64, 8, 2), Tiles(64, 64, 8, 3), Tiles(128, 64, 8, 2))
+KEY_TILES = (Tiles(64, 64, 4, 2), Tiles(64, 64, 8, 2), Tiles(64, 64, 8, 3), Tiles(64, 128, 8, 2))
 INTERPRETER_TILES = Tiles(32, 32)  # in the interpreter every operation costs Python time: few, mid-sized tiles
 
 
-def _first_while_capturing(configs, named_args, **kwargs):
-    """No timing inside a CUDA graph capture (it would synchronise): a shape first met there keeps the first config."""
-    return configs[:1] if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing() else configs
+TUNED_WORK = 512 * 512  # (queries x keys) per head from which the configs are timed against each other
+
+
+def _configs_worth_timing(configs, named_args, **kwargs):
+    """The configs to time for a shape: all of them, except inside a CUDA graph capture (timing would synchronise)
+    and for small shapes (a few tiles per head, where the first config is as good and the others need not compile),
+    where the first one is taken untimed."""
+    keys = named_args["n_keys"] if "n_keys" in named_args else named_args["C"] + named_args["M"] + named_args["T"]
+    small = named_args["T"] * keys < TUNED_WORK
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return configs[:1] if small or capturing else configs
 
 
 class TiledKernel:
@@ -93,7 +101,7 @@ class TiledKernel:
     @functools.cached_property
     def tuned(self):
         configs = [triton.Config(self.constexprs(t), num_warps=t.warps, num_stages=t.stages) for t in self.configs]
-        prune = {"early_config_prune": _first_while_capturing}
+        prune = {"early_config_prune": _configs_worth_timing}
         return triton.autotune(configs, key=self.key, reset_to_zero=list(self.zeroed), prune_configs_by=prune)(self.fn)
 
     def __call__(self, grid: Callable[[dict], tuple], args: tuple, meta: dict, device: torch.device, tiles) -> None:

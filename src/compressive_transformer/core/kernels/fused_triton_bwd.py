@@ -22,11 +22,11 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
     dense,
     first_chunks,
     head,
+    key_tile,
     load_rows,
     memory_blocks,
     memory_queries,
     mma,
-    next_chunks,
     probs_and_dscores,
     query_program,
     query_rows,
@@ -118,13 +118,11 @@ def _query_grads(
 ):  # fmt: skip
     """Add one stream's key blocks lo..hi to a query block's gradients. pend1 (and pend2 when R == 2): the band
     chunks of dS after the current tile's first, still open."""
-    i = i0 + tl.arange(0, BLOCK_M)
     for n0 in range(lo, hi, BLOCK_N):
-        k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
-        v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
-        content = mma(qu, tl.trans(k), PREC)
-        pos, head, old = next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-        s = scores(content, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, MASK)
+        k, v, s, head, old = key_tile(
+            head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+            BLOCK_M, BLOCK_N, D, R, PREC, MASK,
+        )  # fmt: skip
         _, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dq += mma(ds.to(k.dtype), k, PREC)
         z = unskew(ds.to(qp.dtype), BLOCK_M, BLOCK_N)  # the products take dS in the operands' dtype

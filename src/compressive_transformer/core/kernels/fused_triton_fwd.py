@@ -5,13 +5,11 @@ reads whole, the diagonal), each tile's positional scores from one new band chun
 from compressive_transformer.core.kernels.fused_triton_tiles import (
     dense,
     first_chunks,
-    load_rows,
+    key_tile,
     memory_blocks,
-    mma,
-    next_chunks,
+    online_softmax,
     query_program,
     query_rows,
-    scores,
     store_rows,
     tl,
     triton,
@@ -25,20 +23,12 @@ def _attend(
     PREC: tl.constexpr, MASK: tl.constexpr,
 ):  # fmt: skip
     """Online softmax of a query block over one stream's key blocks lo..hi (base-2 running max m_i and sum l_i)."""
-    i = i0 + tl.arange(0, BLOCK_M)
     for n0 in range(lo, hi, BLOCK_N):
-        k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
-        v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
-        content = mma(qu, tl.trans(k), PREC)
-        pos, head, old = next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-        s = scores(content, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, MASK)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
-        alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, PREC)
-        m_i = m_new
+        _, v, s, head, old = key_tile(
+            head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+            BLOCK_M, BLOCK_N, D, R, PREC, MASK,
+        )  # fmt: skip
+        m_i, l_i, acc = online_softmax(m_i, l_i, acc, s, v, PREC)
     return m_i, l_i, acc, head, old
 
 

@@ -198,6 +198,36 @@ def scores(content, pos, kv, i, n, key0, n_keys, T, M, win, MASK: tl.constexpr):
 
 
 @triton.jit
+def key_tile(
+    head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
+    MASK: tl.constexpr,
+):  # fmt: skip
+    """Key block n0 (key slots key0 + n0 ..) of a query block's walk over one stream: its keys, values and the tile's
+    base-2 scores, and the band chunks to carry to the next key block."""
+    k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
+    v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
+    content = mma(qu, tl.trans(k), PREC)
+    pos, head, old = next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    i = i0 + tl.arange(0, BLOCK_M)
+    s = scores(content, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, MASK)
+    return k, v, s, head, old
+
+
+@triton.jit
+def online_softmax(m_i, l_i, acc, s, v, PREC: tl.constexpr):
+    """Add one tile of base-2 scores s and its values v to a query block's running max m_i, sum l_i and output acc;
+    a row with nothing allowed yet stays at max -inf and sum 0."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m_i - m_use)
+    p = tl.math.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, PREC)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def split(lo, full_lo, full_hi, hi):
     """[lo, hi) cut at b1 <= b2 so that [b1, b2) is where the fully allowed blocks start (``full_lo``, ``full_hi``
     on the blocks' lattice): the loops run [lo, b1) masked, [b1, b2) unmasked, [b2, hi) masked."""
