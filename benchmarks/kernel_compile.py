@@ -5,6 +5,9 @@ workload's shape.
 
     python -m benchmarks.kernel_compile [--out benchmarks/results/kernel_sm90]
 
+It compiles with the Triton it imports: ``results/kernel_sm90_triton36.*`` came from Triton 3.6 (PyTorch 2.11's)
+installed into a folder of its own (``pip install --no-deps --target DIR triton==3.6.0``) put first on PYTHONPATH.
+
 Each kernel is compiled exactly as a CUDA call at that shape would launch it (bf16; the same arguments, so the same
 specialisation: pointers 16-byte aligned, integers divisible by 16 marked so), once per tile configuration it may
 run with (the current kernels' tuned configurations; the first kernel's one). Per compiled kernel: shared memory per
