@@ -6,11 +6,6 @@ from pathlib import Path
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    # The fused Triton kernel runs on the CPU through Triton's interpreter, which must be chosen before anything
-    # imports triton (torch.compile's tests do): one mode for the whole session, whichever test comes first.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(1)
 

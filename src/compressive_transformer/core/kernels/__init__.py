@@ -7,12 +7,13 @@ Every kernel is a function of one :class:`~compressive_transformer.core.attentio
 - ``reference``: the readable math (:func:`~compressive_transformer.core.attention.relative_attention`).
 - ``explicit``: the same scores in one buffer through a hand-written backward, for the CPU in eager mode.
 - ``sdpa-bias``: ``F.scaled_dot_product_attention`` with the positional scores and the mask as its float bias.
-- ``fused``: one Triton kernel forward and backward that computes the positional scores inside its tiles, never
-  writing a (B, H, T, K) buffer; CUDA (or Triton's CPU interpreter).
+- ``fused``: Triton kernels forward and backward that compute the positional scores inside their tiles, never
+  writing a (B, H, T, K) buffer; compiled on CUDA, through Triton's interpreter for CPU tensors (exact and slow: for
+  tests; ``auto`` never picks it there).
 
 A kernel that cannot do what a step asks is replaced, with one warning naming why: weights wanted -> ``explicit`` (or
-``reference`` under ``torch.compile``); attention dropout -> ``sdpa-bias``; ``fused`` without Triton or off CUDA ->
-``sdpa-bias``; ``explicit`` under ``torch.compile`` -> ``reference``. The earlier ``flex`` kernel (FlexAttention with
+``reference`` under ``torch.compile``); attention dropout -> ``sdpa-bias``; ``fused`` without Triton, in fp64 or on
+another device -> ``sdpa-bias``; ``explicit`` under ``torch.compile`` -> ``reference``. The earlier ``flex`` kernel (FlexAttention with
 the positional scores in a ``score_mod``) read a (B, H, T, K) table and gave NaN for padded rows when compiled on the
 CPU; ``fused`` does its job without the table, and configs naming ``flex`` get it.
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import warnings
 
 import torch
@@ -56,10 +56,9 @@ FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def fused_runs_on(device: torch.device, dtype: torch.dtype = torch.float32) -> bool:
-    """Where the fused kernel can run: CUDA with Triton, or the CPU through Triton's interpreter; not in fp64."""
-    if not triton_available() or dtype not in FUSED_DTYPES:
-        return False
-    return device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
+    """Where the fused kernel can run: with Triton, on CUDA or (through Triton's interpreter, which the kernel module
+    chooses for CPU tensors itself) on the CPU; not in fp64."""
+    return triton_available() and dtype in FUSED_DTYPES and device.type in ("cuda", "cpu")
 
 
 def auto_choice(device: torch.device, *, compiling: bool, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
@@ -99,8 +98,10 @@ def choose_kernel(
         _say_once(f"attn_impl {name!r} has no attention dropout: using 'sdpa-bias' while attn_dropout > 0 in training")
         name = "sdpa-bias"
     elif name == "fused" and not fused_runs_on(device, dtype):
-        _say_once("attn_impl 'fused' needs Triton, a CUDA device and fp32/bf16/fp16: using 'sdpa-bias'")
+        _say_once("attn_impl 'fused' needs Triton, a CUDA device or the CPU, and fp32/bf16/fp16: using 'sdpa-bias'")
         name = "sdpa-bias"
+    elif name == "fused" and device.type == "cpu":
+        _say_once("attn_impl 'fused' on the CPU runs through Triton's interpreter: exact but slow, meant for tests")
     if name == "explicit" and compiling:
         name = "reference"  # its strided views do not trace; compile fuses the reference
     return name
