@@ -49,6 +49,7 @@ from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import (
     RESUME_FILES,
     CheckpointError,
+    checkpoint_step,
     list_checkpoints,
     load_checkpoint,
     newest_good_checkpoint,
@@ -105,6 +106,12 @@ def _run_config(cfg: RLConfig | None, run_dir: Path, resume: bool, log: Log) -> 
             f"--resume: the config differs from {run_dir / CONFIG_FILE} in more than "
             f"{', '.join('train.' + k for k in RESUME_CHANGES)}; resume with the run's own config (a longer run: "
             "--set train.env_steps=N)"
+        )
+    trained = checkpoint_step(ckpt_path) * saved.train.n_envs * saved.train.unroll
+    if cfg.train.env_steps != saved.train.env_steps and cfg.train.env_steps < trained:
+        raise ConfigError(
+            f"--set train.env_steps={cfg.train.env_steps}: this run has already trained {trained} environment steps; "
+            f"give more than {trained} to train it further"
         )
     for key in RESUME_CHANGES:
         if key != "env_steps" and getattr(cfg.train, key) != free[key]:

@@ -236,7 +236,8 @@ class RunConfig:
         if unknown:
             raise ConfigError(f"{unknown[0]}: unknown section; known sections are {', '.join(RUN_SECTIONS)}")
         classes = {"data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
-        parts = {name: from_dict(classes[name], raw.get(name, {}), name) for name in classes}
+        tables = {**raw, "data": format_follows_path(raw.get("data", {}))}
+        parts = {name: from_dict(classes[name], tables.get(name, {}), name) for name in classes}
         return cls(model=ModelConfig.from_raw(raw.get("model", {})), **parts)
 
 
@@ -255,6 +256,15 @@ def load_run_config(path: str | Path | None, overrides: list[str] | tuple[str, .
     return RunConfig.from_raw(apply_run_overrides(raw, overrides))
 
 
+def format_follows_path(data: Any) -> Any:
+    """A [data] table that names a ``path`` but no ``format`` reads the path as ``text`` (a user's own files), never
+    as the default's built-in pydoc topics (which read no path)."""
+    if isinstance(data, Mapping) and data.get("path") and "format" not in data:
+        return {**data, "format": PATH_FORMAT}
+    return data
+
+
+PATH_FORMAT = "text"  # the format of a data.path given without data.format
 TOKENIZERS = ("bytes", "words", "bpe", "unigram", "pretrained")
 DEFAULT_SUBWORD_VOCAB = 8192
 
@@ -290,6 +300,13 @@ class DataConfig:
             not fmt.needs_path or bool(self.path),
             p + "path",
             f"format {self.format!r} needs the file or directory of the corpus; set data.path",
+        )
+        require(
+            fmt.needs_path or not self.path,
+            p + "path",
+            f"the {self.format!r} format is built in and reads no path, so {self.path!r} would be ignored; set "
+            f"data.format = '{PATH_FORMAT}' (or another format of files: {', '.join(n for n, f in FORMATS.items() if f.needs_path)}) "
+            "to read it, or drop data.path",
         )
         require(self.vocab_size >= 0, p + "vocab_size", "must be >= 0 (0 means 8192 for bpe/unigram)")
         if self.tokenizer == "bpe":
@@ -352,6 +369,8 @@ __all__ = [
     "EvalConfig",
     "RunConfig",
     "load_run_config",
+    "format_follows_path",
+    "PATH_FORMAT",
     "from_dict",
     "to_dict",
     "load_toml",

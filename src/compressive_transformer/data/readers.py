@@ -157,6 +157,9 @@ def data_root_path(path: str) -> str:
 def existing_path(cfg: DataConfig) -> Path:
     path = Path(data_root_path(cfg.path)).expanduser()
     if not path.exists():
+        if not corpus_format(cfg.format).sources:  # a user's own files: nothing to download
+            where = "" if path.is_absolute() else f" (a relative path starts at {Path.cwd()})"
+            raise ConfigError(f"data.path: {path} does not exist{where}; point it at your {cfg.format} files")
         hint = (
             f"`compressive-transformer data download` fills data/, or set {DATA_ROOT_ENV} to the directory holding it"
         )

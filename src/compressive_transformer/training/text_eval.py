@@ -177,6 +177,20 @@ def fresh_result_path(run_dir: Path, name: str) -> Path:
     return path
 
 
+def result_path(run_dir: Path | None, name: str, out: str | Path | None) -> Path:
+    """Where a result is written: ``out`` (which must not exist: a result never replaces a file), else
+    :func:`fresh_result_path` in the run; checked writable before any work."""
+    if out is not None and Path(out).exists():
+        raise ConfigError(f"--out: {out} exists; choose a new file (a result never replaces one)")
+    if out is None and run_dir is None:
+        raise ConfigError(
+            "evaluate: results are written into a run directory; load a run written by `train` or pass --out FILE"
+        )
+    path = Path(out) if out is not None else fresh_result_path(Path(run_dir), name)
+    require_writable(path)
+    return path
+
+
 def run_record(run: Run, result: EvalResult, source: dict[str, Any]) -> dict[str, Any]:
     """What an evaluation JSON holds: the numbers, the data they came from, the lengths and the checkpoint."""
     return result.to_dict() | {
@@ -192,12 +206,7 @@ def evaluate_source(
 ) -> tuple[EvalResult, Path]:
     """Score ``source`` and write ``RUN_DIR/eval_<name>.json`` under a name no earlier result holds (or ``out``);
     where that cannot be written it stops before computing anything."""
-    if run.run_dir is None and out is None:
-        raise ConfigError(
-            "evaluate: results are written into a run directory; load a run written by `train` or pass --out FILE"
-        )
-    path = Path(out) if out is not None else fresh_result_path(run.run_dir, source.name)
-    require_writable(path)
+    path = result_path(run.run_dir, source.name, out)
     with sizes_to_lower("evaluating", evaluation_sizes(run.config), EVALUATION_REMEDY):
         result = score_documents(run, source.documents, name=source.name, progress=progress)
     write_eval_record(path, run_record(run, result, source.description))
@@ -223,5 +232,6 @@ __all__ = [
     "evaluate_text",
     "evaluate_source",
     "fresh_result_path",
+    "result_path",
     "check_text_overrides",
 ]

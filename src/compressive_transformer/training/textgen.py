@@ -17,6 +17,7 @@ import torch
 from compressive_transformer.core.config import ConfigError, to_dict
 from compressive_transformer.core.memory import MemoryState
 from compressive_transformer.core.modality import TEXT, require_modality
+from compressive_transformer.runs.checkpoint import non_finite
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import generation_amp
 from compressive_transformer.training.generate import Generation, SamplingConfig, check_sampling, clean_prompt, generate
@@ -61,6 +62,9 @@ def load_memory(path: str | Path, run: Run) -> tuple[MemoryState, torch.Tensor]:
         raise ConfigError(f"--load-memory: {path} is not a memory file written by --save-memory")
     if meta.get("model") != model_fingerprint(run):
         raise ConfigError(f"--load-memory: {path} was written by another model; continue it with the run that wrote it")
+    bad = non_finite(tensors)
+    if bad is not None:
+        raise ConfigError(f"--load-memory: {path} holds non-finite values in {bad}; it cannot be continued")
     logits = tensors.pop("next_logits")
     return MemoryState.from_tensors(tensors).to(run.device), logits.to(run.device)
 

@@ -18,12 +18,12 @@ from typing import Any, Iterator
 
 from compressive_transformer.core.config import ConfigError, RunConfig, parse_override
 from compressive_transformer.core.dtypes import amp_dtype
-from compressive_transformer.core.fileio import require_writable, write_text_atomic
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.modality import require_modality, run_modality
 from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
 from compressive_transformer.data.baselines import ReferenceScores, reference_scores
-from compressive_transformer.runs.budget import check_fits
+from compressive_transformer.runs.budget import TRAINING_BYTES, check_fits, check_model_size
 from compressive_transformer.runs.checkpoint import RESUME_FILES, CheckpointError, newest_good_checkpoint
 from compressive_transformer.runs.failures import (
     EVALUATION_REMEDY,
@@ -64,7 +64,7 @@ from compressive_transformer.training.distributed import DistInfo, barrier, init
 from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.training.generate import SamplingConfig
 from compressive_transformer.training.schedule import learning_rate
-from compressive_transformer.training.text_eval import run_record
+from compressive_transformer.training.text_eval import result_path, run_record
 from compressive_transformer.training.textgen import generate_text
 from compressive_transformer.training.trainer import Trainer, TrainSummary
 
@@ -178,6 +178,7 @@ def _check_new_run(cfg: RunConfig | None, run_dir: Path, info: DistInfo, log: Lo
     if cfg is None:
         raise ConfigError("train: no config given")
     require_empty(run_dir)
+    check_model_size(cfg.model, device=resolve_device(cfg.train.device), bytes_per_parameter=TRAINING_BYTES)
     check_fits(
         cfg.model,
         batch_size=max(cfg.train.batch_size // info.world_size, 1),
@@ -239,6 +240,7 @@ def _resume_config(
                 "run's vocabulary cannot change; drop the override (or start a new run)"
             )
     wanted = resolve(cfg if cfg is not None else read_run_config(run_dir, overrides), tokenizer.vocab_size)
+    check_model_size(wanted.model, device=resolve_device(wanted.train.device), bytes_per_parameter=TRAINING_BYTES)
     ignore = RESUME_FREE_KEYS + RESUME_REMEDY_KEYS + ("eval.",)
     diff = config_difference(saved, wanted, ignore=ignore)
     if diff:
@@ -300,6 +302,31 @@ def _optional_corpus(cfg: RunConfig, split: str, tokenizer: Any, caches: Path, l
         return None
 
 
+def split_result_path(
+    run_dir: Path,
+    *,
+    split: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    out: str | Path | None = None,
+) -> tuple[str, Path]:
+    """The split :func:`evaluate_run` scores and the file it writes (``out``, else ``eval_<split>.json`` under a
+    name no earlier result holds), after refusing overrides that evaluating a trained run would ignore."""
+    bad = [o for o in overrides if not o.strip().startswith(EVAL_KEYS)]
+    if bad:
+        raise ConfigError(
+            f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run"
+        )
+    saved = read_run_config(run_dir)
+    if not corpus_format(saved.data.format).needs_path and any(o.strip().startswith("data.path") for o in overrides):
+        raise ConfigError(
+            f"--set data.path: a {saved.data.format} run reads no path; score your own text with `evaluate RUN --text FILE`"
+        )
+    if split is not None and any(o.strip().startswith("eval.split") for o in overrides):
+        raise ConfigError("--set eval.split: --split is given too and wins; drop one of them")
+    split = split or read_run_config(run_dir, overrides).eval.split
+    return split, result_path(run_dir, split, out)
+
+
 def evaluate_run(
     run_dir: str | Path,
     *,
@@ -312,24 +339,12 @@ def evaluate_run(
     device: str | None = None,
     threads: int | None = None,
 ) -> EvalResult:
-    """Stream a whole split through the run's newest good model; write ``eval_<split>.json`` into the run (or to
-    ``out``). Where that cannot be written it stops before computing anything."""
-    bad = [o for o in overrides if not o.strip().startswith(EVAL_KEYS)]
-    if bad:
-        raise ConfigError(
-            f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run"
-        )
+    """Stream a whole split through the run's newest good model; write ``eval_<split>.json`` into the run under a
+    name no earlier result holds (``eval_<split>-2.json`` ...), or to ``out``, which must not exist. Where that
+    cannot be written it stops before computing anything."""
     run_dir = Path(run_dir)
+    split, target = split_result_path(run_dir, split=split, overrides=overrides, out=out)
     cfg, tokenizer = open_run(run_dir, overrides)
-    if not corpus_format(cfg.data.format).needs_path and any(o.strip().startswith("data.path") for o in overrides):
-        raise ConfigError(
-            f"--set data.path: a {cfg.data.format} run reads no path; score your own text with `evaluate RUN --text FILE`"
-        )
-    if split is not None and any(o.strip().startswith("eval.split") for o in overrides):
-        raise ConfigError("--set eval.split: --split is given too and wins; drop one of them")
-    split = split or cfg.eval.split
-    target = Path(out) if out is not None else run_dir / f"eval_{split}.json"
-    require_writable(target)
     e = cfg.eval
     lengths = e.lengths(cfg.model)
     model, path = load_model_from(run_dir, cfg, checkpoint, device=device, threads=threads, log=log)
@@ -410,6 +425,7 @@ def demo(
     if steps is not None and steps < cfg.train.warmup_steps * 2:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, warmup_steps=max(steps // 10, 0)))
     run_dir = Path(run_dir) if run_dir is not None else fresh_run_dir("demo")
+    require_empty(run_dir, "the demo always trains a new run: choose another --run-dir, or leave it out")
     start = time.perf_counter()
     log(
         f"demo: training a {cfg.model.n_layers}-layer Compressive Transformer on the pydoc topics for {cfg.train.steps} steps"
