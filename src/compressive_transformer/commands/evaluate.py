@@ -89,7 +89,7 @@ def check_input_modality(args: argparse.Namespace) -> None:
         require_modality(modality, TEXT, "--text FILE", "score sound files with --data DIR --format audio")
     else:
         remedy = "give --format audio and a folder of sound files" if modality == AUDIO else "give a text format"
-        require_modality(modality, format_modality(args.format), f"--data with --format {args.format}", remedy)
+        require_modality(modality, format_modality(args.format), f"--data DIR --format {args.format}", remedy)
 
 
 def _evaluate_split(args: argparse.Namespace) -> None:

@@ -111,19 +111,43 @@ def _split_dirs(root: Path) -> dict[str, Path] | None:
 
 
 def decode_file(path: str | Path, tokenizer: str) -> Document:
-    """A whole file as UTF-8 text, or raw bytes for the byte tokenizer when it is not text."""
+    """A whole file to score with a trained run's tokenizer: UTF-8 text, or raw bytes for the byte tokenizer when
+    it is not text (Latin-1, say); a word or subword tokenizer reads UTF-8 only, which the file must then be
+    converted to (the run's tokenizer cannot change)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: is not a file; give a text file")
-    return _decode_bytes(path.read_bytes(), path, tokenizer)
+    try:
+        return _decode_bytes(path.read_bytes(), tokenizer)
+    except NotText as e:
+        raise ConfigError(
+            f"{path}: is not UTF-8 text (byte {e.offset}), and this run's {tokenizer!r} tokenizer reads UTF-8 only; "
+            f"convert it (e.g. iconv -f latin1 -t utf-8 {path} > {path.stem}-utf8{path.suffix}) or score it with a "
+            "byte-level run"
+        ) from None
 
 
 def decode(data: bytes, path: Path, cfg: DataConfig) -> Document:
-    return _decode_bytes(data, path, cfg.tokenizer)
+    """A corpus file for training: binary data or another encoding than UTF-8 needs the byte tokenizer."""
+    try:
+        return _decode_bytes(data, cfg.tokenizer)
+    except NotText as e:
+        raise ConfigError(
+            f"data.tokenizer: {path} is binary or not UTF-8 (byte {e.offset}); the {cfg.tokenizer!r} tokenizer needs "
+            "text, set tokenizer = 'bytes'"
+        ) from None
 
 
-def _decode_bytes(data: bytes, path: Path, tokenizer: str) -> Document:
-    """UTF-8 text, or the raw bytes when only the byte tokenizer will see them; binary data for a text tokenizer is an error."""
+class NotText(ValueError):
+    """Bytes a word or subword tokenizer cannot read: binary, or not UTF-8 (``offset``: the first such byte)."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"not UTF-8 text at byte {offset}")
+        self.offset = offset
+
+
+def _decode_bytes(data: bytes, tokenizer: str) -> Document:
+    """UTF-8 text, or the raw bytes when only the byte tokenizer will see them; :class:`NotText` otherwise."""
     bad = data.find(b"\x00")  # NUL never occurs in text, though it is valid UTF-8
     if bad < 0:
         try:
@@ -132,10 +156,7 @@ def _decode_bytes(data: bytes, path: Path, tokenizer: str) -> Document:
             bad = e.start
     if tokenizer == "bytes":
         return data
-    raise ConfigError(
-        f"data.tokenizer: {path} is binary or not UTF-8 (byte {bad}); the {tokenizer!r} tokenizer needs text, "
-        "set tokenizer = 'bytes'"
-    )
+    raise NotText(bad)
 
 
 # ---------------------------------------------------------------------------------------------------------------

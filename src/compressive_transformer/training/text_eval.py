@@ -83,7 +83,7 @@ def corpus_source(run: Run, directory: str | Path, fmt: str, split: str) -> Text
     """One split of a corpus in any supported format (``data.format`` values), read with the run's tokenizer settings."""
     path = Path(directory).expanduser().resolve()
     remedy = "give --format audio and a folder of sound files" if run.modality == AUDIO else "give a text format"
-    require_modality(run.modality, format_modality(fmt), f"--data with --format {fmt}", remedy)
+    require_modality(run.modality, format_modality(fmt), f"--data DIR --format {fmt}", remedy)
     try:
         data = dataclasses.replace(run.config.data, format=fmt, path=str(path), train_file="", cache_dir="")
     except ConfigError as e:
@@ -166,6 +166,7 @@ def score_documents(
         tokenizer_kind=run.tokenizer.kind,
         token_unit=token_unit(run.modality),
         amp_dtype=amp_dtype(inference_amp(run.config, next(run.model.parameters()).device)),
+        unknown_id=getattr(run.tokenizer, "unk_id", None),
     )
 
 

@@ -371,6 +371,7 @@ def evaluate_run(
             max_batches=e.max_batches,
             progress=progress,
             amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
+            unknown_id=getattr(tokenizer, "unk_id", None),
         )
     run = Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=run_dir, checkpoint=path)
     source = {"kind": "split", "format": cfg.data.format, "path": cfg.data.path, "split": split}
