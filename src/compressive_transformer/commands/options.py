@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 SPLITS = ("train", "validation", "test")
+MAX_TOKENS = 200  # generate's default length of a text continuation
 
 
 def override(text: str) -> str:
@@ -49,4 +50,4 @@ def add_device(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="CPU threads (default: the run's train.num_threads)")
 
 
-__all__ = ["SPLITS", "add_device", "add_overrides", "add_run_or_export", "override"]
+__all__ = ["MAX_TOKENS", "SPLITS", "add_device", "add_overrides", "add_run_or_export", "override"]

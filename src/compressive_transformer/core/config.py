@@ -323,6 +323,7 @@ class DataConfig:
             )
         require(self.min_freq >= 1, p + "min_freq", "must be >= 1")
         require(self.sample_rate > 0, p + "sample_rate", "must be > 0 (samples per second, e.g. 16000)")
+        self._check_unused(p, fmt)
         require(
             (self.tokenizer == "pretrained") == bool(self.tokenizer_file),
             p + "tokenizer_file",
@@ -340,6 +341,27 @@ class DataConfig:
             not self.train_file or fmt.train_file,
             p + "train_file",
             f"only the {' and '.join(with_train_file)} format has a train_file override; remove it",
+        )
+
+    def _check_unused(self, p: str, fmt: Any) -> None:
+        """Settings this tokenizer or format would not read: refused rather than silently ignored."""
+        require(
+            self.vocab_size == 0 or self.tokenizer in ("bpe", "unigram"),
+            p + "vocab_size",
+            f"is the size a bpe or unigram tokenizer learns; the {self.tokenizer!r} tokenizer would ignore it "
+            "(bytes: 256 ids; words: every training word, rarer than data.min_freq as <unk>; pretrained: its file's); "
+            "remove it",
+        )
+        require(
+            self.min_freq == 1 or self.tokenizer == "words",
+            p + "min_freq",
+            f"applies to the words tokenizer only; the {self.tokenizer!r} tokenizer would ignore it, remove it",
+        )
+        default_rate = DataConfig.__dataclass_fields__["sample_rate"].default
+        require(
+            self.sample_rate == default_rate or "sample_rate" in fmt.settings,
+            p + "sample_rate",
+            f"the {self.format!r} format reads no sound, so it would be ignored; remove it",
         )
 
     @property

@@ -68,6 +68,19 @@ def source_files(cfg: DataConfig, split: str) -> list[Path]:
     return corpus_format(cfg.format).files(cfg, split)
 
 
+def empty_split(cfg: DataConfig, split: str) -> str | None:
+    """Why ``split`` certainly holds no text, told from its files' sizes without reading them (a split of empty
+    files); None when it has some, or when that cannot be told so cheaply."""
+    try:
+        files = source_files(cfg, split)
+    except ConfigError as e:
+        return str(e)
+    sizes = [f.stat().st_size for f in files if f.is_file()]
+    if files and len(sizes) == len(files) and not any(sizes):
+        return f"its {len(files)} file(s) are empty, e.g. {files[0]}"
+    return None
+
+
 def by_fraction(items: list, split: str) -> list:
     """Deterministic 90/5/5 split of a list by count, at least one item in each split."""
     n = len(items)

@@ -23,6 +23,7 @@ from compressive_transformer.core.modality import require_modality, run_modality
 from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
 from compressive_transformer.data.baselines import ReferenceScores, reference_scores
+from compressive_transformer.data.readers import empty_split
 from compressive_transformer.runs.budget import TRAINING_BYTES, check_fits, check_model_size
 from compressive_transformer.runs.checkpoint import RESUME_FILES, CheckpointError, newest_good_checkpoint
 from compressive_transformer.runs.failures import (
@@ -130,6 +131,10 @@ def _train_locked(
                 f"data.path: the train split of {cfg.data.path or cfg.data.format} has no text to learn from; point data.path at a non-empty corpus"
             )
         val_corpus = _optional_corpus(cfg, "validation", tokenizer, caches, log)
+        if not resume and info.is_main and (why := empty_split(cfg.data, "test")) is not None:
+            log(
+                f"note: the test split has no text ({why}); training goes on, but `evaluate --split test` will have nothing to score"
+            )
         if not resume and info.is_main:
             tokenizer.save(run_dir / TOKENIZER_DIR)
             write_text_atomic(
