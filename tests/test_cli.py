@@ -487,6 +487,46 @@ def test_install_hints_name_extras_that_exist_and_setup_refuses_others(monkeypat
     assert done.returncode == 2 and "unknown extra 'no-such-extra'" in done.stderr and "audio" in done.stderr
 
 
+def test_the_readme_says_what_evaluate_prints(finished_run_copy: Path, capsys: pytest.CaptureFixture) -> None:
+    """The README said `evaluate` prints bits per character *and byte*; it prints bits per token and per character
+    (per byte only where characters take several bytes; every unit in the JSON)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code, out, err = cli_run(
+        capsys, "evaluate", str(finished_run_copy), "--split", "test", "--set", "eval.max_batches=0"
+    )
+    assert code == 0, err
+    printed = out.splitlines()[0]
+    assert "nats/token" in printed and "bits/token" in printed and "bits/char" in printed and "bits/byte" not in printed
+    assert "bits per character and byte of the text" not in readme
+    assert "nats per token, bits per token and bits per character (bits per byte too where characters" in readme
+    assert "`eval_test-2.json`" in readme and (finished_run_copy / "eval_test.json").is_file()
+
+
+def test_setup_reads_the_torch_version_without_a_numpy_warning() -> None:
+    """The constraint step imported torch before numpy was installed, printing "UserWarning: Failed to initialize
+    NumPy" on a successful install. Its command, run where numpy cannot be imported, prints the pin and nothing else."""
+    import subprocess
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "setup.sh").read_text()
+    (snippet,) = re.findall(r'"\$PY" -c "([^"]+)" > "\$CONSTRAINTS"', script)
+    blocked = f"import sys; sys.modules['numpy'] = None; exec({snippet!r})"
+    done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert re.fullmatch(r"torch==\d+\.\d+\.\d+\n", done.stdout), done.stdout
+
+
+def test_under_torchrun_only_the_main_process_says_an_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Every process reads the same config and fails alike before they join: the error was printed once per rank."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    code, _, err = cli_run(capsys, "train", "--set", "train.steps=0")
+    assert code == 2 and err == ""
+    monkeypatch.setenv("RANK", "0")
+    assert_one_line_error(*cli_run(capsys, "train", "--set", "train.steps=0")[::2], "train.steps")
+
+
 def test_the_importers_advice_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
