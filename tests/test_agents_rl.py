@@ -185,3 +185,23 @@ def test_resume_refuses_fewer_environment_steps_than_trained(
     assert code == 2 and "\n" not in err, err
     assert err.startswith("error: --set train.env_steps=32: this run has already trained 64 environment steps"), err
     assert (run / "config.toml").read_text() == before
+
+
+def test_an_agent_too_large_for_memory_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--set model.n_layers=1000000000` built layers until the machine ran out of memory."""
+    run = tmp_path / "r"
+    argv = [
+        "rl",
+        "train",
+        "configs/agents/nonmatching.toml",
+        "--set",
+        "model.n_layers=1000000000",
+        "--run-dir",
+        str(run),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: model: ") and "lower the sizes" in err and "\n" not in err, err
+    assert not run.exists()

@@ -496,7 +496,9 @@ def test_the_readme_says_what_evaluate_prints(finished_run_copy: Path, capsys: p
     )
     assert code == 0, err
     printed = out.splitlines()[0]
-    assert "nats/token" in printed and "bits/token" in printed and "bits/char" in printed and "bits/byte" not in printed
+    record = json.loads((finished_run_copy / "eval_test.json").read_text())
+    assert "nats/token" in printed and "bits/token" in printed and "bits/char" in printed
+    assert ("bits/byte" in printed) == (record["bytes"] != record["chars"]) and "bits_per_byte" in record
     assert "bits per character and byte of the text" not in readme
     assert "nats per token, bits per token and bits per character (bits per byte too where characters" in readme
     assert "`eval_test-2.json`" in readme and (finished_run_copy / "eval_test.json").is_file()

@@ -238,3 +238,26 @@ def test_a_decoder_refuses_a_memory_of_another_model(decoder_model: torch.nn.Mod
     other = build_model(tiny_config(d_model=8, d_ff=16)).eval()
     with pytest.raises(ValueError, match="^memory: layer 0 mem has width 8"):
         Decoder(decoder_model, other.init_memory(2))
+
+
+@pytest.mark.parametrize(
+    "prompt,fragment",
+    [
+        ([1.5, 2.0], "whole numbers, got 1.5"),
+        (torch.tensor([[1, 2], [3, 4]]), "one prompt of shape (P,) or (1, P)"),
+        ("some text", "got text; encode it first"),
+        (torch.tensor([0.5]), "integers"),
+    ],
+    ids=["floats", "a-batch", "text", "float-tensor"],
+)
+def test_generate_refuses_a_prompt_that_is_not_token_ids(
+    decoder_model: torch.nn.Module, prompt: object, fragment: str
+) -> None:
+    """Floats were truncated to ids without a word; a batch of prompts raised "Boolean value of Tensor with more than
+    one value is ambiguous"; text raised torch's "too many dimensions 'str'"."""
+    from compressive_transformer import generate
+
+    with pytest.raises(ValueError) as e:
+        generate(decoder_model, prompt, max_new_tokens=1)  # type: ignore[arg-type]
+    assert fragment in str(e.value) and str(e.value).startswith("prompt: ") and "\n" not in str(e.value)
+    assert len(generate(decoder_model, torch.tensor([[1, 2]]), max_new_tokens=2, seed=0).tokens) == 2

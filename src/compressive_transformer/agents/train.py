@@ -46,6 +46,7 @@ from compressive_transformer.agents.health import AgentDiverged, diverged, requi
 from compressive_transformer.core.config import ConfigError, Log, to_dict
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.runs import cputime
+from compressive_transformer.runs.budget import TRAINING_BYTES, check_model_size
 from compressive_transformer.runs.checkpoint import (
     RESUME_FILES,
     CheckpointError,
@@ -353,6 +354,8 @@ def train_agent(
         if resume and run_dir.is_dir():
             lock.acquire()
         cfg, ckpt_path = _run_config(cfg, run_dir, resume, log)
+        if cfg.core.kind == "transformer":  # sizes that cannot fit stop here, before anything is built or written
+            check_model_size(cfg.model, device=torch.device("cpu"), bytes_per_parameter=TRAINING_BYTES)
         if not resume:
             run_dir.mkdir(parents=True, exist_ok=True)
             lock.acquire()

@@ -79,10 +79,11 @@ def check_model_size(
     n = parameters_lower_bound(cfg)
     need = n * bytes_per_parameter + cfg.n_layers * LAYER_OBJECT_BYTES
     if total is not None and need > total:
+        vocabulary = f" and a vocabulary of {cfg.vocab_size}" if cfg.vocab_size else ""
         raise ConfigError(
-            f"{key}: d_model {cfg.d_model}, d_ff {cfg.d_ff}, {cfg.n_layers} layers and a vocabulary of "
-            f"{cfg.vocab_size} make at least {n:,} parameters, {need / GiB:,.1f} GiB here, more than the "
-            f"{total / GiB:,.1f} GiB of {device.type} memory; lower the sizes"
+            f"{key}: d_model {cfg.d_model}, d_ff {cfg.d_ff}, {cfg.n_layers} layers{vocabulary} make at least {n:,} "
+            f"parameters, {need / GiB:,.1f} GiB here, more than the {total / GiB:,.1f} GiB of {device.type} memory; "
+            "lower the sizes"
         )
 
 
