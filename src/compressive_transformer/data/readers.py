@@ -192,7 +192,10 @@ def existing_path(cfg: DataConfig) -> Path:
     path = Path(data_root_path(cfg.path)).expanduser()
     if not path.exists():
         if not corpus_format(cfg.format).sources:  # a user's own files: nothing to download
-            where = "" if path.is_absolute() else f" (a relative path starts at {Path.cwd()})"
+            if data_root_path(cfg.path) != cfg.path:
+                where = f" (a data.path under data/ is read from {DATA_ROOT_ENV}={os.environ[DATA_ROOT_ENV]})"
+            else:
+                where = "" if path.is_absolute() else f" (a relative path starts at {Path.cwd()})"
             raise ConfigError(f"data.path: {path} does not exist{where}; point it at your {cfg.format} files")
         hint = (
             f"`compressive-transformer data download` fills data/, or set {DATA_ROOT_ENV} to the directory holding it"
