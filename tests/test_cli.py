@@ -527,6 +527,9 @@ def test_under_torchrun_only_the_main_process_says_an_error(
     assert code == 2 and err == ""
     monkeypatch.setenv("RANK", "0")
     assert_one_line_error(*cli_run(capsys, "train", "--set", "train.steps=0")[::2], "train.steps")
+    monkeypatch.setenv("RANK", "1")  # a RANK left in the environment outside torchrun hides nothing
+    monkeypatch.delenv("WORLD_SIZE")
+    assert_one_line_error(*cli_run(capsys, "train", "--set", "train.steps=0")[::2], "train.steps")
 
 
 def test_the_importers_advice_runs(

@@ -82,7 +82,7 @@ def say_error(message: str) -> None:
     """``error: message`` on stderr, once per command: under ``torchrun`` every process reads the same config and
     fails alike before they join, so only the main one says it; once joined, another process's error may be its
     own, and it says it with its rank."""
-    rank = int(os.environ.get("RANK", "0") or 0)
+    rank = int(os.environ.get("RANK", "0") or 0) if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else 0
     if rank == 0:
         print(f"error: {message}", file=sys.stderr)
     elif torch.distributed.is_available() and torch.distributed.is_initialized():
