@@ -187,21 +187,12 @@ def test_resume_refuses_fewer_environment_steps_than_trained(
     assert (run / "config.toml").read_text() == before
 
 
-def test_an_agent_too_large_for_memory_is_refused_before_anything_is_written(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_an_agent_too_large_for_memory_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     """`--set model.n_layers=1000000000` built layers until the machine ran out of memory."""
+    from cli_helpers import assert_one_line_error, cli_capped
+
     run = tmp_path / "r"
-    argv = [
-        "rl",
-        "train",
-        "configs/agents/nonmatching.toml",
-        "--set",
-        "model.n_layers=1000000000",
-        "--run-dir",
-        str(run),
-    ]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: model: ") and "lower the sizes" in err and "\n" not in err, err
+    layers = ["--set", "model.n_layers=1000000000"]
+    done = cli_capped("rl", "train", "configs/agents/nonmatching.toml", *layers, "--run-dir", str(run))
+    assert_one_line_error(done.returncode, done.stderr, "model: ", "lower the sizes")
     assert not run.exists()

@@ -6,14 +6,12 @@ key (or, for a cut line, a one-line notice and the other records), never a trace
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import safetensors.torch
 import torch
-from cli_helpers import FAST, assert_one_line_error, cli_run
+from cli_helpers import FAST, assert_one_line_error, cli_capped, cli_run
 from conftest import tiny_config
 from test_import_transfo_xl import CONFIG, write_checkpoint
 
@@ -28,12 +26,6 @@ from compressive_transformer.runs.metrics import METRICS_FILE, MetricsLogger, re
 
 # ---------------------------------------------------------------------------------------------------------------
 # imported weights and sizes
-
-
-def _cli(*argv: str) -> subprocess.CompletedProcess:
-    """The command line in a fresh process under a timeout: what these configs did before was hang."""
-    command = [sys.executable, "-m", "compressive_transformer.cli", *argv]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("poison", ["nan", "inf"])
@@ -60,7 +52,7 @@ def test_import_refuses_a_config_too_large_for_memory_before_allocating(change: 
     """d_model 1e6 / d_inner 4e6 ended in a 41-line traceback ("you tried to allocate 4000000000000 bytes");
     n_layer = 10**9 built layers silently until killed. Run in a fresh process under a timeout, as a user would."""
     src = write_checkpoint(tmp_path / "src", CONFIG | change)
-    done = _cli("import", "transfo-xl", str(src), str(tmp_path / "out"))
+    done = cli_capped("import", "transfo-xl", str(src), str(tmp_path / "out"))
     assert_one_line_error(done.returncode, done.stderr, "transfo-xl: ", "parameters", "lower the sizes")
     assert not (tmp_path / "out").exists()
 
@@ -68,7 +60,7 @@ def test_import_refuses_a_config_too_large_for_memory_before_allocating(change: 
 def test_train_refuses_sizes_that_cannot_fit_before_anything_is_written(tmp_path: Path) -> None:
     """`--set model.n_layers=1000000000` built layers until the machine ran out of memory."""
     run = tmp_path / "r"
-    done = _cli("train", "--set", "model.n_layers=1000000000", "--run-dir", str(run), *FAST)
+    done = cli_capped("train", "--set", "model.n_layers=1000000000", "--run-dir", str(run), *FAST)
     assert_one_line_error(done.returncode, done.stderr, "model:", "1000000000 layers", "lower the sizes")
     assert not run.exists()
 
