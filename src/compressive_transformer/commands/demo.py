@@ -24,7 +24,7 @@ def main(args: argparse.Namespace) -> None:
     result = demo(steps=args.steps, run_dir=args.run_dir)
     print()
     print(result.validation.summary())
-    print(result.references.line())
+    print(result.references.line(result.validation.bits_per_char))
     print("sample:")
     print(result.sample)
     print()

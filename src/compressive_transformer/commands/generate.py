@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from compressive_transformer.commands import generate_audio
-from compressive_transformer.commands.options import add_device, add_run_or_export
+from compressive_transformer.commands.options import MAX_TOKENS, add_device, add_run_or_export
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.inference.generate import SamplingConfig, check_sampling, clean_prompt
 from compressive_transformer.inference.textgen import generate_text, load_memory, read_prompts, save_memory
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="one prompt per line (\\n inside a line is a newline); each is continued in turn",
     )
-    p.add_argument("--max-tokens", type=int, default=200, help="tokens to generate (default 200)")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"tokens to generate (default {MAX_TOKENS})")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
     p.add_argument(
         "--top-k", type=int, default=0, help="sample among the K most likely tokens; 0 keeps all (default 0)"

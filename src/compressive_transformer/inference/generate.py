@@ -130,6 +130,24 @@ def _decoder(model: torch.nn.Module, memory: MemoryState, compile: bool) -> Any:
     return make(model, memory, compile=compile, cuda_graphs=memory.layers[0].mem.device.type == "cuda" and not compile)
 
 
+def prompt_ids(prompt: Any) -> list[int]:
+    """A prompt as a list of token ids: a sequence of whole numbers, or a tensor of integers holding one prompt
+    ((P,) or (1, P)); anything else (text, floats, a batch of prompts) is a one-line ``ValueError``."""
+    if isinstance(prompt, torch.Tensor):
+        if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
+            raise ValueError(f"prompt: token ids must be integers (torch.long), got {prompt.dtype}")
+        if prompt.dim() > 2 or (prompt.dim() == 2 and prompt.shape[0] != 1):
+            raise ValueError(f"prompt: expected one prompt of shape (P,) or (1, P), got shape {tuple(prompt.shape)}")
+        return [int(x) for x in prompt.reshape(-1).tolist()]
+    if isinstance(prompt, (str, bytes)):
+        raise ValueError("prompt: expected token ids, got text; encode it first (run.encode(text))")
+    items = list(prompt)
+    bad = next((x for x in items if isinstance(x, bool) or not isinstance(x, numbers.Integral)), None)
+    if bad is not None:
+        raise ValueError(f"prompt: token ids must be whole numbers, got {bad!r}; encode text with run.encode(text)")
+    return [int(x) for x in items]
+
+
 @torch.no_grad()
 def generate(
     model: torch.nn.Module,
@@ -159,6 +177,7 @@ def generate(
     the logits each token was drawn from. ``compile``: the decoder's step under ``torch.compile`` (worth it for long
     generations on a CPU: the first tokens wait for the compilation, one graph per memory fill; ignored for models
     without a decoder). ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32)."""
+    prompt = prompt_ids(prompt)
     if not prompt and (memory is None or next_logits is None):
         raise ConfigError("prompt: is empty; give at least one character to start from")
     check_sampling(max_tokens=max_new_tokens)

@@ -24,6 +24,7 @@ from compressive_transformer.inference.generate import (
     clean_prompt,
     generate,
 )
+from compressive_transformer.runs.checkpoint import non_finite
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import generation_amp
 
@@ -67,6 +68,9 @@ def load_memory(path: str | Path, run: Run) -> tuple[MemoryState, torch.Tensor]:
         raise ConfigError(f"--load-memory: {path} is not a memory file written by --save-memory")
     if meta.get("model") != model_fingerprint(run):
         raise ConfigError(f"--load-memory: {path} was written by another model; continue it with the run that wrote it")
+    bad = non_finite(tensors)
+    if bad is not None:
+        raise ConfigError(f"--load-memory: {path} holds non-finite values in {bad}; it cannot be continued")
     logits = tensors.pop("next_logits")
     return MemoryState.from_tensors(tensors).to(run.device), logits.to(run.device)
 

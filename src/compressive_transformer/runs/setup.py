@@ -17,7 +17,7 @@ from compressive_transformer.core.config import ConfigError, Log, RunConfig, app
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.modality import require_modality, run_modality
 from compressive_transformer.data import build_tokenizer, load_tokenizer, read_documents
-from compressive_transformer.runs.budget import check_fits
+from compressive_transformer.runs.budget import TRAINING_BYTES, check_fits, check_model_size
 from compressive_transformer.runs.checkpoint import RESUME_FILES, CheckpointError, newest_good_checkpoint
 from compressive_transformer.runs.init_from import load_source
 from compressive_transformer.runs.machine import resolve_device
@@ -62,6 +62,7 @@ def plan_new_run(cfg: RunConfig | None, run_dir: Path, *, world_size: int, log: 
     if cfg is None:
         raise ConfigError("train: no config given")
     require_empty(run_dir)
+    check_model_size(cfg.model, device=resolve_device(cfg.train.device), bytes_per_parameter=TRAINING_BYTES)
     check_fits(
         cfg.model,
         batch_size=max(cfg.train.batch_size // world_size, 1),

@@ -14,7 +14,7 @@ from compressive_transformer.inference.evaluate import EvalResult
 from compressive_transformer.inference.generate import SamplingConfig
 from compressive_transformer.inference.workflows import evaluate_run, generate_run
 from compressive_transformer.runs.presets import DEMO_TOML
-from compressive_transformer.runs.rundir import Log, config_from_text, fresh_run_dir
+from compressive_transformer.runs.rundir import Log, config_from_text, fresh_run_dir, require_empty
 from compressive_transformer.training.workflows import train_run
 
 
@@ -37,6 +37,7 @@ def demo(
     if steps is not None and steps < cfg.train.warmup_steps * 2:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, warmup_steps=max(steps // 10, 0)))
     run_dir = Path(run_dir) if run_dir is not None else fresh_run_dir("demo")
+    require_empty(run_dir, "the demo always trains a new run: choose another --run-dir, or leave it out")
     start = time.perf_counter()
     log(
         f"demo: training a {cfg.model.n_layers}-layer Compressive Transformer on the pydoc topics for {cfg.train.steps} steps"

@@ -14,6 +14,7 @@ from typing import Any
 
 from compressive_transformer.core.config import ConfigError, RunConfig
 from compressive_transformer.data import load_corpus
+from compressive_transformer.data.readers import empty_split
 from compressive_transformer.runs.failures import TRAINING_REMEDY, sizes_to_lower, training_sizes
 from compressive_transformer.runs.machine import resolve_device
 from compressive_transformer.runs.rundir import Log, cache_dir, claim_run_dir
@@ -102,6 +103,10 @@ def _start(plan: TrainingPlan, info: DistInfo, log: Log, *, created: bool) -> tu
                 f"data.path: the train split of {data.path or data.format} has no text to learn from; point data.path at a non-empty corpus"
             )
         val_corpus = _optional_corpus(plan.cfg, "validation", plan.tokenizer, caches, log)
+        if new_main and (why := empty_split(plan.cfg.data, "test")) is not None:
+            log(
+                f"note: the test split has no text ({why}); training goes on, but `evaluate --split test` will have nothing to score"
+            )
         if new_main:
             write_new_run(plan)
             barrier(info)  # the other processes may read the run now

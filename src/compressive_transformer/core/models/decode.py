@@ -22,6 +22,7 @@ from torch import Tensor
 from compressive_transformer.core.attention import AttentionOutput, RelativeAttention, Tables
 from compressive_transformer.core.graphs import StaticGraphs, copied, rebuild, tensors_of
 from compressive_transformer.core.memory import Eviction, LayerMemory, MemoryState, compressed_for_attention
+from compressive_transformer.core.models.checks import check_memory, check_step_tokens
 from compressive_transformer.core.models.lm import CompressiveTransformerLM
 from compressive_transformer.core.models.weight_watch import WriteWatch
 
@@ -93,6 +94,17 @@ class Decoder:
             raise ValueError(f"no decoder for this model: {reason}; use model(...) one token at a time")
         if model.training:
             raise ValueError("decode in eval mode: call model.eval() first")
+        param = next(model.parameters())
+        rows = memory.batch_size if isinstance(memory, MemoryState) else 0
+        check_memory(
+            model.cfg,
+            memory,
+            batch_size=rows,
+            n_layers=len(model.blocks),
+            dtype=param.dtype,
+            device=param.device,
+            compressive=True,
+        )
         self.model = model
         self._tables: dict[int, list[Tables]] = {}  # per compressed-stream offset (the fill, for shared positions)
         memory = rebuild(memory, [t.contiguous() for t in tensors_of(memory)])  # the layout every later step has
@@ -139,9 +151,11 @@ class Decoder:
 
     @torch.no_grad()
     def step(self, tokens: Tensor) -> Tensor:
-        """Feed one token per row, tokens: (B,) ids; returns the next-token logits (B, V)."""
+        """Feed one token per row, tokens: (B,) ids; returns the next-token logits (B, V). Tokens of another
+        shape, type or device, or ids outside the vocabulary, are a one-line ``ValueError``."""
         if self._watch.written:
             raise RuntimeError("the model's weights changed while decoding; make a new Decoder from decoder.memory()")
+        check_step_tokens(self.model.cfg, tokens, batch_size=self._memory.batch_size, device=self._ones.device)
         tables = self._tables_for(self._memory)
         caches = [replace(c, tables=t) for c, t in zip(self._caches, tables)]
         tokens = tokens.reshape(-1, 1)
