@@ -10,7 +10,9 @@ Every kernel is a function of one :class:`~compressive_transformer.core.attentio
 - ``fused``: one Triton kernel forward and backward that computes the positional scores inside its tiles, never
   writing a (B, H, T, K) buffer; CUDA (or Triton's CPU interpreter).
 
-A kernel that cannot do what a step asks is replaced, with one warning naming why: weights wanted -> ``explicit`` (or
+``auto`` picks ``fused`` on CUDA in bf16 / fp16, compiled or not (a ``torch.library`` custom op, which
+``torch.compile`` traces without a graph break while it compiles everything around it), else ``sdpa-bias`` on CUDA,
+``reference`` under ``torch.compile`` and ``explicit`` on the CPU. A kernel that cannot do what a step asks is replaced, with one warning naming why: weights wanted -> ``explicit`` (or
 ``reference`` under ``torch.compile``); attention dropout -> ``sdpa-bias``; ``fused`` without Triton or off CUDA ->
 ``sdpa-bias``; ``explicit`` under ``torch.compile`` -> ``reference``. The earlier ``flex`` kernel (FlexAttention with
 the positional scores in a ``score_mod``) read a (B, H, T, K) table and gave NaN for padded rows when compiled on the
@@ -64,11 +66,12 @@ def fused_runs_on(device: torch.device, dtype: torch.dtype = torch.float32) -> b
 
 def auto_choice(device: torch.device, *, compiling: bool, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
     """``auto``'s kernel and the reason for it (``dtype``: the compute dtype)."""
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and fused_runs_on(device, dtype):
+        # a torch.library custom op: torch.compile traces it whole and compiles everything around it
+        return "fused", "no (B, H, T, K) buffer in memory, forward or backward (benchmarks/results/gpu)"
     if compiling:
         return "reference", "torch.compile fuses the reference's plain tensor code"
     if device.type == "cuda":
-        if dtype in (torch.bfloat16, torch.float16) and fused_runs_on(device, dtype):
-            return "fused", "no (B, H, T, K) buffer in memory, forward or backward (benchmarks/results/gpu)"
         return "sdpa-bias", "fp32 (the fused kernel's exact fp32 products run off the tensor cores) or no Triton"
     return "explicit", "on the CPU the scores in one buffer beat a bias read by SDPA (benchmarks/results/backends)"
 
