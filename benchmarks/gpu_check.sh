@@ -7,7 +7,9 @@
 #   2. peers    the peers' wheels (compressive-transformer-pytorch 0.4.0, labml-nn 0.5.1 and their needs) from
 #               WHEELS (default .whl/) into a private folder, no index, no dependencies pulled
 #   3. tests    the CUDA tests with full failure output: the fused kernel against the reference, every kernel in
-#               training, bf16/fp16, the captured update and the graphed decoder, the trainer end to end
+#               training, bf16/fp16, the captured update and the graphed decoder, the trainer end to end (90 s each)
+#      compile  the compiled ones (training, and the decoder compiled and replayed as generate runs it on a GPU):
+#               compiling takes minutes, so they run as a part of their own, each under its own 240 s limit
 #   4. kernel   the fused attention against the reference and SDPA-with-a-bias at the `gpu` workload's shape
 #   5. bench    the `gpu` workload in bf16: ours (captured and eager), our Transformer-XL at equal keys, the peers
 #   6. paper    one update of configs/enwik8.toml timed, and the hours to its schedule's tokens
@@ -66,7 +68,10 @@ part() {
 
 part env 30 "$OUT/bench.log" "$PY" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'); import triton; print('triton', triton.__version__)"
 part peers 40 "$OUT/bench.log" "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PEERS_DIR" $WHEELS/*.whl
-part tests 140 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider --tb=long -rfE --timeout 90 "${TESTS[@]}"
+part tests 120 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider --tb=long -rfE --timeout 90 -k "not compiled" \
+  "${TESTS[@]}"
+part compile 200 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider --tb=long -rfE --timeout 240 -k compiled \
+  tests/test_cuda.py
 part kernel 45 "$OUT/bench.log" "$PY" -m benchmarks.fused_attention "${KERNEL[@]}" --out "$OUT/kernel.json"
 part bench 170 "$OUT/bench.log" "$PY" -m benchmarks.gpu --workload $WORKLOAD --device "$DEVICE" --amp bf16 \
   --python "$PY" --out "$OUT" --name gpu --impl ours+graphs,ours,ours_txl+graphs,lucidrains,labml

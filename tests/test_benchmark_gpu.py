@@ -113,9 +113,11 @@ def test_the_prepared_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
     )
     assert p.returncode == 0, p.stderr[-2000:]
     summary = (out / "summary.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in summary] == ["env", "peers", "tests", "kernel", "bench", "paper", "more"]
+    parts = ["env", "peers", "tests", "compile", "kernel", "bench", "paper", "more"]
+    assert [line.split(":")[0] for line in summary] == parts
     status = dict(line.split(": ", 1) for line in summary)
     assert status["tests"].startswith("ok") and status["bench"].startswith("ok") and status["paper"].startswith("ok")
+    assert status["compile"].startswith("ok")  # its tests skip on the CPU: the command is what a dry run checks
     runs = json.loads((out / "gpu.json").read_text())["runs"]["bf16"]
     assert runs["ours+graphs"]["train"]["tokens_per_s"] > 0 and runs["ours+graphs"]["config"]["cuda_graphs"]
     assert set(runs) == {"ours+graphs", "ours", "ours_txl+graphs", "lucidrains", "labml"}  # peers: a row or an error

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import explain_training_step, tiny_config
 
 from compressive_transformer import CompressiveTransformerLM
 from compressive_transformer.runs.presets import TINY_TOML
@@ -78,16 +78,5 @@ def test_the_training_step_with_kept_copies_is_one_graph():
     torch.manual_seed(0)
     model = CompressiveTransformerLM(tiny_config()).train()
     forward = WithLowPrecisionWeights(model, LowPrecisionWeights(model, torch.bfloat16))
-    tokens = torch.randint(0, 32, (2, 8))
-    memory = model.init_memory(2)
-    with torch.no_grad():
-        for _ in range(3):
-            memory = model(tokens, memory=memory, targets=tokens).memory
-
-    def step(tokens, memory):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = forward(tokens, memory=memory, targets=tokens)
-        return out.loss + out.aux_loss, out.memory
-
-    explained = torch._dynamo.explain(step)(tokens, memory)
+    explained = explain_training_step(model, forward, amp=torch.bfloat16)
     assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]

@@ -122,17 +122,14 @@ def scores(a: AttentionInputs) -> Tensor:
 
 def one_query_scores(a: AttentionInputs) -> Tensor:
     """:func:`scores` for one query (T = 1, a decoding step): key j of a stream reads row j of its table, no shift,
-    so the scores are one accumulating matmul for the content and the mask, then one per positional stream added
-    into its keys' columns in place (no buffer of either stream's scores)."""
+    so the scores are two small matmuls and one accumulating one, in plain tensor code."""
     B, H, _, dh = a.qu.shape
     K, C = a.k.shape[2], a.mask.n_cmem
-    s = torch.baddbmm(a.mask.dense.expand(B, H, 1, K).reshape(B * H, 1, K), a.qu.reshape(B * H, 1, dh),
-                      a.k.reshape(B * H, K, dh).transpose(1, 2)).view(B, H, K).transpose(0, 1)  # fmt: skip
-    heads = lambda q: q.reshape(B, H, dh).transpose(0, 1)  # noqa: E731  (H, B, dh): a head's queries against its table
-    s[..., C:].baddbmm_(heads(a.qv), a.r[:, : K - C].transpose(1, 2))  # (H, B, M + 1)
+    position = torch.matmul(a.qv, a.r[:, : K - C].transpose(1, 2))  # (B, H, 1, M + 1)
     if C > 0:
-        s[..., :C].baddbmm_(heads(a.qc), a.rc[:, :C].transpose(1, 2))
-    return s.transpose(0, 1).view(B, H, 1, K)
+        position = torch.cat([torch.matmul(a.qc, a.rc[:, :C].transpose(1, 2)), position], dim=-1)
+    bias = (position + a.mask.dense).view(B * H, 1, K)
+    return torch.baddbmm(bias, a.qu.reshape(B * H, 1, dh), a.k.reshape(B * H, K, dh).transpose(1, 2)).view(B, H, 1, K)
 
 
 def explicit_attention(a: AttentionInputs) -> tuple[Tensor, Tensor]:

@@ -109,9 +109,14 @@ class _Store:
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         ring = self.ring
-        ring.k.index_copy_(2, self.key, k.to(ring.k.dtype))
-        ring.v.index_copy_(2, self.key, v.to(ring.v.dtype))
+        ring.k.index_copy_(2, self.key, _as(k, ring.k))
+        ring.v.index_copy_(2, self.key, _as(v, ring.v))
         return ring.k, ring.v
+
+
+def _as(t: Tensor, like: Tensor) -> Tensor:
+    """``t`` in ``like``'s dtype (the rings keep theirs under autocast)."""
+    return t if t.dtype == like.dtype else t.to(like.dtype)
 
 
 class _Token:
@@ -138,7 +143,7 @@ class _Token:
         """Algorithm 1 at T = 1 for layer i, in place: x (B, 1, d) into the token's slot; a due group of c evicted
         states (and e after it) compressed into the compressed ring's oldest slot, its key and value projected."""
         ring, ix, group, c = self.state.layers[i], self.index, self.group, self.model.cfg.compression.rate
-        ring.mem.index_copy_(1, ix.slot, x.to(ring.mem.dtype))
+        ring.mem.index_copy_(1, ix.slot, _as(x, ring.mem))
         old_usage = None
         if ring.usage is not None:  # the attention the memory slots got; the token's own slot starts unused
             ring.usage.add_(weights[:, :, 0, ring.cmem.shape[1] :].mean(1)).index_fill_(1, ix.slot, 0.0)
@@ -194,6 +199,7 @@ class Decoder:
         # compiled or graphed steps gather the tables' rows in ring order from index tensors; eager steps read them as
         # views of tables laid out twice over (a view per ring position: no copy)
         self._gather = compile or cuda_graphs
+        self._views: dict[tuple[int, str, int], list] = {}  # eager: the tables' slices per ring position
         with torch.no_grad():
             self.state = self._rings(memory)
             self._indices = self._index_tensors(device)
@@ -320,13 +326,18 @@ class Decoder:
 
     def _ring_tables(self, fill: int) -> list[Tables]:
         """Eager steps: each layer's tables in ring order for this token, slices of the doubled tables (see
-        :meth:`_table_rows`: memory-ring slot s reads row (s - p - 1) mod R, compressed-ring slot s row (s - pc) mod C)."""
-        R, C = self.R, self.C
-        o, oc = (-self.p - 1) % R, (-self.pc) % max(C, 1)
-        return [
-            Tables(t.r[:, o : o + R + 1], None if t.rc is None else t.rc[:, oc : oc + C + 1], t.biases)
-            for t in self._tables_for(fill)
-        ]
+        :meth:`_table_rows`: memory-ring slot s reads row (s - p - 1) mod R, compressed-ring slot s row (s - pc) mod C),
+        each slice made once per ring position."""
+        tables, R, C = self._tables_for(fill), self.R, self.C
+        key = fill if self.model.cfg.positions.cmem == "shared" else 0
+        if (key, "r", self.p) not in self._views:
+            o = (-self.p - 1) % R
+            self._views[key, "r", self.p] = [t.r[:, o : o + R + 1] for t in tables]
+        if (key, "rc", self.pc) not in self._views:
+            oc = (-self.pc) % max(C, 1)
+            self._views[key, "rc", self.pc] = [None if t.rc is None else t.rc[:, oc : oc + C + 1] for t in tables]
+        r, rc = self._views[key, "r", self.p], self._views[key, "rc", self.pc]
+        return [Tables(r[i], rc[i], t.biases) for i, t in enumerate(tables)]
 
     def _blocked(self) -> Tensor:
         """(B, 1, 1, C + R) -inf in the compute dtype in force, which a token's dense mask opens where keys may be read."""
