@@ -288,8 +288,7 @@ def test_reset_empties_the_history_of_its_rows_only():
 )
 def test_one_plan_per_segment_moves_every_layer_as_its_own_update_would(seg_sizes, mem_len, c, extra, dilations):
     """The masks of an update are the same for every layer, so a model plans them once per segment
-    (plan_update) and hands each layer its [mem; x] states: the same next state and eviction, layer by layer, as each
-    layer's own update (a padded first position, a context compressor, pending groups)."""
+    (plan_update): the same next state and eviction, layer by layer, as each layer's own update (a padded first position, a context compressor, pending groups)."""
     from compressive_transformer.core.memory import plan_update
 
     torch.manual_seed(0)
@@ -309,7 +308,7 @@ def test_one_plan_per_segment_moves_every_layer_as_its_own_update_would(seg_size
         for j, state in enumerate(states):
             x = torch.randn(2, T, 3, dtype=torch.float64)
             own, own_ev = update_layer(state, x, x_mask, **kw)
-            shared, shared_ev = update_layer(state, x, x_mask, **kw, plan=plan, joined=torch.cat([state.mem, x], 1))
+            shared, shared_ev = update_layer(state, x, x_mask, **kw, plan=plan)
             for name in ("mem", "mem_mask", "cmem", "cmem_mask", "history", "history_mask"):
                 a, b = getattr(own, name), getattr(shared, name)
                 assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), name

@@ -160,7 +160,6 @@ class AttentionOutput:
     q: Tensor  # (B, H, T, dh) the queries (the reconstruction loss reuses them)
     k: Tensor  # (B, H, K, dh) keys of [cmem; mem; segment] (the reconstruction loss reuses the evicted ones)
     v: Tensor  # (B, H, K, dh) values
-    states: Tensor | None = None  # (B, K, d) [cmem; mem; segment] from memory states (the memory update reuses it)
 
 
 @dataclass(frozen=True)
@@ -261,22 +260,22 @@ class RelativeAttention(nn.Module):
         kernel: Kernel,
     ) -> AttentionOutput:
         """x: (B, T, d) the layer's attention input; memory: its memory states in slot order, as consecutive parts
-        (B, S_i, d) (compressed, then regular), whose keys and values are projected with the segment's in one matmul
-        over [cmem; mem; x] (no concatenation of keys or of values), or a decoder's :class:`KeyValueStore`;
-        tables: :meth:`tables`."""
+        (B, S_i, d) (compressed, then regular), whose keys and values are projected in one matmul and joined with the
+        segment's in one buffer (keys and values side by side: one concatenation, not one each; the memory rows take
+        no gradient), or a decoder's :class:`KeyValueStore`; tables: :meth:`tables`."""
         B, T, _ = x.shape
         n, dt = self.n_heads * self.d_head, compute_dtype(x.device, x.dtype)
         as_dt = lambda t: t if t.dtype == dt else t.to(dt)  # noqa: E731  (autocast's cast, once for both uses)
-        states = None
+        w = as_dt(self.qkv.weight)
+        qkv = F.linear(as_dt(x), w)  # (B, T, 3 H dh)
         if isinstance(memory, (list, tuple)):
-            w_q, w_kv = as_dt(self.qkv.weight).split([n, 2 * n])
-            states = torch.cat([*memory, x], dim=1)  # (B, K, d) [cmem; mem; x]
-            q = self.heads(F.linear(as_dt(x), w_q))
-            kv = F.linear(as_dt(states), w_kv).view(B, -1, 2, self.n_heads, self.d_head)
-            k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, K, dh) each, views of one buffer
+            q, kv_x = qkv.split([n, 2 * n], dim=-1)
+            states = torch.cat(memory, dim=1) if len(memory) > 1 else memory[0]  # (B, S, d) [cmem; mem], no gradient
+            kv = torch.cat([F.linear(as_dt(states), w[n:]), kv_x], dim=1)  # (B, K, 2 H dh): keys and values in one
+            k, v = kv.view(B, -1, 2, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, K, dh)
+            q = self.heads(q)
         else:
-            qkv = F.linear(as_dt(x), as_dt(self.qkv.weight)).view(B, T, 3, self.n_heads, self.d_head)
-            q, k_x, v_x = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, T, dh) each
+            q, k_x, v_x = qkv.view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
             k, v = (as_dt(t) for t in memory.extend(k_x, v_x))
         queries = torch.add(as_dt(tables.biases), q, alpha=self.scale).unbind(0)  # (q + u) s, (q + v) s, (q + v_c) s
         compressed = tables.rc is not None
@@ -293,4 +292,4 @@ class RelativeAttention(nn.Module):
         )
         y, weights = kernel(inputs)
         y = self.out(y.transpose(1, 2).reshape(B, T, -1))
-        return AttentionOutput(y=y, weights=weights, q=q, k=k, v=v, states=states)
+        return AttentionOutput(y=y, weights=weights, q=q, k=k, v=v)

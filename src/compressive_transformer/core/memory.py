@@ -293,7 +293,6 @@ def update_layer(
     attn_usage: Tensor | None = None,
     bptt_horizon: int = 0,
     plan: SlotUpdate | None = None,
-    joined: Tensor | None = None,
 ) -> tuple[LayerMemory, Eviction | None]:
     """Algorithm 1, lines 8-11: push the layer inputs ``x``, evict the oldest states, compress them in groups of c.
     Each group's window is preceded by the h states evicted before it (``history``, for a compressor with context h),
@@ -302,14 +301,14 @@ def update_layer(
     x: (B, T, d) the layer's attention inputs for this segment; x_mask: (B, T) False for padding.
     attn_usage: (B, capacity) attention the memory slots received in this segment (most_used only).
     plan: the segment's :func:`plan_update` (made here when not given; a caller updating several layers makes it
-    once); joined: ``[state.mem; x]`` when the caller already has it (the attention's states), else made here.
+    once for all of them).
     """
     B, T, _ = x.shape
     c = compression_rate
     compressing = state.cmem_len > 0 and compress is not None
     if plan is None:
         plan = plan_update(state, x_mask, compression_rate=c, extra_width=extra_width, compressing=compressing)
-    combined = (torch.cat([state.mem, x], dim=1) if joined is None else joined).detach()  # (B, cap + T, d)
+    combined = torch.cat([state.mem, x.detach()], dim=1)  # (B, cap + T, d), the occupied region is the right end
 
     usage = None
     if state.usage is not None:

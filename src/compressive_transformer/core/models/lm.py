@@ -275,7 +275,6 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
                     attn_usage=usage,
                     bptt_horizon=bptt,
                     plan=slots,
-                    joined=out.attn.states[:, state.cmem_len :],
                 )
                 new_layers.append(new_state)
                 if want_aux:
