@@ -250,3 +250,20 @@ def test_a_token_copies_nothing_the_size_of_the_memory():
             with Concatenated() as seen:
                 decoder.step(tokens[:, t])
             assert seen.elements <= model.cfg.n_layers * model.cfg.n_heads * keys, seen.elements
+
+
+@pytest.mark.slow
+def test_later_decoders_of_a_model_reuse_its_compiled_steps():
+    """generate makes a decoder per call (a GPU compiles its step by default): the compiled step is one function of
+    the model and tensors, so three generations in a row compile at most one graph per memory fill between them."""
+    import torch._dynamo
+
+    model = tiny_model().float()
+    tokens = torch.randint(0, 32, (1, 40))
+    torch._dynamo.utils.counters.clear()
+    with torch.no_grad():
+        for _ in range(3):
+            decoder = Decoder(model, model(tokens[:, :8], memory=model.init_memory(1)).memory, compile=True)
+            for t in range(8, 30):
+                decoder.step(tokens[:, t])
+    assert 1 <= torch._dynamo.utils.counters["stats"]["unique_graphs"] <= model.cfg.compression.rate

@@ -261,8 +261,9 @@ class RelativeAttention(nn.Module):
     ) -> AttentionOutput:
         """x: (B, T, d) the layer's attention input; memory: its memory states in slot order, as consecutive parts
         (B, S_i, d) (compressed, then regular), whose keys and values are projected in one matmul and joined with the
-        segment's in one buffer (keys and values side by side: one concatenation, not one each; the memory rows take
-        no gradient), or a decoder's :class:`KeyValueStore`; tables: :meth:`tables`."""
+        segment's in one buffer (keys and values side by side: one concatenation, not one each; no gradient flows
+        into the memory rows but bptt's young compressed slots), or a decoder's :class:`KeyValueStore`;
+        tables: :meth:`tables`."""
         B, T, _ = x.shape
         n, dt = self.n_heads * self.d_head, compute_dtype(x.device, x.dtype)
         as_dt = lambda t: t if t.dtype == dt else t.to(dt)  # noqa: E731  (autocast's cast, once for both uses)
@@ -270,7 +271,7 @@ class RelativeAttention(nn.Module):
         qkv = F.linear(as_dt(x), w)  # (B, T, 3 H dh)
         if isinstance(memory, (list, tuple)):
             q, kv_x = qkv.split([n, 2 * n], dim=-1)
-            states = torch.cat(memory, dim=1) if len(memory) > 1 else memory[0]  # (B, S, d) [cmem; mem], no gradient
+            states = torch.cat(memory, dim=1) if len(memory) > 1 else memory[0]  # (B, S, d) [cmem; mem]
             kv = torch.cat([F.linear(as_dt(states), w[n:]), kv_x], dim=1)  # (B, K, 2 H dh): keys and values in one
             k, v = kv.view(B, -1, 2, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, K, dh)
             q = self.heads(q)

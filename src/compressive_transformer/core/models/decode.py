@@ -24,6 +24,8 @@ or not) replayed as a CUDA graph, one per memory fill, captured on first use ove
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -99,6 +101,71 @@ class Group:
     valid: Tensor  # (B, 1) bool: the compressed slot is valid when the whole group was
     blank: Tensor  # (B, 1, 1) ~valid
     span_blank: Tensor  # (B, c + e, 1) ~span_valid
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What a decoding step's work depends on besides its tensors (a compiled step is specialised on it)."""
+
+    C: int  # compressed ring slots
+    R: int  # memory ring slots: the memory's capacity and the token's own
+    mem_len: int
+    rate: int
+    compressing: bool
+    window: int  # same_length's window (0: none)
+    dense: bool  # the kernel reads the additive mask (else KeyMask.allowed)
+    gather: bool  # the tables' ring order gathered from index tensors (compiled or graphed steps) or given as views
+
+
+def decode_step(
+    model: CompressiveTransformerLM,
+    g: Geometry,
+    kernel: Kernel,
+    inputs: tuple[Tensor, ...],
+    state: RingState,
+    fill: int,
+    tables: list[Tables],
+) -> tuple[Tensor, tuple[RingState, int, list[Tables]]]:
+    """One token per row: ``model.layers`` over the rings, which it moves on in place; the next-token logits (B, V).
+    inputs: the tokens (B, 1), the :class:`TokenIndex` tensors, the -inf mask a token opens, and arange(R + 1) - 1
+    and arange(C + 1) (the ring slots as table rows); ``fill``: the memory's fill before the token; tables: the
+    layers' tables at T = 1, in slot order to be gathered (``g.gather``) or already in ring order. A free function of
+    the model and tensors, so one compiled step serves every decoder of the same model and geometry."""
+    C, c = g.C, g.rate
+    tokens, ix, blocked, ring, cring = inputs[0], TokenIndex(*inputs[1:5]), inputs[5], inputs[6], inputs[7]
+    n_evict = evicted_count(fill + 1, g.mem_len, c, g.compressing)
+    valid = state.valid.index_fill_(1, ix.key, True)  # the token's own key
+    group = None
+    if n_evict > 0 and g.compressing:  # one group of c at most (memory holds at most n_m + c - 1 states)
+        span_valid = valid[:, C:].index_select(1, ix.span)  # (B, c + e)
+        whole = span_valid[:, :c].all(dim=-1, keepdim=True)  # (B, 1)
+        group = Group(span_valid, whole, ~whole.unsqueeze(-1), ~span_valid.unsqueeze(-1))
+    allowed = valid
+    if g.window:  # same_length: the memory slots at most `window` positions back, every compressed one
+        allowed = valid & torch.cat([cring[:C] >= 0, (ix.slot - ring[1:]).remainder(g.R) <= g.window])
+    dense = blocked.masked_fill(allowed[:, None, None], 0.0) if g.dense else None
+    if g.gather:  # memory-ring slot s: distance (p - s) mod R, table row cap - distance; compressed: (s - pc) mod C
+        rows = (ring - ix.slot).remainder(g.R)  # (R + 1,), the last a spare row the kernels' shift may read
+        crows = (cring - ix.cslot).remainder(C) if C > 0 else None  # (C + 1,)
+        tables = [Tables(t.r.index_select(1, rows), None if C == 0 else t.rc.index_select(1, crows), t.biases)
+                  for t in tables]  # fmt: skip
+    mask = KeyMask(allowed, C, dense=dense, self_in_valid=True)
+    out = model.layers(model.input(tokens), None, None, decoding=_Token(model, state, ix, tables, kernel, mask, group))
+    _, logits, _ = model.output(out.h, None)
+    if n_evict > 0:  # the slots that left memory are no longer keys; a compressed one is valid if its group was
+        valid.index_fill_(1, C + ix.span[:n_evict], False)
+        if group is not None:
+            valid.index_copy_(1, ix.cslot, group.valid)
+            if state.history_mask is not None:
+                state.history_mask.copy_(push(state.history_mask, group.span_valid[:, :c]))
+    return logits[:, -1], (state, fill + 1 - n_evict, tables)
+
+
+@functools.cache
+def compiled_decode_step() -> Callable:
+    """:func:`decode_step` under ``torch.compile``, made once per process: its graphs are guarded per model and
+    geometry (one per memory fill), so every later decoder of the same model reuses them."""
+    return torch.compile(decode_step, fullgraph=True)
 
 
 class _Store:
@@ -209,9 +276,13 @@ class Decoder:
         self._neg_inf: dict[torch.dtype, Tensor] = {}
         self._tables_for(self.fill)  # made now rather than in the first token
         self._watch = WriteWatch(model.parameters())
-        run = torch.compile(self._run, fullgraph=True) if compile else self._run
-        self._graphs = StaticGraphs(lambda inputs, state: run(inputs, *state)) if cuda_graphs else None
-        self._step = run
+        self.geometry = Geometry(self.C, self.R, self.mem_len, self.rate, self.compressing, self.window, self.dense,
+                                 self._gather)  # fmt: skip
+        step = compiled_decode_step() if compile else decode_step
+        self._step = lambda inputs, state, fill, tables: step(
+            model, self.geometry, self.kernel, inputs, state, fill, tables
+        )
+        self._graphs = StaticGraphs(lambda inputs, state: self._step(inputs, *state)) if cuda_graphs else None
 
     # ----------------------------------------------------------------------------------------------------------
     # the state, from a MemoryState and back
@@ -292,13 +363,6 @@ class Decoder:
         oldest = (p - self.fill) % self.R  # of the fill + 1 states once the token's is in
         return TokenIndex(ix["slot"][p], ix["key"][p], ix["span"][oldest], ix["cslot"][self.pc])
 
-    def _table_rows(self, ix: TokenIndex) -> tuple[Tensor, Tensor | None]:
-        """The table row of each ring slot, and a spare row (the kernels' shift may read one past the keys): memory-ring
-        slot s holds the state at distance (p - s) mod R, table row cap - distance; compressed-ring slot s the
-        (s - pc) mod C-th oldest compressed state."""
-        rows = (self._ring - ix.slot).remainder(self.R)  # (R + 1,)
-        return rows, (self._cring - ix.cslot).remainder(self.C) if self.C > 0 else None
-
     def _tables_for(self, fill: int) -> list[Tables]:
         """Each layer's tables at T = 1 in slot order, for memories filled to ``fill``: they depend on it only when the
         two positional streams are shared (the compressed stream's distances then start past the memory's)."""
@@ -326,7 +390,7 @@ class Decoder:
 
     def _ring_tables(self, fill: int) -> list[Tables]:
         """Eager steps: each layer's tables in ring order for this token, slices of the doubled tables (see
-        :meth:`_table_rows`: memory-ring slot s reads row (s - p - 1) mod R, compressed-ring slot s row (s - pc) mod C),
+        :func:`decode_step`: memory-ring slot s reads row (s - p - 1) mod R, compressed-ring slot s row (s - pc) mod C),
         each slice made once per ring position."""
         tables, R, C = self._tables_for(fill), self.R, self.C
         key = fill if self.model.cfg.positions.cmem == "shared" else 0
@@ -348,47 +412,6 @@ class Decoder:
             self._neg_inf[dtype] = torch.full(shape, float("-inf"), dtype=dtype, device=device)
         return self._neg_inf[dtype]
 
-    def _run(
-        self, inputs: tuple[Tensor, ...], state: RingState, fill: int, tables: list[Tables]
-    ) -> tuple[Tensor, tuple[RingState, int, list[Tables]]]:
-        """One token per row: ``model.layers`` over the rings, which it moves on in place; the next-token logits (B, V).
-        inputs: the tokens (B, 1), the :class:`TokenIndex` tensors and the -inf mask to open; ``fill``: the memory's
-        fill before the token; tables: the layers' tables at T = 1, in slot order to be gathered (compiled or graphed
-        steps) or already in ring order (eager steps)."""
-        model, C, c = self.model, self.C, self.rate
-        tokens, ix, blocked = inputs[0], TokenIndex(*inputs[1:5]), inputs[5]
-        n_evict = evicted_count(fill + 1, self.mem_len, c, self.compressing)
-        valid = state.valid.index_fill_(1, ix.key, True)  # the token's own key
-        group = None
-        if n_evict > 0 and self.compressing:  # one group of c at most (memory holds at most n_m + c - 1 states)
-            span_valid = valid[:, C:].index_select(1, ix.span)  # (B, c + e)
-            whole = span_valid[:, :c].all(dim=-1, keepdim=True)  # (B, 1)
-            group = Group(span_valid, whole, ~whole.unsqueeze(-1), ~span_valid.unsqueeze(-1))
-        if self.window:  # same_length: the memory slots at most `window` positions back, every compressed one
-            recent = torch.cat([self._cring[:C] >= 0, (ix.slot - self._ring[1:]).remainder(self.R) <= self.window])
-            allowed = valid & recent
-        else:
-            allowed = valid
-        dense = blocked.masked_fill(allowed[:, None, None], 0.0) if self.dense else None
-        ring_tables = tables  # eager: already in ring order (views)
-        if self._gather:  # compiled or graphed: gathered here, from the token's index tensors
-            rows, crows = self._table_rows(ix)  # the same for every layer
-            ring_tables = [
-                Tables(t.r.index_select(1, rows), None if t.rc is None else t.rc.index_select(1, crows), t.biases)
-                for t in tables
-            ]
-        mask = KeyMask(allowed, C, dense=dense, self_in_valid=True)
-        token = _Token(model, state, ix, ring_tables, self.kernel, mask, group)
-        out = model.layers(model.input(tokens), None, None, decoding=token)
-        _, logits, _ = model.output(out.h, None)
-        if n_evict > 0:  # the slots that left memory are no longer keys; a compressed one is valid if its group was
-            valid.index_fill_(1, C + ix.span[:n_evict], False)
-            if group is not None:
-                valid.index_copy_(1, ix.cslot, group.valid)
-                if state.history_mask is not None:
-                    state.history_mask.copy_(push(state.history_mask, group.span_valid[:, :c]))
-        return logits[:, -1], (state, fill + 1 - n_evict, tables)
-
     @torch.no_grad()
     def step(self, tokens: Tensor) -> Tensor:
         """Feed one token per row, tokens: (B,) ids; returns the next-token logits (B, V)."""
@@ -396,7 +419,7 @@ class Decoder:
             raise RuntimeError("the model's weights changed while decoding; make a new Decoder from decoder.memory()")
         compressed = self.compressing and evicted_count(self.fill + 1, self.mem_len, self.rate, True) > 0
         ix = self._index()
-        inputs = (tokens.reshape(-1, 1), ix.slot, ix.key, ix.span, ix.cslot, self._blocked())
+        inputs = (tokens.reshape(-1, 1), ix.slot, ix.key, ix.span, ix.cslot, self._blocked(), self._ring, self._cring)
         tables = self._tables_for(self.fill) if self._gather else self._ring_tables(self.fill)
         state = (self.state, self.fill, tables)
         if self._graphs is not None:
