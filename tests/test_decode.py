@@ -162,7 +162,8 @@ def test_decoder_refuses_to_go_on_after_the_weights_change():
     "variant", [dict(compression_extra_width=1), dict(cmem_len=0)], ids=["conv,extra_width=1", "txl"]
 )
 def test_compiled_decoder_matches_the_eager_decoder(variant):
-    """One graph per memory fill once memory is full (c of them: no recompilation as decoding goes on), the same
+    """Two graphs, for the tokens that evict and those that do not (no recompilation as memory fills or decoding goes
+    on), the same
     logits and memory as eager decoding through compression steps and padded rows."""
     import torch._dynamo
 
@@ -179,7 +180,7 @@ def test_compiled_decoder_matches_the_eager_decoder(variant):
             eager, compiled = (d.step(tokens[:, t]) for d in decoders)
             torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    assert 1 <= graphs <= model.cfg.compression.rate, graphs  # one per fill, whatever the step
+    assert 1 <= graphs <= 2, graphs  # whatever the memory's fill
     mem_eager, mem_compiled = (d.memory() for d in decoders)
     for x, y in zip(mem_eager.layers, mem_compiled.layers):
         assert torch.equal(x.mem_mask, y.mem_mask) and torch.equal(x.cmem_mask, y.cmem_mask) and x.fill == y.fill
@@ -255,7 +256,8 @@ def test_a_token_copies_nothing_the_size_of_the_memory():
 @pytest.mark.slow
 def test_later_decoders_of_a_model_reuse_its_compiled_steps():
     """generate makes a decoder per call (a GPU compiles its step by default): the compiled step is one function of
-    the model and tensors, so three generations in a row compile at most one graph per memory fill between them."""
+    the model and tensors, so three generations in a row compile its two graphs (a token evicts or it does not) once
+    between them."""
     import torch._dynamo
 
     model = tiny_model().float()
@@ -266,4 +268,4 @@ def test_later_decoders_of_a_model_reuse_its_compiled_steps():
             decoder = Decoder(model, model(tokens[:, :8], memory=model.init_memory(1)).memory, compile=True)
             for t in range(8, 30):
                 decoder.step(tokens[:, t])
-    assert 1 <= torch._dynamo.utils.counters["stats"]["unique_graphs"] <= model.cfg.compression.rate
+    assert 1 <= torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2

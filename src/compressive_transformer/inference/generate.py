@@ -159,8 +159,8 @@ def generate(
     ``next_logits`` (from ``return_memory=True``): the prompt, which may then be empty, is read after that state.
     ``on_token`` sees each token as it is drawn and stops the generation by returning False; ``keep_logits`` keeps
     the logits each token was drawn from. ``compile``: the decoder's step under ``torch.compile`` (the first tokens
-    wait for the compilation, one graph per memory fill; ignored for models without a decoder); None: on a GPU, where
-    the compiled step is also replayed as a CUDA graph, and not on a CPU. ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32)."""
+    wait for the compilation of its two graphs; ignored for models without a decoder); None: on a GPU, where the
+    compiled step is also replayed as a CUDA graph, and not on a CPU. ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32)."""
     if not prompt and (memory is None or next_logits is None):
         raise ConfigError("prompt: is empty; give at least one character to start from")
     check_sampling(max_tokens=max_new_tokens)

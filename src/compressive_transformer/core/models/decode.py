@@ -19,7 +19,9 @@ gives back the :class:`MemoryState` that ``model.forward`` would have made, slot
 
 Because that state is derived from the weights, a decoder refuses to step once they change
 (:class:`~.weight_watch.WriteWatch`). ``compile``: the step under ``torch.compile``; ``cuda_graphs``: the step (compiled
-or not) replayed as a CUDA graph, one per memory fill, captured on first use over one set of static buffers.
+or not) replayed as a CUDA graph, captured on first use over one set of static buffers. A step's work depends only on
+whether the token evicts (so two graphs serve a whole generation, however full memory is; shared positional streams
+add one per fill value).
 """
 
 from __future__ import annotations
@@ -123,17 +125,17 @@ def decode_step(
     kernel: Kernel,
     inputs: tuple[Tensor, ...],
     state: RingState,
-    fill: int,
+    n_evict: int,
     tables: list[Tables],
 ) -> tuple[Tensor, tuple[RingState, int, list[Tables]]]:
     """One token per row: ``model.layers`` over the rings, which it moves on in place; the next-token logits (B, V).
     inputs: the tokens (B, 1), the :class:`TokenIndex` tensors, the -inf mask a token opens, and arange(R + 1) - 1
-    and arange(C + 1) (the ring slots as table rows); ``fill``: the memory's fill before the token; tables: the
+    and arange(C + 1) (the ring slots as table rows); ``n_evict``: how many states the token evicts (0, 1 without
+    compression, c with it: what the step's work depends on, not how full memory is); tables: the
     layers' tables at T = 1, in slot order to be gathered (``g.gather``) or already in ring order. A free function of
     the model and tensors, so one compiled step serves every decoder of the same model and geometry."""
     C, c = g.C, g.rate
     tokens, ix, blocked, ring, cring = inputs[0], TokenIndex(*inputs[1:5]), inputs[5], inputs[6], inputs[7]
-    n_evict = evicted_count(fill + 1, g.mem_len, c, g.compressing)
     valid = state.valid.index_fill_(1, ix.key, True)  # the token's own key
     group = None
     if n_evict > 0 and g.compressing:  # one group of c at most (memory holds at most n_m + c - 1 states)
@@ -158,14 +160,21 @@ def decode_step(
             valid.index_copy_(1, ix.cslot, group.valid)
             if state.history_mask is not None:
                 state.history_mask.copy_(push(state.history_mask, group.span_valid[:, :c]))
-    return logits[:, -1], (state, fill + 1 - n_evict, tables)
+    return logits[:, -1], (state, n_evict, tables)
 
 
 @functools.cache
 def compiled_decode_step() -> Callable:
     """:func:`decode_step` under ``torch.compile``, made once per process: its graphs are guarded per model and
-    geometry (one per memory fill), so every later decoder of the same model reuses them."""
-    return torch.compile(decode_step, fullgraph=True)
+    geometry (two: with and without an eviction), so every later decoder of the same model reuses them."""
+    compiled = torch.compile(decode_step, fullgraph=True)
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+
+    def step(*args):  # each model and geometry adds its two graphs to the one code object's cache
+        with torch._dynamo.config.patch(**{limit: max(getattr(torch._dynamo.config, limit), 64)}):
+            return compiled(*args)
+
+    return step
 
 
 class _Store:
@@ -238,8 +247,8 @@ class Decoder:
     Its rings, tables and keys/values are derived from the weights when it is made, so it is scoped to them: after any
     write to the weights (an optimizer step of any ``torch.optim`` optimizer, fused or not, a ``load_state_dict``, an
     in-place op, or ``model.weights_changed()`` after a hand-made ``.data`` write) ``step`` raises; make a new Decoder
-    from :meth:`memory`. ``compile``: each step under ``torch.compile`` (one graph per memory fill, c of them once
-    memory is full; the first tokens pay the compilation); ``cuda_graphs``: each step replayed as a CUDA graph."""
+    from :meth:`memory`. ``compile``: each step under ``torch.compile`` (two graphs: tokens that evict and tokens that
+    do not; the first tokens pay the compilation); ``cuda_graphs``: each step replayed as a CUDA graph."""
 
     def __init__(
         self, model: CompressiveTransformerLM, memory: MemoryState, *, compile: bool = False, cuda_graphs: bool = False
@@ -279,8 +288,8 @@ class Decoder:
         self.geometry = Geometry(self.C, self.R, self.mem_len, self.rate, self.compressing, self.window, self.dense,
                                  self._gather)  # fmt: skip
         step = compiled_decode_step() if compile else decode_step
-        self._step = lambda inputs, state, fill, tables: step(
-            model, self.geometry, self.kernel, inputs, state, fill, tables
+        self._step = lambda inputs, state, n_evict, tables: step(
+            model, self.geometry, self.kernel, inputs, state, n_evict, tables
         )
         self._graphs = StaticGraphs(lambda inputs, state: self._step(inputs, *state)) if cuda_graphs else None
 
@@ -417,16 +426,18 @@ class Decoder:
         """Feed one token per row, tokens: (B,) ids; returns the next-token logits (B, V)."""
         if self._watch.written:
             raise RuntimeError("the model's weights changed while decoding; make a new Decoder from decoder.memory()")
-        compressed = self.compressing and evicted_count(self.fill + 1, self.mem_len, self.rate, True) > 0
+        n_evict = evicted_count(self.fill + 1, self.mem_len, self.rate, self.compressing)
+        compressed = self.compressing and n_evict > 0
         ix = self._index()
         inputs = (tokens.reshape(-1, 1), ix.slot, ix.key, ix.span, ix.cslot, self._blocked(), self._ring, self._cring)
         tables = self._tables_for(self.fill) if self._gather else self._ring_tables(self.fill)
-        state = (self.state, self.fill, tables)
+        state = (self.state, n_evict, tables)
         if self._graphs is not None:
-            logits, (self.state, self.fill, _) = self._graphs(inputs, state)
+            logits, (self.state, _, _) = self._graphs(inputs, state)
             logits = logits.clone()  # a static buffer: the next replay overwrites it
         else:
-            logits, (self.state, self.fill, _) = self._step(inputs, *state)
+            logits, (self.state, _, _) = self._step(inputs, *state)
+        self.fill += 1 - n_evict
         self.p = (self.p + 1) % self.R
         if compressed:
             self.pc = (self.pc + 1) % self.C
