@@ -81,6 +81,25 @@ def eager_and_compiled_steps(model: CompressiveTransformerLM, device: torch.devi
         yield outs[0], outs[1]
 
 
+def explain_training_step(model, forward=None, amp: torch.dtype | None = None):
+    """``torch._dynamo.explain`` of a training step's forward, task loss and compression loss over full memories (the
+    steady state a captured step runs in); ``forward``: what runs the model (default the model itself), under
+    autocast to ``amp`` where given."""
+    forward = model if forward is None else forward
+    tokens = torch.randint(0, model.cfg.vocab_size, (2, 8))
+    memory = model.init_memory(2)
+    with torch.no_grad():
+        for _ in range(3):
+            memory = model(tokens, memory=memory, targets=tokens).memory
+
+    def step(tokens, memory):
+        with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+            out = forward(tokens, memory=memory, targets=tokens)
+        return out.loss + out.aux_loss, out.memory
+
+    return torch._dynamo.explain(step)(tokens, memory)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def fp32_unless_asked():
     """``amp = "auto"`` resolves to fp32 on every test CPU (tests compare against fp32 references); a test that wants

@@ -113,9 +113,11 @@ def test_the_prepared_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
     )
     assert p.returncode == 0, p.stderr[-2000:]
     summary = (out / "summary.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in summary] == ["env", "kernel", "peers", "tests", "bench", "paper", "more"]
+    parts = ["env", "kernel", "peers", "bench", "profile", "tests", "compile", "paper", "more"]
+    assert [line.split(":")[0] for line in summary] == parts
     status = dict(line.split(": ", 1) for line in summary)
-    assert all(status[part].startswith("ok") for part in ("kernel", "tests", "bench", "paper")), status
+    assert all(status[part].startswith("ok") for part in ("kernel", "bench", "profile", "tests", "paper")), status
+    assert status["compile"].startswith("ok")  # its tests skip on the CPU: the command is what a dry run checks
     rows = {row["impl"]: row for row in json.loads((out / "kernel.json").read_text())["rows"]}
     assert {"fused (Triton)", "fused, first kernel"} <= set(rows)  # the current kernel against the frozen first one
     assert all(row["forward_backward_tflops"] > 0 and row["max_rel_difference"] < 1e-5 for row in rows.values())

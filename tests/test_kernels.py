@@ -124,7 +124,8 @@ def test_fallbacks_and_the_auto_choice(monkeypatch):
     monkeypatch.setattr("compressive_transformer.core.kernels.triton_available", lambda: True)
     assert auto_choice(cuda, compiling=False, dtype=torch.bfloat16)[0] == "fused"
     assert auto_choice(cuda, compiling=False, dtype=torch.float32)[0] == "sdpa-bias"  # exact fp32 is off the TCs
-    assert auto_choice(cuda, compiling=True, dtype=torch.bfloat16)[0] == "reference"  # compile fuses it
+    assert auto_choice(cuda, compiling=True, dtype=torch.bfloat16)[0] == "fused"  # a custom op compile traces
+    assert auto_choice(cuda, compiling=True, dtype=torch.float32)[0] == "reference"  # compile fuses it
     monkeypatch.setattr("compressive_transformer.core.kernels.triton_available", lambda: False)
     assert auto_choice(cuda, compiling=False, dtype=torch.bfloat16)[0] == "sdpa-bias"
     with pytest.warns(UserWarning, match="needs Triton, a CUDA device or the CPU"):

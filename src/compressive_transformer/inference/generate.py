@@ -121,13 +121,15 @@ class Generation:
     next_logits: torch.Tensor | None = None  # with return_memory: (V,) the logits the next token would be drawn from
 
 
-def _decoder(model: torch.nn.Module, memory: MemoryState, compile: bool) -> Any:
+def _decoder(model: torch.nn.Module, memory: MemoryState, compile: bool | None) -> Any:
     """The model kind's token-by-token decoder over ``memory``, or None (then each step runs ``model.forward``). On a
-    GPU its steps replay as CUDA graphs (a token is then one launch rather than a few hundred)."""
+    GPU its steps are compiled (unless ``compile`` is False) and replayed as CUDA graphs: a token is one launch of
+    fused kernels rather than a few hundred small ones."""
     make = model_kind(model.cfg).decoder if unsupported(model) is None else None
     if make is None:
         return None
-    return make(model, memory, compile=compile, cuda_graphs=memory.layers[0].mem.device.type == "cuda" and not compile)
+    cuda = memory.layers[0].mem.device.type == "cuda"
+    return make(model, memory, compile=cuda if compile is None else compile, cuda_graphs=cuda)
 
 
 def prompt_ids(prompt: Any) -> list[int]:
@@ -164,7 +166,7 @@ def generate(
     on_token: Callable[[int], bool] | None = None,
     keep_logits: bool = False,
     return_memory: bool = False,
-    compile: bool = False,
+    compile: bool | None = None,
     amp: str | torch.dtype | None = None,
 ) -> Generation:
     """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens drawn as ``sampling`` says (default: the model's
@@ -174,9 +176,10 @@ def generate(
     ``cmem_len`` slots (default the model's). To continue an earlier generation, pass its ``memory`` and
     ``next_logits`` (from ``return_memory=True``): the prompt, which may then be empty, is read after that state.
     ``on_token`` sees each token as it is drawn and stops the generation by returning False; ``keep_logits`` keeps
-    the logits each token was drawn from. ``compile``: the decoder's step under ``torch.compile`` (worth it for long
-    generations on a CPU: the first tokens wait for the compilation, one graph per memory fill; ignored for models
-    without a decoder). ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32)."""
+    the logits each token was drawn from. ``compile``: the decoder's step under ``torch.compile`` (the first tokens
+    wait for the compilation of its two graphs; ignored for models without a decoder); None: on a GPU, where the
+    compiled step is also replayed as a CUDA graph, and not on a CPU. ``amp``: the autocast precision (a resolved
+    name such as "bf16", a dtype, or None for fp32)."""
     prompt = prompt_ids(prompt)
     if not prompt and (memory is None or next_logits is None):
         raise ConfigError("prompt: is empty; give at least one character to start from")

@@ -146,7 +146,7 @@ def generate_text(
     max_tokens: int = 200,
     sampling: SamplingConfig | None = None,
     seed: int | None = None,
-    compile: bool = False,
+    compile: bool | None = None,
     mem_len: int | None = None,
     cmem_len: int | None = None,
     stop: Sequence[str] = (),

@@ -132,7 +132,7 @@ def generate_run(
     max_tokens: int = 200,
     sampling: SamplingConfig | None = None,
     seed: int | None = None,
-    compile: bool = False,
+    compile: bool | None = None,
     device: str | None = None,
     log: Log = log_stderr,
 ) -> str:

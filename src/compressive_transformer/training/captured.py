@@ -20,6 +20,7 @@ from torch import Tensor
 from compressive_transformer.core.dtypes import amp_dtype
 from compressive_transformer.core.graphs import StaticGraphs
 from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.training.low_precision import LowPrecisionWeights
 from compressive_transformer.training.update import apply_update
 
 
@@ -47,8 +48,18 @@ class CapturedUpdate:
     returns the device tensors [loss, compression loss, gradient norm] and the per-layer compression losses, and the
     next memory (static buffers: the next call overwrites both)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, amp: str, grad_clip: float):
-        self.model, self.optimizer = model, optimizer
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        amp: str,
+        grad_clip: float,
+        weights: LowPrecisionWeights | None = None,
+    ):
+        """weights: the low-precision copies ``model`` reads (a :class:`~.low_precision.WithLowPrecisionWeights`),
+        refreshed by the update inside the graph."""
+        self.model, self.optimizer, self.weights = model, optimizer, weights
         self.dtype = amp_dtype(amp)
         self.device_type = next(model.parameters()).device.type
         self.max_norm = grad_clip if grad_clip > 0 else float("inf")
@@ -68,7 +79,7 @@ class CapturedUpdate:
             out = self.model(tokens, memory=memory, targets=targets, input_mask=mask)
         loss, aux = out.loss.float(), out.aux_loss.float()
         (loss + aux).backward()
-        norm = apply_update(self.optimizer, self.params, max_norm=self.max_norm)
+        norm = apply_update(self.optimizer, self.params, max_norm=self.max_norm, weights=self.weights)
         stats = torch.stack([loss.detach(), aux.detach(), norm.float()])
         return (stats, out.aux_losses.float()), out.memory
 

@@ -59,6 +59,7 @@ from compressive_transformer.training.distributed import (
     local_device,
     with_every_parameter,
 )
+from compressive_transformer.training.low_precision import LowPrecisionWeights, WithLowPrecisionWeights
 from compressive_transformer.training.schedule import learning_rate
 from compressive_transformer.training.update import apply_update, set_learning_rate
 
@@ -198,15 +199,19 @@ class Trainer:
         freeze(self.model, t.freeze, copied)  # before DDP, which then expects no gradient for them
         if self.dist.active:
             torch.manual_seed(t.seed + self.dist.rank)  # each rank its own dropout masks
+        self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
+        self.amp_dtype = amp_dtype(self.amp)
         wrapped: torch.nn.Module = self.model
+        # under autocast the matmul weights' casts are kept from one update to the next (training/low_precision.py)
+        self.low_precision = LowPrecisionWeights(self.model, self.amp_dtype) if self.amp_dtype is not None else None
+        if self.low_precision is not None:
+            wrapped = WithLowPrecisionWeights(wrapped, self.low_precision)
         if self.dist.active:  # gradients are averaged over ranks; every parameter takes part in every step
-            wrapped = torch.nn.parallel.DistributedDataParallel(self.model)
+            wrapped = torch.nn.parallel.DistributedDataParallel(wrapped)
         self.forward = compile_model(wrapped) if t.compile else wrapped
         self.optimizer = build_optimizer(self.model, t)
-        self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
         self.captured = self._captured_update(log)
         self.eval_amp = inference_amp(cfg, self.device)
-        self.amp_dtype = amp_dtype(self.amp)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == "fp16")
         if self.dist.is_main:
             log(describe(t.amp, self.device))
@@ -238,7 +243,9 @@ class Trainer:
                 log(f"train.cuda_graphs: training eagerly: {reason or 'train.compile compiles the forward instead'}")
             return None
         make_capturable(self.optimizer)
-        return CapturedUpdate(self.forward, self.optimizer, amp=self.amp, grad_clip=t.grad_clip)
+        return CapturedUpdate(
+            self.forward, self.optimizer, amp=self.amp, grad_clip=t.grad_clip, weights=self.low_precision
+        )
 
     # ----------------------------------------------------------------------------------------------------------
     # checkpoints
@@ -282,6 +289,8 @@ class Trainer:
                 self.metrics.truncate_after(0)
                 return 0
         path = ckpt.path
+        if self.low_precision is not None:  # the weights were loaded: their copies made again
+            self.low_precision.refresh()
         if self.captured is not None:  # the loaded groups hold plain learning rates
             make_capturable(self.optimizer)
         self.step = ckpt.step
@@ -390,7 +399,8 @@ class Trainer:
             aux_layers += all_reduce_sum(out.aux_losses.float().cpu(), self.dist) / self.dist.world_size
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
-        grad_norm = float(apply_update(self.optimizer, params, max_norm=max_norm, scaler=self.scaler))
+        norm = apply_update(self.optimizer, params, max_norm=max_norm, scaler=self.scaler, weights=self.low_precision)
+        grad_norm = float(norm)
         self.optimizer.zero_grad(set_to_none=True)
         if not math.isfinite(grad_norm) and self.amp_dtype is not torch.float16:  # fp16's scaler skips such steps
             raise self._diverged("the gradient norm", grad_norm)  # the update was skipped: the weights are intact

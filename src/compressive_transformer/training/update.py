@@ -3,7 +3,8 @@
 An update sets the learning rate the schedule gives, clips the gradients to ``train.grad_clip`` and takes the Adam
 step, which is skipped (weights and moments unchanged) when the gradient norm is not finite. The skip happens on the
 device where the optimizer can take it there (fused Adam reads a ``found_inf`` flag, as under a gradient scaler), so
-the captured step needs no host synchronisation; fp16's scaler skips such steps itself.
+the captured step needs no host synchronisation; fp16's scaler skips such steps itself. A run under autocast then
+refreshes the low-precision copies of its weights (:mod:`.low_precision`), one foreach copy.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any, Iterable
 
 import torch
 from torch import Tensor
+
+from compressive_transformer.training.low_precision import LowPrecisionWeights
 
 
 def set_lr(group: dict[str, Any], value: float) -> None:
@@ -38,9 +41,11 @@ def apply_update(
     *,
     max_norm: float,
     scaler: torch.amp.GradScaler | None = None,
+    weights: LowPrecisionWeights | None = None,
 ) -> Tensor:
     """Clip the accumulated gradients of ``params`` to ``max_norm`` (inf: no clipping) and step ``optimizer``,
-    skipping the step when their norm is not finite. Returns the norm before clipping (a device tensor)."""
+    skipping the step when their norm is not finite; then refresh ``weights``, the low-precision copies the forward
+    reads. Returns the norm before clipping (a device tensor)."""
     scaling = scaler is not None and scaler.is_enabled()
     if scaling:
         scaler.unscale_(optimizer)
@@ -56,6 +61,8 @@ def apply_update(
             del optimizer.grad_scale, optimizer.found_inf
     elif torch.isfinite(norm):  # an optimizer without the flag: decided on the host (the eager step only)
         optimizer.step()
+    if weights is not None:
+        weights.refresh()
     return norm
 
 

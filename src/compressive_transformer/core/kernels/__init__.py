@@ -11,9 +11,12 @@ Every kernel is a function of one :class:`~compressive_transformer.core.attentio
   writing a (B, H, T, K) buffer; compiled on CUDA, through Triton's interpreter for CPU tensors (exact and slow: for
   tests; ``auto`` never picks it there).
 
-A kernel that cannot do what a step asks is replaced, with one warning naming why: weights wanted -> ``explicit`` (or
-``reference`` under ``torch.compile``); attention dropout -> ``sdpa-bias``; ``fused`` without Triton, in fp64 or on
-another device -> ``sdpa-bias``; ``explicit`` under ``torch.compile`` -> ``reference``. The earlier ``flex`` kernel (FlexAttention with
+``auto`` picks ``fused`` on CUDA in bf16 / fp16, compiled or not (a ``torch.library`` custom op, which
+``torch.compile`` traces without a graph break while it compiles everything around it), else ``sdpa-bias`` on CUDA,
+``reference`` under ``torch.compile`` and ``explicit`` on the CPU. A kernel that cannot do what a step asks is
+replaced, with one warning naming why: weights wanted -> ``explicit`` (or ``reference`` under ``torch.compile``);
+attention dropout -> ``sdpa-bias``; ``fused`` without Triton, in fp64 or on another device -> ``sdpa-bias``;
+``explicit`` under ``torch.compile`` -> ``reference``. The earlier ``flex`` kernel (FlexAttention with
 the positional scores in a ``score_mod``) read a (B, H, T, K) table and gave NaN for padded rows when compiled on the
 CPU; ``fused`` does its job without the table, and configs naming ``flex`` get it.
 """
@@ -63,18 +66,25 @@ def fused_runs_on(device: torch.device, dtype: torch.dtype = torch.float32) -> b
 
 def auto_choice(device: torch.device, *, compiling: bool, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
     """``auto``'s kernel and the reason for it (``dtype``: the compute dtype)."""
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and fused_runs_on(device, dtype):
+        # a torch.library custom op: torch.compile traces it whole and compiles everything around it
+        return "fused", "no (B, H, T, K) buffer in memory, forward or backward (benchmarks/results/gpu)"
     if compiling:
         return "reference", "torch.compile fuses the reference's plain tensor code"
     if device.type == "cuda":
-        if dtype in (torch.bfloat16, torch.float16) and fused_runs_on(device, dtype):
-            return "fused", "no (B, H, T, K) buffer in memory, forward or backward (benchmarks/results/gpu)"
         return "sdpa-bias", "fp32 (the fused kernel's exact fp32 products run off the tensor cores) or no Triton"
     return "explicit", "on the CPU the scores in one buffer beat a bias read by SDPA (benchmarks/results/backends)"
 
 
 @functools.cache
 def _say_once(message: str) -> None:
-    warnings.warn(message, stacklevel=3)
+    warnings.warn(message, stacklevel=4)
+
+
+def _warn(message: str) -> None:
+    """Once per message, and not while torch.compile traces (a warning there would break the graph)."""
+    if not torch.compiler.is_compiling():
+        _say_once(message)
 
 
 def choose_kernel(
@@ -95,13 +105,13 @@ def choose_kernel(
     if need_weights and not spec.weights:
         name = "reference" if compiling else "explicit"
     elif dropout > 0 and not spec.dropout:
-        _say_once(f"attn_impl {name!r} has no attention dropout: using 'sdpa-bias' while attn_dropout > 0 in training")
+        _warn(f"attn_impl {name!r} has no attention dropout: using 'sdpa-bias' while attn_dropout > 0 in training")
         name = "sdpa-bias"
     elif name == "fused" and not fused_runs_on(device, dtype):
-        _say_once("attn_impl 'fused' needs Triton, a CUDA device or the CPU, and fp32/bf16/fp16: using 'sdpa-bias'")
+        _warn("attn_impl 'fused' needs Triton, a CUDA device or the CPU, and fp32/bf16/fp16: using 'sdpa-bias'")
         name = "sdpa-bias"
     elif name == "fused" and device.type == "cpu":
-        _say_once("attn_impl 'fused' on the CPU runs through Triton's interpreter: exact but slow, meant for tests")
+        _warn("attn_impl 'fused' on the CPU runs through Triton's interpreter: exact but slow, meant for tests")
     if name == "explicit" and compiling:
         name = "reference"  # its strided views do not trace; compile fuses the reference
     return name
