@@ -216,13 +216,12 @@ def attention_reconstruction_loss(
     rows_of = lambda t: t.detach().to(dtype).flatten(0, 1)  # noqa: E731  (L, B, ...) -> (L B, ...)
     q = rows_of(q)
     target = content_attention(q, rows_of(old_k), rows_of(old_v), old_mask.repeat(L, 1))
-    compressed = compressed.to(dtype)
-
-    def heads(w: Tensor) -> Tensor:  # (L, H d_h, d) -> the compression's keys or values, (L B, H, G, d_h)
-        projected = torch.matmul(compressed, w.detach().to(dtype).transpose(1, 2).unsqueeze(1))  # (L, B, G, H d_h)
-        return projected.view(L * B, -1, H, dh).transpose(1, 2)
-
-    recon = content_attention(q, heads(w_k), heads(w_v), compressed_mask.repeat(L, 1))
+    # the compression's keys and values under each layer's own weights, in one product: (L, B, G, 2 H d_h)
+    w_kv = torch.cat([w_k, w_v], dim=1).detach().to(dtype).transpose(1, 2).unsqueeze(1)  # (L, 1, d, 2 H d_h)
+    kv = (
+        torch.matmul(compressed.to(dtype), w_kv).view(L * B, -1, 2, H, dh).permute(2, 0, 3, 1, 4)
+    )  # (2, L B, H, G, d_h)
+    recon = content_attention(q, kv[0], kv[1], compressed_mask.repeat(L, 1))
     rows = query_mask & compressed_mask.any(dim=1, keepdim=True) & old_mask.any(dim=1, keepdim=True)  # (B, T)
     wide = torch.promote_types(dtype, torch.float32)  # the small difference of two reads, squared in >= fp32
     err = ((target.to(wide) - recon.to(wide)) ** 2).mean(dim=-1).view(L, B, T)

@@ -323,8 +323,8 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             return None
         loss = compression_loss_spec(self.cfg.compression.loss)
         queries, keys, values, evictions = zip(*evicted)
-        attns = [block.attn for block in self.blocks]
-        first = evictions[0]
+        first, n = evictions[0], self.blocks[0].attn.n_heads * self.blocks[0].attn.d_head
+        weights = torch.stack([block.attn.qkv.weight for block in self.blocks])  # (L, 3 H d_h, d)
         return loss.compute(
             EvictionLoss(
                 queries=torch.stack(queries),
@@ -335,8 +335,8 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
                 old_mask=first.group_mask,  # the evicted states of whole valid groups
                 compressed=torch.stack([e.compressed for e in evictions]),
                 compressed_mask=first.compressed_mask,
-                w_k=torch.stack([a.w_k for a in attns]),
-                w_v=torch.stack([a.w_v for a in attns]),
+                w_k=weights[:, n : 2 * n],
+                w_v=weights[:, 2 * n :],
                 decoders=list(self.decoders) if loss.decoder else None,
             )
         )
