@@ -10,6 +10,7 @@ carries the last h evicted states across segments (``LayerMemory.history``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -192,45 +193,60 @@ def attention_reconstruction_loss(
 ) -> Tensor:
     """||attn(h, old_mem) - attn(h, f_c(old_mem))||^2 (Algorithm 2), mean over valid queries and features.
 
-    q: (B, H, T, d_h) the layer's queries of this segment; old_k, old_v: (B, H, S, d_h) keys/values of the evicted
-    states under the layer's own projections (the attention already computed them this step); compressed: (B, G, d);
-    w_k, w_v: (H d_h, d) the layer's key/value weights. The stop-gradients of Algorithm 2 are applied here: on the
-    queries, the evicted memories and the attention weights (the weights are used detached, never modified, so the
-    layer keeps training from the task loss). Only ``compressed`` carries gradient.
+    Per layer, for L layers at once (the leading dimension; a single layer's tensors without it give a scalar):
+    q: (L, B, H, T, d_h) the layers' queries of this segment; old_k, old_v: (L, B, H, S, d_h) keys/values of the
+    evicted states under each layer's own projections (the attention already computed them this step); compressed:
+    (L, B, G, d); w_k, w_v: (L, H d_h, d) the layers' key/value weights; the masks, query_mask (B, T), old_mask (B, S)
+    and compressed_mask (B, G), are the same for every layer (every layer evicts the same positions). Returns (L,).
+    The stop-gradients of Algorithm 2 are applied here: on the queries, the evicted memories and the attention weights
+    (the weights are used detached, never modified, so the layer keeps training from the task loss). Only
+    ``compressed`` carries gradient. All layers' reads run as one batch (L x B rows).
 
     The two reads run in the compute dtype (bf16 under autocast: the fast attention kernels) and their difference is
     squared and summed in at least fp32, so the loss and the compressor's gradient stay within about 1% of an fp32
     computation (tests/test_compression.py measures it).
     """
-    B, H, _, dh = q.shape
+    if q.dim() == 4:  # one layer
+        one = lambda t: t.unsqueeze(0)  # noqa: E731
+        return attention_reconstruction_loss(
+            one(q), query_mask, one(old_k), one(old_v), old_mask, one(compressed), compressed_mask, one(w_k), one(w_v)
+        )[0]
+    L, B, H, T, dh = q.shape
     dtype = compute_dtype(q.device, w_k.dtype)  # autocast's where it is on, else the weights'
-    q, old_k, old_v = q.detach().to(dtype), old_k.detach().to(dtype), old_v.detach().to(dtype)
-    target = content_attention(q, old_k, old_v, old_mask)
-    compressed = compressed.to(dtype)
-    heads = lambda w: (compressed @ w.detach().to(dtype).t()).view(B, -1, H, dh).transpose(1, 2)  # noqa: E731  (B, H, G, d_h)
-    recon = content_attention(q, heads(w_k), heads(w_v), compressed_mask)
+    rows_of = lambda t: t.detach().to(dtype).flatten(0, 1)  # noqa: E731  (L, B, ...) -> (L B, ...)
+    q = rows_of(q)
+    target = content_attention(q, rows_of(old_k), rows_of(old_v), old_mask.repeat(L, 1))
+    # the compression's keys and values under each layer's own weights, in one product: (L, B, G, 2 H d_h)
+    w_kv = torch.cat([w_k, w_v], dim=1).detach().to(dtype).transpose(1, 2).unsqueeze(1)  # (L, 1, d, 2 H d_h)
+    kv = (
+        torch.matmul(compressed.to(dtype), w_kv).view(L * B, -1, 2, H, dh).permute(2, 0, 3, 1, 4)
+    )  # (2, L B, H, G, d_h)
+    recon = content_attention(q, kv[0], kv[1], compressed_mask.repeat(L, 1))
     rows = query_mask & compressed_mask.any(dim=1, keepdim=True) & old_mask.any(dim=1, keepdim=True)  # (B, T)
     wide = torch.promote_types(dtype, torch.float32)  # the small difference of two reads, squared in >= fp32
-    err = ((target.to(wide) - recon.to(wide)) ** 2).mean(dim=-1)  # (B, T)
-    return torch.where(rows, err, 0.0).sum() / rows.sum().clamp(min=1)
+    err = ((target.to(wide) - recon.to(wide)) ** 2).mean(dim=-1).view(L, B, T)
+    return torch.where(rows, err, 0.0).sum(dim=(1, 2)) / rows.sum().clamp(min=1)
 
 
 def autoencoder_loss(old: Tensor, old_mask: Tensor, decoded: Tensor) -> Tensor:
-    """||old_mem - g(f_c(old_mem))||^2, mean over valid evicted states and features."""
+    """||old_mem - g(f_c(old_mem))||^2, mean over valid evicted states and features; old, decoded: (..., B, G c, d)
+    with any leading dimensions (layers), old_mask: (B, G c). Returns a value per leading index."""
     dtype = torch.promote_types(old.dtype, torch.float32)  # at least fp32, under autocast too
-    err = ((old.detach().to(dtype) - decoded.to(dtype)) ** 2).mean(dim=-1)  # (B, G*c)
-    return (err * old_mask).sum() / old_mask.sum().clamp(min=1)
+    err = ((old.detach().to(dtype) - decoded.to(dtype)) ** 2).mean(dim=-1)  # (..., B, G*c)
+    return (err * old_mask).sum(dim=(-2, -1)) / old_mask.sum().clamp(min=1)
 
 
 @dataclass(frozen=True)
 class EvictionLoss:
-    """What a local compression loss (a ``local`` row of ``COMPRESSION_LOSSES``) sees of one layer's eviction.
+    """What a local compression loss (a ``local`` row of ``COMPRESSION_LOSSES``) sees of one segment's eviction, for
+    all L layers at once (every layer evicts the same positions, so the masks are shared).
 
-    queries: (B, H, T, d_h) the layer's queries of this segment, query_mask: (B, T); old: (B, G*c, d) the evicted
-    states, old_keys/old_values: (B, H, G*c, d_h) them under the layer's own projections, old_mask: (B, G*c);
-    compressed: (B, G, d) their compression, compressed_mask: (B, G); w_k, w_v: (H d_h, d) the layer's key/value
-    weights; decoder: the layer's decoder (rows with ``decoder``), else None. Only ``compressed`` (and the decoder)
-    may carry gradient: the loss trains the compression network alone (Algorithm 2's stop-gradients).
+    queries: (L, B, H, T, d_h) each layer's queries of this segment, query_mask: (B, T); old: (L, B, G*c, d) the
+    evicted states, old_keys/old_values: (L, B, H, G*c, d_h) them under each layer's own projections, old_mask:
+    (B, G*c); compressed: (L, B, G, d) their compression, compressed_mask: (B, G); w_k, w_v: (L, H d_h, d) the layers'
+    key/value weights; decoders: each layer's decoder (rows with ``decoder``), else None. The loss returns one value
+    per layer, (L,). Only ``compressed`` (and the decoders) may carry gradient: the loss trains the compression
+    network alone (Algorithm 2's stop-gradients).
     """
 
     queries: Tensor
@@ -243,10 +259,10 @@ class EvictionLoss:
     compressed_mask: Tensor
     w_k: Tensor
     w_v: Tensor
-    decoder: nn.Module | None = None
+    decoders: Sequence[nn.Module] | None = None
 
 
-# The losses the rows of core.registry.COMPRESSION_LOSSES name: each maps one layer's eviction to a scalar.
+# The losses the rows of core.registry.COMPRESSION_LOSSES name: each maps the layers' eviction to a loss per layer.
 
 
 def reconstruct_attention(e: EvictionLoss) -> Tensor:
@@ -258,4 +274,5 @@ def reconstruct_attention(e: EvictionLoss) -> Tensor:
 
 def reconstruct_states(e: EvictionLoss) -> Tensor:
     """The auto-encoding loss (``autoencoder``): the evicted states against their decoded compression."""
-    return autoencoder_loss(e.old, e.old_mask, e.decoder(e.compressed))
+    decoded = torch.stack([decoder(c) for decoder, c in zip(e.decoders, e.compressed.unbind(0))])
+    return autoencoder_loss(e.old, e.old_mask, decoded)

@@ -129,34 +129,22 @@ def evaluate(
     batcher = StreamBatcher(corpus, batch_size=batch_size, seg_len=seg_len, shuffle=False, repeat=False)
     total = len(batcher) if not max_batches else min(max_batches, len(batcher))
     complete = total == len(batcher)
-    total_nll = torch.zeros((), dtype=torch.float64, device=device)  # summed on the device: no sync per segment
-    tokens = torch.zeros((), dtype=torch.long, device=device)
-    unknown = torch.zeros((), dtype=torch.long, device=device)
-    segments = 0
     start = time.perf_counter()
     bar = tqdm(total=total, desc=f"eval {split}", unit="seg", disable=not progress, leave=False)
-    batches = itertools.islice(batcher, total)
     steps = stream(
-        model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device, amp_dtype=amp_dtype
+        model,
+        itertools.islice(batcher, total),
+        batch_size=batch_size,
+        mem_len=mem_len,
+        cmem_len=cmem_len,
+        device=device,
+        amp_dtype=amp_dtype,
     )
     try:
-        for step in steps:
-            targets = step.batch.targets.to(device)
-            nll = F.cross_entropy(
-                step.out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-            )
-            total_nll += nll
-            tokens += (targets != IGNORE_INDEX).sum()
-            if unknown_id is not None:
-                unknown += (targets == unknown_id).sum()
-            segments += 1
-            bar.update(1)
-            if progress and segments % 16 == 1:  # the running figure, read from the device now and then
-                bar.set_postfix(bits_per_token=f"{float(total_nll) / max(int(tokens), 1) / LN2:.3f}")
+        total_nll, tokens, unknown, segments = _sums(steps, device, unknown_id, bar)
     finally:
         steps.close()
         bar.close()
-    total_nll, tokens = float(total_nll), int(tokens)
     unit = _token_unit(corpus) if token_unit is None else token_unit
     size = size if size is not None else getattr(corpus, "size", None)
     if size is None or unit:  # one token is one sample: characters, bytes and words of it mean nothing
@@ -183,8 +171,29 @@ def evaluate(
         cmem_len=cmem_len,
         tokenizer=kind,
         token_unit=unit,
-        unknown_tokens=int(unknown),
+        unknown_tokens=unknown,
     )
+
+
+def _sums(steps: Any, device: torch.device, unknown_id: int | None, bar: Any) -> tuple[float, int, int, int]:
+    """The summed NLL, targets, ``<unk>`` targets and segments of a stream of steps (summed on the device: no host
+    synchronisation per segment; the bar shows the running figure now and then)."""
+    total_nll = torch.zeros((), dtype=torch.float64, device=device)
+    tokens = torch.zeros((), dtype=torch.long, device=device)
+    unknown = torch.zeros((), dtype=torch.long, device=device)
+    segments = 0
+    for step in steps:
+        targets = step.batch.targets.to(device)
+        logits = step.out.logits.float().flatten(0, 1)
+        total_nll += F.cross_entropy(logits, targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+        tokens += (targets != IGNORE_INDEX).sum()
+        if unknown_id is not None:
+            unknown += (targets == unknown_id).sum()
+        segments += 1
+        bar.update(1)
+        if not bar.disable and segments % 16 == 1:
+            bar.set_postfix(bits_per_token=f"{float(total_nll) / max(int(tokens), 1) / LN2:.3f}")
+    return float(total_nll), int(tokens), int(unknown), segments
 
 
 def _token_unit(corpus: Any) -> str:

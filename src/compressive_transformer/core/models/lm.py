@@ -74,7 +74,7 @@ class DecodingState(Protocol):
 class LayersOutput:
     h: Tensor  # (B, T, d) the last block's output
     memory: MemoryState | None  # None when decoding (the decoder's rings moved on in place)
-    aux: list[Tensor]  # per layer compression loss (when asked for)
+    aux: Tensor | None  # (n_layers,) the compression loss of each layer (when asked for and something was compressed)
     attentions: list[Tensor]  # per layer attention weights (when asked for)
 
 
@@ -208,7 +208,7 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             self.drop(self.input(inputs)), memory, input_mask.bool(), need_weights=need_weights, want_aux=want_aux
         )
         h, logits, loss = self.output(out.h, targets)
-        aux_losses = torch.stack(out.aux) if out.aux else h.new_zeros(cfg.n_layers)
+        aux_losses = out.aux if out.aux is not None else h.new_zeros(cfg.n_layers)
         return LMOutput(
             logits=logits,
             loss=loss,
@@ -253,7 +253,7 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         else:
             kernel, mask = decoding.kernel, decoding.mask
         bptt = cfg.compression.bptt_horizon if compression_loss_spec(cfg.compression.loss).bptt else 0
-        new_layers, aux, attentions = [], [], []
+        new_layers, evictions, attentions = [], [], []
         for i, block in enumerate(self.blocks):
             compress = self.compressors[i] if self.compressors is not None else None
             if decoding is not None:
@@ -278,11 +278,12 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
                 )
                 new_layers.append(new_state)
                 if want_aux:
-                    aux.append(self._compression_loss(i, out, input_mask, eviction, state.cmem_len))
+                    evictions.append(self._evicted(out, eviction, state.cmem_len))
             if need_weights:
                 attentions.append(out.attn.weights)
             h = out.h
             del out  # this layer's attention buffers are not kept while the next layer runs
+        aux = self._compression_losses(evictions, input_mask) if want_aux and decoding is None else None
         return LayersOutput(h, MemoryState(tuple(new_layers)) if decoding is None else None, aux, attentions)
 
     def positions(self, first: LayerMemory, seg_len: int, *, device, dtype) -> Positions:
@@ -306,28 +307,36 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         valid_q = input_mask[:, None, :, None].to(weights.dtype)  # (B, 1, T, 1)
         return ((weights[..., C : C + M] * valid_q).sum(2) / valid_q.sum(2).clamp(min=1)).mean(1).detach()
 
-    def _compression_loss(
-        self, i: int, out: BlockOutput, input_mask: Tensor, eviction: Eviction | None, n_cm: int
-    ) -> Tensor:
-        cfg = self.cfg
-        loss = compression_loss_spec(cfg.compression.loss)
-        if eviction is None or not loss.local:
-            return out.h.new_zeros(())
+    def _evicted(self, out: BlockOutput, eviction: Eviction | None, n_cm: int) -> tuple | None:
+        """What the compression loss reads of one layer's eviction (None when nothing was compressed or the loss is
+        not local): its queries, the evicted slots' keys and values, the eviction."""
+        if eviction is None or not compression_loss_spec(self.cfg.compression.loss).local:
+            return None
         first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values
         old = slice(first, first + eviction.old.shape[1])
-        attn = self.blocks[i].attn
+        return out.attn.q, out.attn.k[:, :, old], out.attn.v[:, :, old], eviction
+
+    def _compression_losses(self, evicted: list[tuple | None], input_mask: Tensor) -> Tensor | None:
+        """The local compression loss of every layer, (n_layers,), computed for all layers at once (every layer
+        evicts the same positions and shares the masks); None when no layer compressed anything this segment."""
+        if not evicted or evicted[0] is None:
+            return None
+        loss = compression_loss_spec(self.cfg.compression.loss)
+        queries, keys, values, evictions = zip(*evicted)
+        first, n = evictions[0], self.blocks[0].attn.n_heads * self.blocks[0].attn.d_head
+        weights = torch.stack([block.attn.qkv.weight for block in self.blocks])  # (L, 3 H d_h, d)
         return loss.compute(
             EvictionLoss(
-                queries=out.attn.q,
+                queries=torch.stack(queries),
                 query_mask=input_mask,
-                old=eviction.old,
-                old_keys=out.attn.k[:, :, old],
-                old_values=out.attn.v[:, :, old],
-                old_mask=eviction.group_mask,  # the evicted states of whole valid groups
-                compressed=eviction.compressed,
-                compressed_mask=eviction.compressed_mask,
-                w_k=attn.w_k,
-                w_v=attn.w_v,
-                decoder=self.decoders[i] if loss.decoder else None,
+                old=torch.stack([e.old for e in evictions]),
+                old_keys=torch.stack(keys),
+                old_values=torch.stack(values),
+                old_mask=first.group_mask,  # the evicted states of whole valid groups
+                compressed=torch.stack([e.compressed for e in evictions]),
+                compressed_mask=first.compressed_mask,
+                w_k=weights[:, n : 2 * n],
+                w_v=weights[:, 2 * n :],
+                decoders=list(self.decoders) if loss.decoder else None,
             )
         )
