@@ -1,13 +1,16 @@
-"""Time the fused Triton relative attention against (a) a plain-torch reference with explicit (B, H, T, K) scores and
-(b) ``F.scaled_dot_product_attention`` with the positional term and the mask as its float ``attn_mask`` (the
-``sdpa-bias`` backend's way), forward and forward + backward, and check that all three agree.
+"""Time the fused Triton relative attention against the first fused kernel (frozen in ``benchmarks/impls/fused_v1``),
+a plain-torch reference with explicit (B, H, T, K) scores and ``F.scaled_dot_product_attention`` with the
+positional term and the mask as its float ``attn_mask`` (the ``sdpa-bias`` backend's way), forward and forward +
+backward, with the rate of useful work, and check that all agree.
 
     python -m benchmarks.fused_attention [--device cuda] [--out fused_attention.json]
 
 On CUDA: the ``gpu`` workload's attention shape (B=16, H=8, T=512, dh=64, C=512, M=515, bf16), medians of
-``--iters`` CUDA-event timings after warm-up, and the peak memory each one allocates. On CPU: a tiny shape through
-Triton's interpreter, timed once (the script end to end; its times say nothing about a GPU). Prints a table and
-writes the rows as JSON to ``--out``.
+``--iters`` CUDA-event timings after warm-up (which also tunes the fused kernel's tiles), and the peak memory each
+one allocates. On CPU: a tiny shape through Triton's interpreter, timed once (the script end to end; its times say
+nothing about a GPU). Useful work: the allowed (query, key) pairs times 2 dh FLOPs times 3 products forward (scores,
+positional scores, values) and 8 backward (both recomputed, dP, dV, dK, dQ, dq_pos, d_table); TFLOP/s is that over
+the time. Prints a table and writes the JSON to ``--out`` after each implementation.
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from benchmarks.impls.fused_v1 import fused_relative_attention_v1
+from compressive_transformer.core.attention import KeyMask
 from compressive_transformer.core.kernels.fused_triton import fused_relative_attention
 
 GPU_SHAPE = dict(B=16, H=8, T=512, dh=64, C=512, M=515)  # the `gpu` workload: n_s = 512, n_m = 512 (+3), n_cm = 512
 CPU_SHAPE = dict(B=1, H=2, T=12, dh=16, C=4, M=6)
 WINDOW = 0
 NAMES = ("qu", "k", "v", "qv", "r", "qc", "rc")
+FORWARD_PRODUCTS, BACKWARD_PRODUCTS = 3, 8
 
 
 def make_inputs(shape: dict, device: str, dtype: torch.dtype, seed: int = 0) -> tuple[list[Tensor], Tensor]:
@@ -83,7 +89,22 @@ def fused(qu, k, v, qv, r, qc, rc, key_valid, C: int, window: int) -> Tensor:
     return fused_relative_attention(qu, k, v, qv, r, qc, rc, key_valid, n_cmem=C, window=window)
 
 
-IMPLS = {"fused (Triton)": fused, "explicit (torch)": explicit, "sdpa-bias": sdpa_bias}
+def fused_first(qu, k, v, qv, r, qc, rc, key_valid, C: int, window: int) -> Tensor:
+    return fused_relative_attention_v1(qu, k, v, qv, r, qc, rc, key_valid, n_cmem=C, window=window)
+
+
+IMPLS = {
+    "fused (Triton)": fused,
+    "fused, first kernel": fused_first,
+    "explicit (torch)": explicit,
+    "sdpa-bias": sdpa_bias,
+}
+
+
+def useful_flops(key_valid: Tensor, C: int, window: int, T: int, H: int, dh: int) -> tuple[float, float]:
+    """FLOPs of useful work forward and backward: allowed (query, key) pairs x 2 dh x products."""
+    pairs = KeyMask(key_valid, C, window).allowed(T).sum().item() * H
+    return pairs * 2 * dh * FORWARD_PRODUCTS, pairs * 2 * dh * BACKWARD_PRODUCTS
 
 
 def _timed(fn, device: str, iters: int) -> float:
@@ -132,34 +153,50 @@ def measure(name: str, tensors, key_valid, C: int, device: str, iters: int) -> t
 
 def report(rows: list[dict], meta: dict) -> str:
     lines = [
-        f"relative attention, {meta['device_name']}, torch {meta['torch']}, {meta['dtype']}, shape {meta['shape']}",
-        "| implementation | forward ms | forward + backward ms | peak extra MiB | max rel. difference to explicit |",
-        "|---|---|---|---|---|",
+        f"relative attention, {meta['device_name']}, torch {meta['torch']}, triton {meta['triton']}, {meta['dtype']}, "
+        f"shape {meta['shape']}",
+        "| implementation | forward ms | forward + backward ms | forward TFLOP/s | forward + backward TFLOP/s "
+        "| peak extra MiB | max rel. difference to explicit |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         peak = f"{r['peak_extra_mib']:.0f}" if "peak_extra_mib" in r else "-"
         diff = f"{r['max_rel_difference']:.2e}" if "max_rel_difference" in r else "-"
-        lines.append(f"| {r['impl']} | {r['forward_ms']:.2f} | {r['forward_backward_ms']:.2f} | {peak} | {diff} |")
+        lines.append(
+            f"| {r['impl']} | {r['forward_ms']:.2f} | {r['forward_backward_ms']:.2f} | {r['forward_tflops']:.3g} | "
+            f"{r['forward_backward_tflops']:.3g} | {peak} | {diff} |"
+        )
     return "\n".join(lines)
 
 
-def run(device: str, iters: int) -> dict:
+def run(device: str, iters: int, out: Path | None = None) -> dict:
+    """Measure every implementation; with ``out``, the JSON is written after each one (a run cut off keeps its
+    rows)."""
+    import triton
+
     shape = GPU_SHAPE if device == "cuda" else CPU_SHAPE
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     tensors, key_valid = make_inputs(shape, device, dtype)
-    rows, results = [], {}
-    for name in IMPLS:
-        row, out, grads = measure(name, tensors, key_valid, shape["C"], device, iters)
-        rows.append(row)
-        results[name] = [out, *grads]
+    forward_flops, backward_flops = useful_flops(key_valid, shape["C"], WINDOW, shape["T"], shape["H"], shape["dh"])
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter)"
+    result = {"device_name": name, "torch": torch.__version__, "triton": triton.__version__}
+    result.update(dtype=str(dtype).removeprefix("torch."), shape={**shape, "window": WINDOW})
+    result.update(iters=iters if device == "cuda" else 1, useful_gflop_forward=forward_flops * 1e-9)
+    result.update(useful_gflop_backward=backward_flops * 1e-9, rows=[])
+    results = {}
+    for impl in IMPLS:
+        row, output, grads = measure(impl, tensors, key_valid, shape["C"], device, iters)
+        row["forward_tflops"] = forward_flops / row["forward_ms"] * 1e-9
+        row["forward_backward_tflops"] = (forward_flops + backward_flops) / row["forward_backward_ms"] * 1e-9
+        results[impl] = [output, *grads]
+        result["rows"].append(row)
+        if out is not None:
+            out.write_text(json.dumps(result, indent=2) + "\n")
     ref = results["explicit (torch)"]
-    for row in rows:  # worst relative (norm) difference over the output and the seven gradients
+    for row in result["rows"]:  # worst relative (norm) difference over the output and the seven gradients
         diffs = [((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(results[row["impl"]], ref)]
         row["max_rel_difference"] = max(diffs)
-    name = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter)"
-    meta = {"device_name": name, "torch": torch.__version__, "dtype": str(dtype).removeprefix("torch.")}
-    meta.update(shape={**shape, "window": WINDOW}, iters=iters if device == "cuda" else 1)
-    return {**meta, "rows": rows}
+    return result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -168,9 +205,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--out", type=Path, default=Path("fused_attention.json"))
     a = ap.parse_args(argv)
-    result = run(a.device, a.iters)
-    print(report(result["rows"], result))
     a.out.parent.mkdir(parents=True, exist_ok=True)
+    result = run(a.device, a.iters, a.out)
+    print(report(result["rows"], result))
     a.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {a.out}")
     return result

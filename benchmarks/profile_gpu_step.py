@@ -25,7 +25,7 @@ from compressive_transformer.training.captured import CapturedUpdate, make_captu
 HERE = Path(__file__).resolve().parent
 KINDS = (  # kernel-name fragments -> kind, first match wins
     ("fused", "fused attention"),
-    ("_forward_kernel", "fused attention"),
+    ("forward_kernel", "fused attention"),  # the fused kernels: forward, key/value and query gradients
     ("_grad_kernel", "fused attention"),
     ("fmha", "sdpa"),
     ("attention", "sdpa"),
@@ -150,6 +150,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE / "results" / "gpu" / "profile_step.json")
     a = ap.parse_args()
     w = workloads.get(a.workload)
+    if not torch.cuda.is_available():  # the prepared check's dry run on the CPU: the command parses, nothing to time
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps({"workload": a.workload, "skipped": "no CUDA device"}))
+        print("profile: no CUDA device, nothing to time")
+        return
     device = torch.device("cuda")
     graphs.DEFAULT_GRAPH = graphs.CudaGraph
     result = {"workload": a.workload, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "kernels": {}}

@@ -208,9 +208,9 @@ def markdown(summary: dict[str, Any], records: list[dict[str, Any]], meta: dict[
 
 def plot(summary: dict[str, Any], records: list[dict[str, Any]], path: Path) -> Path:
     """Left: each run's training loss against its steps; right: validation BPC per implementation and precision."""
-    from compressive_transformer.analysis.plots import _save, plt
+    from compressive_transformer.analysis.plots import save_figure, subplots
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = subplots(1, 2, figsize=(11, 4))
     keys = sorted(summary)
     for i, key in enumerate(keys):
         for r in (r for r in records if f"{r.get('impl')}@{r.get('precision')}" == key and "curve" in r):
@@ -233,7 +233,7 @@ def plot(summary: dict[str, Any], records: list[dict[str, Any]], path: Path) -> 
     right.set_ylim(min(means) * 0.9 if means else 0, max(means) * 1.05 if means else 1)
     right.grid(alpha=0.3, axis="y")
     fig.suptitle("quality per wall clock: same training time, PG-19 sample")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,6 +42,7 @@ done
 echo "installing compressive-transformer[$EXTRAS] ..."
 CONSTRAINTS=$(mktemp)
 trap 'rm -f "$CONSTRAINTS"' EXIT
-"$PY" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$CONSTRAINTS"
+# the installed torch's version read from its metadata: importing torch here, before numpy is installed, would warn
+"$PY" -c "from importlib.metadata import version; print('torch==' + version('torch').split('+')[0])" > "$CONSTRAINTS"
 "$PY" -m pip install -q -c "$CONSTRAINTS" -e ".[$EXTRAS]"
 "$PY" -c "import torch, compressive_transformer as ct; print(f'ready: torch {torch.__version__}, compressive-transformer {ct.__version__}')"

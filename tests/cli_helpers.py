@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
+
 import pytest
 
 from compressive_transformer import cli
@@ -37,3 +41,15 @@ def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+def cli_capped(*argv: str, memory_gib: int = 6, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``compressive-transformer ARGV`` in a fresh process whose address space and time are capped: for configs too
+    large for memory, which once hung building layers or took the machine's memory; a regression fails, bounded."""
+
+    def cap() -> None:
+        limit = memory_gib << 30
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    command = [sys.executable, "-m", "compressive_transformer.cli", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, preexec_fn=cap)

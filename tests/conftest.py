@@ -6,11 +6,6 @@ from pathlib import Path
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    # The fused Triton kernel runs on the CPU through Triton's interpreter, which must be chosen before anything
-    # imports triton (torch.compile's tests do): one mode for the whole session, whichever test comes first.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(1)
 
@@ -53,7 +48,10 @@ def with_keys(cfg: ModelConfig, **keys) -> ModelConfig:
     from compressive_transformer.core.config import to_dict, upgrade_model_table
     from compressive_transformer.core.config_base import merge_tables
 
-    return ModelConfig.from_raw(merge_tables(to_dict(cfg), upgrade_model_table(keys)))
+    base = to_dict(cfg)
+    if "kind" not in keys:
+        base.pop("kind")  # named again from the sections the merged table holds (``model.scales`` makes it QL)
+    return ModelConfig.from_raw(merge_tables(base, upgrade_model_table(keys)))
 
 
 def tiny_model(seed: int = 0, **overrides) -> CompressiveTransformerLM:
@@ -81,6 +79,25 @@ def eager_and_compiled_steps(model: CompressiveTransformerLM, device: torch.devi
             grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
             outs.append((out.logits.detach(), out.aux_loss.detach(), grads))
         yield outs[0], outs[1]
+
+
+def explain_training_step(model, forward=None, amp: torch.dtype | None = None):
+    """``torch._dynamo.explain`` of a training step's forward, task loss and compression loss over full memories (the
+    steady state a captured step runs in); ``forward``: what runs the model (default the model itself), under
+    autocast to ``amp`` where given."""
+    forward = model if forward is None else forward
+    tokens = torch.randint(0, model.cfg.vocab_size, (2, 8))
+    memory = model.init_memory(2)
+    with torch.no_grad():
+        for _ in range(3):
+            memory = model(tokens, memory=memory, targets=tokens).memory
+
+    def step(tokens, memory):
+        with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+            out = forward(tokens, memory=memory, targets=tokens)
+        return out.loss + out.aux_loss, out.memory
+
+    return torch._dynamo.explain(step)(tokens, memory)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -162,3 +179,13 @@ def pin_source(monkeypatch: pytest.MonkeyPatch, name: str, **changes) -> None:
 
     (owner,) = [fmt for fmt in FORMATS.values() if name in fmt.sources]
     monkeypatch.setitem(owner.sources, name, dataclasses.replace(owner.sources[name], **changes))
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """CUDA graphs recorded on the CPU (:class:`~compressive_transformer.core.graphs.RecordedGraph` stands in for the
+    capture), and the trainer allowed to capture there."""
+    import compressive_transformer.core.graphs as graphs
+
+    monkeypatch.setattr(graphs, "DEFAULT_GRAPH", graphs.RecordedGraph)
+    monkeypatch.setattr("compressive_transformer.training.trainer.capture_reason", lambda *a: None)

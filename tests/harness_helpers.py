@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Sequence
 
 from compressive_transformer.runs.presets import TINY_TOML
-from compressive_transformer.training.workflows import config_from_text, train_run
+from compressive_transformer.runs.rundir import config_from_text
+from compressive_transformer.training.workflows import train_run
 
 TEXT = "the cat sat on the mat. a dog ran in the park. " * 6
 KINDS = {

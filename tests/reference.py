@@ -41,8 +41,7 @@ def reference_logits(model: CompressiveTransformerLM, tokens: torch.Tensor, seg_
             ones = lambda t: torch.ones(t.shape[:2], dtype=torch.bool)  # noqa: E731
             window = cfg.memory.mem_len if cfg.positions.same_length else 0
             mask = key_mask(ones(h), ones(mem), ones(cmem), window=window)
-            kv = [block.attn.keys_values(torch.cat([cmem, mem], dim=1))]
-            result = block(h, kv, block.attn.tables(positions), mask, relative_attention)
+            result = block(h, [cmem, mem], block.attn.tables(positions), mask, relative_attention)
             out, attn_in = result.h, result.attn_in
             fifo = mems[i] + list(attn_in[0])
             if cfg.memory.cmem_len > 0:

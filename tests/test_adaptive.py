@@ -176,7 +176,7 @@ def test_bf16_autocast_normalises_in_fp32():
 
 def test_config_round_trips_through_toml_and_rejects_mistakes():
     cfg = RunConfig(model=dataclasses.replace(cfg_of(cutoffs=(10, 30), div_val=2, tie_projs=(False, True, True))))
-    from compressive_transformer.training.workflows import config_from_text
+    from compressive_transformer.runs.rundir import config_from_text
 
     assert config_from_text(config_text(cfg)).model == cfg.model
     with pytest.raises(ConfigError, match="model.adaptive.cutoffs"):

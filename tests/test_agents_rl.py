@@ -171,3 +171,28 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert err.startswith("error: model.ql: an agent core cannot be a Transformer-QL") and "\n" not in err
         assert "one observation at a time" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_resume_refuses_fewer_environment_steps_than_trained(
+    agent_run_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rl train --resume --set train.env_steps=N` below the steps trained exited 0 and rewrote the run's
+    config.toml to N (text runs refuse fewer steps in one line)."""
+    run = agent_run_copy
+    before = (run / "config.toml").read_text()
+    code = main(["rl", "train", "--resume", "--run-dir", str(run), "--set", "train.env_steps=32", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err, err
+    assert err.startswith("error: --set train.env_steps=32: this run has already trained 64 environment steps"), err
+    assert (run / "config.toml").read_text() == before
+
+
+def test_an_agent_too_large_for_memory_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """`--set model.n_layers=1000000000` built layers until the machine ran out of memory."""
+    from cli_helpers import assert_one_line_error, cli_capped
+
+    run = tmp_path / "r"
+    layers = ["--set", "model.n_layers=1000000000"]
+    done = cli_capped("rl", "train", "configs/agents/nonmatching.toml", *layers, "--run-dir", str(run))
+    assert_one_line_error(done.returncode, done.stderr, "model: ", "lower the sizes")
+    assert not run.exists()

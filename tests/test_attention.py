@@ -77,7 +77,7 @@ def call(attn, cfg, x, mem, cmem, mem_mask, fill, kernel="explicit"):
     window = M if cfg.positions.same_length else 0
     spec = KERNELS[kernel]
     mask = spec.prepare(key_mask(ones(T), mem_mask, ones(C), window=window), T, x.dtype)
-    out = attn(x, [attn.keys_values(torch.cat([cmem, mem], 1))], attn.tables(pos), mask, spec.run)
+    out = attn(x, [cmem, mem], attn.tables(pos), mask, spec.run)
     return out.y, out.weights
 
 

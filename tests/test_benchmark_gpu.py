@@ -113,9 +113,14 @@ def test_the_prepared_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
     )
     assert p.returncode == 0, p.stderr[-2000:]
     summary = (out / "summary.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in summary] == ["env", "peers", "tests", "kernel", "bench", "paper", "more"]
+    parts = ["env", "kernel", "peers", "bench", "profile", "tests", "compile", "paper", "more"]
+    assert [line.split(":")[0] for line in summary] == parts
     status = dict(line.split(": ", 1) for line in summary)
-    assert status["tests"].startswith("ok") and status["bench"].startswith("ok") and status["paper"].startswith("ok")
+    assert all(status[part].startswith("ok") for part in ("kernel", "bench", "profile", "tests", "paper")), status
+    assert status["compile"].startswith("ok")  # its tests skip on the CPU: the command is what a dry run checks
+    rows = {row["impl"]: row for row in json.loads((out / "kernel.json").read_text())["rows"]}
+    assert {"fused (Triton)", "fused, first kernel"} <= set(rows)  # the current kernel against the frozen first one
+    assert all(row["forward_backward_tflops"] > 0 and row["max_rel_difference"] < 1e-5 for row in rows.values())
     runs = json.loads((out / "gpu.json").read_text())["runs"]["bf16"]
     assert runs["ours+graphs"]["train"]["tokens_per_s"] > 0 and runs["ours+graphs"]["config"]["cuda_graphs"]
     assert set(runs) == {"ours+graphs", "ours", "ours_txl+graphs", "lucidrains", "labml"}  # peers: a row or an error

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import eager_and_compiled_steps, tiny_config
+from conftest import eager_and_compiled_steps, explain_training_step, tiny_config
 
 from compressive_transformer import CompressiveTransformerLM, build_model
 
@@ -46,17 +46,17 @@ def test_the_training_step_is_one_graph(kind):
     """Forward, task loss and compression loss over a full memory trace as one graph: no graph break (so no host
     synchronisation and nothing dynamo cannot follow), whatever the model kind, compressor or loss."""
     torch.manual_seed(0)
-    model = build_model(tiny_config(**ONE_GRAPH[kind])).train()
-    V = model.cfg.vocab_size
-    tokens = torch.randint(0, V, (2, 8))
-    memory = model.init_memory(2)
-    for _ in range(3):  # full memories: the steady state a captured step runs in
-        memory = model(tokens, memory=memory, targets=tokens).memory
-
-    def step(tokens, memory):
-        out = model(tokens, memory=memory, targets=tokens)
-        return out.loss + out.aux_loss, out.memory
-
-    explained = torch._dynamo.explain(step)(tokens, memory)
+    explained = explain_training_step(build_model(tiny_config(**ONE_GRAPH[kind])).train())
     assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
     assert explained.graph_count == 1
+
+
+def test_the_training_step_with_the_fused_kernel_is_one_graph():
+    """The fused kernel (``auto``'s choice on CUDA in bf16, compiled too) is a torch.library custom op: dynamo traces
+    it whole inside the training step (here through Triton's interpreter on the CPU)."""
+    pytest.importorskip("triton")
+    torch.manual_seed(0)
+    explained = explain_training_step(build_model(tiny_config(attn_impl="fused", d_model=32)).train())
+    assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+    ops = {str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"}
+    assert any("fused_relative_attention" in op for op in ops), "the custom op is in the graph"

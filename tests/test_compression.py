@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny_config
+from torch import nn
 
+from compressive_transformer.core import compression
 from compressive_transformer.core.compression import (
     ConvCompressor,
     ConvDecoder,
@@ -188,3 +190,49 @@ def test_losses_ignore_invalid_slots_and_rows():
     assert torch.isfinite(both)
     dec = torch.randn(2, 6, 8, dtype=torch.float64)
     torch.testing.assert_close(autoencoder_loss(old, om, dec), ((old[0] - dec[0]) ** 2).mean())
+
+
+def _reconstruction_in(amp: bool, comp: ConvCompressor, h, old, heads_of, w, c: int):
+    """The loss and the compressor's weight gradient, the layer's projections and the compression under bf16 autocast
+    (as a bf16 training step runs them) or in fp32."""
+    wq, wk, wv = w
+    B, T, _ = h.shape
+    full = lambda n: torch.ones(B, n, dtype=torch.bool)  # noqa: E731
+    comp.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        q, k, v = heads_of(h @ wq.t()), heads_of(old @ wk.t()), heads_of(old @ wv.t())
+        new = comp(windows_of(old, c, 0))
+        loss = attention_reconstruction_loss(q, full(T), k, v, full(old.shape[1]), new, full(new.shape[1]), wk, wv)
+    loss.backward()
+    return loss.detach().double(), comp.conv.weight.grad.double().clone()
+
+
+@pytest.mark.parametrize("compressor", ["untrained", "near-lossless"])
+def test_reconstruction_loss_in_bf16_agrees_with_fp32(compressor, monkeypatch):
+    """Under bf16 autocast both attention reads run in bf16 (the fast kernels) and the squared error is summed in
+    fp32: the loss within 1% of the fp32 computation's and the compressor's gradient within 3% (relative norm),
+    also for a compressor whose reconstruction is already close (measured: 0.04% / 0.5% untrained, 0.15% / 1%
+    near-lossless)."""
+    torch.manual_seed(0)
+    B, T, S, d, H, c = 4, 64, 64, 128, 4, 4
+    h = torch.randn(B, T, d)
+    base = torch.randn(B, S // c, d)
+    old = (
+        base.repeat_interleave(c, 1) + 0.1 * torch.randn(B, S, d)
+        if compressor == "near-lossless"
+        else torch.randn(B, S, d)
+    )
+    w = nn.Linear(d, 3 * d, bias=False).weight.detach().split(d)
+    comp = ConvCompressor(d, c, 0)
+    if compressor == "near-lossless":  # close to the mean of each group
+        with torch.no_grad():
+            comp.conv.weight.copy_((torch.eye(d) / c)[:, :, None] + 0.01 * torch.randn(d, d, c))
+    heads_of = lambda t: t.view(B, -1, H, d // H).transpose(1, 2)  # noqa: E731
+    read_dtypes = []
+    read = compression.content_attention
+    monkeypatch.setattr(compression, "content_attention", lambda q, *a: read_dtypes.append(q.dtype) or read(q, *a))
+    loss32, grad32 = _reconstruction_in(False, comp, h, old, heads_of, w, c)
+    loss16, grad16 = _reconstruction_in(True, comp, h, old, heads_of, w, c)
+    assert read_dtypes == [torch.float32] * 2 + [torch.bfloat16] * 2  # the reads do run in bf16 under autocast
+    assert abs(loss16 - loss32) / loss32 < 0.01
+    assert (grad16 - grad32).norm() / grad32.norm() < 0.03

@@ -333,3 +333,16 @@ def test_bad_arguments(kwargs: dict, name: str) -> None:
 def test_arguments_are_keyword_only() -> None:
     with pytest.raises(TypeError):
         context_length("transformer-xl", 4, 4, 2)  # type: ignore[misc]
+
+
+def test_wavenet_has_a_receptive_field_and_no_attention_cost() -> None:
+    """temporal_range(wavenet) said "max temporal range 0 positions, attention cost 4096 query-key pairs"."""
+    from compressive_transformer.core.context import receptive_field, temporal_range
+
+    cfg = ModelConfig.from_raw(
+        dict(vocab_size=256, d_model=8, n_heads=2, d_ff=8, n_layers=4, seg_len=64, mem_len=0, cmem_len=0,
+             wavenet_dilations=[1, 2, 4, 8])
+    )  # fmt: skip
+    r = temporal_range(cfg)
+    assert r.receptive_field == receptive_field((1, 2, 4, 8)) == 16 and r.max_range == 15 and r.attention_cost == 0
+    assert str(r).startswith("no attention: a receptive field of 16 positions") and "attention cost" not in str(r)

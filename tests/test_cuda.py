@@ -152,7 +152,13 @@ def test_the_captured_update_on_cuda_follows_eager_training(variant):
         torch.testing.assert_close(q, p, rtol=1e-3, atol=1e-5)
 
 
+# Compiling takes minutes where a step takes milliseconds: the compile tests get their own limit (benchmarks/gpu_check.sh
+# runs them as a part of their own, the other CUDA tests under --timeout 90).
+COMPILE_TIMEOUT = 240
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(COMPILE_TIMEOUT)
 def test_compiled_training_on_cuda_matches_eager():
     torch.manual_seed(0)
     model = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4)).to(CUDA)
@@ -164,17 +170,20 @@ def test_compiled_training_on_cuda_matches_eager():
             torch.testing.assert_close(g_compiled, g_eager, rtol=1e-3, atol=1e-5)
 
 
-@pytest.mark.parametrize("mode", ["eager", "compiled", "graphs", "graphs-fp32"])
+@pytest.mark.timeout(COMPILE_TIMEOUT)
+@pytest.mark.parametrize("mode", ["eager", "compiled", "graphs", "graphs-fp32", "compiled-graphs"])
 def test_cuda_decoder_equals_the_model_token_by_token(mode: str):
-    """The decoder on the GPU (fp64 eager and replayed as CUDA graphs; fp32 under torch.compile's Triton kernels and
-    replayed with the fused kernel) gives the model's logits and memory, through compression steps."""
+    """The decoder on the GPU (fp64 eager and replayed as CUDA graphs; fp32 under torch.compile's Triton kernels,
+    replayed, and both, as ``generate`` runs it on a GPU) gives the model's logits and memory, through compression
+    steps and ring wraps."""
     model = tiny_model(compression_extra_width=1).to(CUDA)
-    if mode in ("compiled", "graphs-fp32"):
+    if mode in ("compiled", "graphs-fp32", "compiled-graphs"):
         model = model.float()
     tokens = torch.randint(0, 32, (2, 50), device=CUDA)
     with torch.no_grad():
         memory = model(tokens[:, :11], memory=model.init_memory(2)).memory
-        decoder = Decoder(model, memory, compile=mode == "compiled", cuda_graphs=mode.startswith("graphs"))
+        compile, graphs = mode.startswith("compiled"), "graphs" in mode  # compiled-graphs: what generate runs on CUDA
+        decoder = Decoder(model, memory, compile=compile, cuda_graphs=graphs)
         for t in range(11, 50):
             got = decoder.step(tokens[:, t])
             out = model(tokens[:, t : t + 1], memory=memory)

@@ -78,3 +78,36 @@ def test_batch_rows_must_split_evenly():
     assert DistInfo(rank=1, world_size=2).rows(8) == slice(4, 8)
     with pytest.raises(ConfigError, match="^train.batch_size"):
         DistInfo(rank=0, world_size=3).rows(8)
+
+
+@pytest.mark.slow
+def test_torchrun_without_a_run_dir_trains_one_fresh_run(tmp_path: Path) -> None:
+    """Without --run-dir each process would stamp its own runs/<config>-<time>: the command stopped with its error
+    twice, then torchrun's ChildFailedError. Now the main process names the run for all of them."""
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun is not beside this Python")
+    sets = [a for o in ("train.steps=2", "train.progress=false", "train.amp=none") for a in ("--set", o)]
+    done = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node=2",
+            f"--master_port={free_port()}",
+            "-m",
+            "compressive_transformer.cli",
+            "train",
+            *sets,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    assert run.name.startswith("tiny-") and (run / "checkpoints").is_dir()
+    assert done.stdout.count("run directory: ") == 1 and str(run.name) in done.stdout, done.stdout

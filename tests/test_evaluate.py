@@ -13,10 +13,11 @@ import torch
 from compressive_transformer.core.config import ConfigError, DataConfig, ModelConfig
 from compressive_transformer.core.models import CompressiveTransformerLM
 from compressive_transformer.data import build_tokenizer, load_corpus, read_documents
+from compressive_transformer.inference.evaluate import evaluate
+from compressive_transformer.inference.workflows import evaluate_run
 from compressive_transformer.runs.presets import TINY_TOML
 from compressive_transformer.runs.rundir import config_from_text
-from compressive_transformer.training.evaluate import evaluate
-from compressive_transformer.training.workflows import evaluate_run, train_run
+from compressive_transformer.training.workflows import train_run
 
 torch.set_num_threads(1)
 TEXTS = {

@@ -11,7 +11,7 @@ import torch
 from compressive_transformer.core.config import ConfigError, ModelConfig
 from compressive_transformer.core.models import CompressiveTransformerLM
 from compressive_transformer.core.models.decode import Decoder
-from compressive_transformer.training.generate import filter_logits, generate, sample_next
+from compressive_transformer.inference.generate import SamplingConfig, filter_logits, generate, sample_next
 
 torch.set_num_threads(1)
 
@@ -77,16 +77,16 @@ def test_sampling_respects_the_filter_and_the_seed() -> None:
     draws = sample_next(logits, temperature=1.0, top_k=2, generator=g)
     assert set(draws.tolist()) == {2, 3}
     assert torch.equal(sample_next(torch.tensor([[0.0, 3.0, 1.0]]), temperature=0), torch.tensor([1]))
-    a = generate(model(), [1, 2, 3], max_new_tokens=10, temperature=1.0, seed=5).tokens
-    b = generate(model(), [1, 2, 3], max_new_tokens=10, temperature=1.0, seed=5).tokens
+    a = generate(model(), [1, 2, 3], max_new_tokens=10, sampling=SamplingConfig(temperature=1.0), seed=5).tokens
+    b = generate(model(), [1, 2, 3], max_new_tokens=10, sampling=SamplingConfig(temperature=1.0), seed=5).tokens
     assert a == b
 
 
 def test_greedy_decoding_is_deterministic_and_leaves_train_mode_alone() -> None:
     m = model()
     m.train()
-    a = generate(m, [3, 1, 4, 1, 5], max_new_tokens=15, temperature=0)
-    b = generate(m, [3, 1, 4, 1, 5], max_new_tokens=15, temperature=0, seed=123)
+    a = generate(m, [3, 1, 4, 1, 5], max_new_tokens=15, sampling=SamplingConfig(temperature=0))
+    b = generate(m, [3, 1, 4, 1, 5], max_new_tokens=15, sampling=SamplingConfig(temperature=0), seed=123)
     assert a.tokens == b.tokens and len(a.tokens) == 15
     assert m.training
 
@@ -99,7 +99,9 @@ def test_greedy_decoding_is_deterministic_and_leaves_train_mode_alone() -> None:
 def test_generation_logits_equal_a_fresh_token_by_token_run(kw: dict) -> None:
     m = model(**kw)
     prompt = [5, 9, 2, 7, 7, 1, 3]  # two segments of seg_len 4 (the second partial)
-    out = generate(m, prompt, max_new_tokens=14, temperature=0.9, top_k=20, seed=1, keep_logits=True)
+    out = generate(
+        m, prompt, max_new_tokens=14, sampling=SamplingConfig(temperature=0.9, top_k=20), seed=1, keep_logits=True
+    )
     sequence = prompt + out.tokens
     m.eval()
     memory = m.init_memory(1)
@@ -126,11 +128,13 @@ def test_each_generated_token_is_one_forward_of_length_one(monkeypatch: pytest.M
     steps = []
     real_step = Decoder.step
     monkeypatch.setattr(Decoder, "step", lambda self, tokens: steps.append(tokens.shape) or real_step(self, tokens))
-    generate(m, list(range(10)), max_new_tokens=6, temperature=0)
+    generate(m, list(range(10)), max_new_tokens=6, sampling=SamplingConfig(temperature=0))
     assert lengths == [4, 4, 2]  # the prompt in segments
     assert steps == [torch.Size([1])] * 5  # then one decoder step of one token per new token after the first
 
     lengths.clear()  # a model without a ring-buffer decoder: one forward of length 1 per token instead
-    monkeypatch.setattr(sys.modules["compressive_transformer.training.generate"], "unsupported", lambda model: "forced")
-    generate(m, list(range(10)), max_new_tokens=6, temperature=0)
+    monkeypatch.setattr(
+        sys.modules["compressive_transformer.inference.generate"], "unsupported", lambda model: "forced"
+    )
+    generate(m, list(range(10)), max_new_tokens=6, sampling=SamplingConfig(temperature=0))
     assert lengths == [4, 4, 2] + [1] * 5

@@ -22,7 +22,7 @@ from compressive_transformer.harness.scoring import (
     rolling_loglikelihoods,
     stream_nll,
 )
-from compressive_transformer.training.generate import generate
+from compressive_transformer.inference.generate import SamplingConfig, generate
 
 torch.set_num_threads(1)
 
@@ -45,7 +45,14 @@ def test_a_continuation_scores_the_same_after_a_context_of_many_segments_batched
 
 def test_is_greedy_exactly_when_every_scored_token_is_the_argmax(run) -> None:
     ctx = run.encode(TEXT[:40])
-    greedy = generate(run.model, ctx, max_new_tokens=6, temperature=0, mem_len=run.mem_len, cmem_len=run.cmem_len)
+    greedy = generate(
+        run.model,
+        ctx,
+        max_new_tokens=6,
+        sampling=SamplingConfig(temperature=0),
+        mem_len=run.mem_len,
+        cmem_len=run.cmem_len,
+    )
     best = greedy.tokens
     other = best[:3] + [(best[3] + 1) % run.model.cfg.vocab_size] + best[4:]
     (_, g1), (_, g2), (_, g3) = continuation_loglikelihoods(run, [(ctx, best), (ctx, other), (ctx, [])], batch_size=3)

@@ -26,10 +26,10 @@ from compressive_transformer.core.models import build_model
 from compressive_transformer.experiments import ablation, compare, long_range
 from compressive_transformer.experiments.long_range import PRESETS
 from compressive_transformer.experiments.long_range_results import locked_results
+from compressive_transformer.inference import text_eval
+from compressive_transformer.inference import workflows as run_module
 from compressive_transformer.runs.checkpoint import list_checkpoints
 from compressive_transformer.runs.metrics import METRICS_FILE, MetricsLogger, read_metrics
-from compressive_transformer.training import text_eval
-from compressive_transformer.training import workflows as run_module
 from compressive_transformer.training.trainer import Trainer
 
 torch.set_num_threads(1)

@@ -97,6 +97,9 @@ def test_import_then_evaluate_generate_export(tmp_path, capsys):
     text.write_text(" ".join(WORDS[2:30]) + " unseen\n", encoding="utf-8")
     code, stdout, err = cli_run(capsys, "evaluate", str(out), "--text", str(text), "--out", str(tmp_path / "e.json"))
     assert code == 0, err
+    # the one word the vocabulary lacks is counted beside the score, which had no word of it
+    assert "(1 of them, " in stdout and "<unk>" in stdout, stdout
+    assert json.loads((tmp_path / "e.json").read_text())["unknown_tokens"] == 1
     corpus = tmp_path / "wikitext"
     corpus.mkdir()
     for split in ("train", "valid", "test"):

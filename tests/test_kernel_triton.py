@@ -1,30 +1,33 @@
 """The fused Triton relative attention against a plain-torch reference of the same math: the output and all seven
-gradients, exact in fp32 and within bf16 rounding in bf16; on CPU through Triton's interpreter at small shapes, on
-CUDA also at the benchmark's shapes and captured in a CUDA graph; the custom op traced by torch.compile with no graph
-break; the timing script end to end.
+gradients, exact in fp32 and within bf16 rounding in bf16; on CPU tensors through Triton's interpreter at small
+shapes (every tile configuration the GPU may tune to included), on CUDA also at the benchmark's shapes and captured
+in a CUDA graph; the custom op traced by torch.compile with no graph break; the timing scripts end to end.
 """
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-if not torch.cuda.is_available():
-    # Triton compiles for GPUs only; its interpreter must be chosen before the kernels are decorated (at import).
-    # The kernel module chooses it itself on a machine without CUDA, whichever test imports it first.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-from compressive_transformer.core.kernels.fused_triton import fused_relative_attention  # noqa: E402
+from compressive_transformer.core.kernels.fused_triton import (  # noqa: E402
+    FORWARD,
+    KEY_GRADS,
+    QUERY_GRADS,
+    QUERY_TILES,
+    TUNED_WORK,
+    _configs_worth_timing,
+    fused_relative_attention,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(
-    DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1",
-    reason="without CUDA the kernels need Triton's interpreter: unset TRITON_INTERPRET or set it to 1",
-)
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 NAMES = ("qu", "k", "v", "qv", "r", "qc", "rc")
 
@@ -52,19 +55,30 @@ def reference(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int):
     return torch.softmax(scores, -1) @ v
 
 
-def inputs(B, H, T, C, M, dh, *, dtype=torch.float32, seed=0, p_invalid=0.3, extra_rows=1):
-    """qu, k, v, qv, r, qc, rc (qc, rc None when C = 0), key_valid with about p_invalid of the slots empty."""
+def inputs(B, H, T, C, M, dh, *, dtype=torch.float32, seed=0, p_invalid=0.3, extra_rows=1, clamp=0, reset=False):
+    """qu, k, v, qv, r, qc, rc (qc, rc None when C = 0), key_valid with about p_invalid of the slots empty. clamp > 0:
+    the tables as ``clamp_len`` makes them (every distance beyond clamp reads the row of distance clamp); reset: batch
+    row 0 has just been reset (no memory or compressed slot valid)."""
     g = torch.Generator().manual_seed(seed)
     K = C + M + T
 
     def rand(*shape):
         return torch.randn(*shape, generator=g).to(DEVICE, dtype)
 
+    def table(n_rows, nearest):  # row m encodes distance nearest + n_rows - 1 - m
+        rows = rand(H, n_rows, dh)
+        if clamp > 0:
+            dist = torch.arange(nearest + n_rows - 1, nearest - 1, -1)
+            rows = rows[:, (nearest + n_rows - 1 - dist.clamp(max=clamp)).clamp(0, n_rows - 1)]
+        return rows
+
     qu, k, v, qv = rand(B, H, T, dh), rand(B, H, K, dh), rand(B, H, K, dh), rand(B, H, T, dh)
-    r = rand(H, M + T + extra_rows, dh)
-    qc, rc = (rand(B, H, T, dh), rand(H, C + T - 1 + extra_rows, dh)) if C > 0 else (None, None)
-    key_valid = (torch.rand(B, K, generator=g) >= p_invalid).to(DEVICE)
-    return [qu, k, v, qv, r, qc, rc], key_valid
+    r = table(M + T + extra_rows, -extra_rows)
+    qc, rc = (rand(B, H, T, dh), table(C + T - 1 + extra_rows, 1 - extra_rows)) if C > 0 else (None, None)
+    key_valid = torch.rand(B, K, generator=g) >= p_invalid
+    if reset:
+        key_valid[0, : C + M] = False
+    return [qu, k, v, qv, r, qc, rc], key_valid.to(DEVICE)
 
 
 def reference_run(tensors, key_valid, C: int, window: int, grad, dtype=torch.float64) -> list:
@@ -75,14 +89,11 @@ def reference_run(tensors, key_valid, C: int, window: int, grad, dtype=torch.flo
     return [out.detach()] + [t.grad for t in leaves if t is not None]
 
 
-def run_both(tensors, key_valid, C: int, window: int, block: int | None = None, seed: int = 1):
+def run_both(tensors, key_valid, C: int, window: int, blocks: tuple[int, int] = (0, 0), seed: int = 1):
     """(kernel, fp64 reference) pairs of the output and each gradient, for one random output gradient; and that
-    gradient."""
+    gradient. blocks: the query and key block (0, 0: the default or tuned ones)."""
     leaves = [t.clone().requires_grad_() if t is not None else None for t in tensors]
-    if block is None:
-        out = fused_relative_attention(*leaves, key_valid, n_cmem=C, window=window)
-    else:
-        out = torch.ops.compressive_transformer.fused_relative_attention(*leaves, key_valid, C, window, block)[0]
+    out = fused_relative_attention(*leaves, key_valid, n_cmem=C, window=window, block_m=blocks[0], block_n=blocks[1])
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out)
     out.backward(grad)
     assert out.dtype == tensors[0].dtype and all(a.grad.dtype == a.dtype for a in leaves if a is not None)
@@ -102,57 +113,137 @@ def relative(got, want) -> float:
     return ((got.double() - want).norm() / want.norm()).item()
 
 
-def assert_close_bf16(tensors, key_valid, C: int, window: int) -> None:
+def assert_close_bf16(tensors, key_valid, C: int, window: int, blocks: tuple[int, int] = (0, 0)) -> None:
     """The kernel in bf16 is off the exact result (fp64 from the same bf16 values) by at most 3e-2 relative (norm)
     or 1.5 times what the reference computed in bf16 is off, whichever is larger (1-2e-2 at the small shapes)."""
-    pairs, grad = run_both(tensors, key_valid, C, window)
+    pairs, grad = run_both(tensors, key_valid, C, window, blocks)
     in_bf16 = reference_run(tensors, key_valid, C, window, grad, torch.bfloat16)
     for name, (got, want), own in zip(("out",) + NAMES, pairs, in_bf16):
         rel, tol = relative(got, want), max(3e-2, 1.5 * relative(own, want))
         assert rel < tol, f"{name}: relative difference {rel:.3g} >= {tol:.3g}"
 
 
-# (B, H, T, C, M, dh, window, block): empty compressed memory and/or memory, a window, T and K off the block size,
-# several query blocks and diagonals (block 16), the GPU's block (64)
+# (B, H, T, C, M, dh, window, blocks): empty compressed memory and/or memory, a window, T and K off the block size,
+# several query blocks and diagonals (16 x 16), query blocks twice the key blocks (a band of three chunks) and half
+# of them, the interpreter's default (32 x 32), a block larger than the shape
 FP32_CASES = [
-    (2, 2, 5, 0, 0, 16, 0, None),
-    (2, 1, 33, 16, 32, 16, 0, None),
-    (2, 2, 16, 3, 7, 32, 9, None),
-    (1, 2, 33, 16, 0, 32, 0, None),
-    (2, 1, 33, 3, 32, 16, 9, 16),
-    (1, 1, 20, 5, 50, 16, 0, 64),
+    (2, 2, 5, 0, 0, 16, 0, (0, 0)),
+    (2, 1, 33, 16, 32, 16, 0, (0, 0)),
+    (2, 2, 16, 3, 7, 32, 9, (0, 0)),
+    (1, 2, 33, 16, 0, 32, 0, (0, 0)),
+    (2, 1, 33, 3, 32, 16, 9, (16, 16)),
+    (2, 1, 45, 7, 40, 16, 20, (32, 16)),
+    (1, 1, 40, 5, 50, 16, 0, (16, 32)),
+    (1, 1, 20, 5, 50, 16, 0, (64, 64)),
 ]
 
 
-@pytest.mark.parametrize(("B", "H", "T", "C", "M", "dh", "window", "block"), FP32_CASES)
-def test_fp32_output_and_gradients_equal_the_reference(B, H, T, C, M, dh, window, block) -> None:
+@pytest.mark.parametrize(("B", "H", "T", "C", "M", "dh", "window", "blocks"), FP32_CASES)
+def test_fp32_output_and_gradients_equal_the_reference(B, H, T, C, M, dh, window, blocks) -> None:
     tensors, key_valid = inputs(B, H, T, C, M, dh)
-    assert_close_fp32(run_both(tensors, key_valid, C, window, block)[0])
+    assert_close_fp32(run_both(tensors, key_valid, C, window, blocks)[0])
 
 
 @pytest.mark.parametrize(
-    ("B", "H", "T", "C", "M", "dh", "window"), [(2, 1, 33, 16, 32, 16, 0), (2, 1, 20, 3, 7, 32, 9)]
+    ("B", "H", "T", "C", "M", "dh", "window", "blocks"),
+    [(2, 1, 33, 16, 32, 16, 0, (0, 0)), (2, 1, 20, 3, 7, 32, 9, (0, 0)), (2, 1, 40, 9, 30, 16, 0, (32, 16))],
 )
-def test_bf16_output_and_gradients_are_within_bf16_rounding(B, H, T, C, M, dh, window) -> None:
+def test_bf16_output_and_gradients_are_within_bf16_rounding(B, H, T, C, M, dh, window, blocks) -> None:
     tensors, key_valid = inputs(B, H, T, C, M, dh, dtype=torch.bfloat16)
-    assert_close_bf16(tensors, key_valid, C, window)
+    assert_close_bf16(tensors, key_valid, C, window, blocks)
+
+
+SHAPES = dict(
+    T=st.integers(1, 40),
+    C=st.integers(0, 20),
+    M=st.integers(0, 40),
+    dh=st.sampled_from([16, 32]),
+    window=st.one_of(st.just(0), st.just(-1), st.integers(1, 50)),  # -1: same_length's window, the memory's length
+    clamp=st.one_of(st.just(0), st.integers(1, 60)),
+    blocks=st.sampled_from([(16, 16), (32, 16), (16, 32), (32, 32)]),
+    reset=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+
+
+def check_any_shape(T, C, M, dh, window, clamp, blocks, reset, seed) -> None:
+    """Longer tables than needed (their extra rows are never read), tables clamped as ``clamp_len`` makes them, any
+    emptiness of the slots, a batch row just reset, a window (``same_length``) or none."""
+    tensors, key_valid = inputs(
+        2, 1, T, C, M, dh, seed=seed, p_invalid=seed % 5 / 5, extra_rows=1 + seed % 7, clamp=clamp, reset=reset
+    )
+    assert_close_fp32(run_both(tensors, key_valid, C, M if window < 0 else window, blocks)[0])
 
 
 # no shrinking: each example costs seconds in the interpreter (a failure prints its example all the same)
-@settings(max_examples=4, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(
-    T=st.integers(1, 24),
-    C=st.integers(0, 12),
-    M=st.integers(0, 24),
-    dh=st.sampled_from([16, 32]),
-    window=st.integers(0, 30),
-    block=st.sampled_from([16, 32]),
-    seed=st.integers(0, 2**16),
+@settings(max_examples=5, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(**SHAPES)
+def test_any_shape_matches_the_reference(**shape) -> None:
+    check_any_shape(**shape)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(**SHAPES)
+def test_any_shape_matches_the_reference_many_examples(**shape) -> None:
+    check_any_shape(**shape)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiles", sorted({(t.block_m, t.block_n) for t in QUERY_TILES}))
+def test_each_gpu_tile_configuration_matches_the_reference_in_the_interpreter(tiles) -> None:
+    """The blocks the GPU may be tuned to (the key pass takes them transposed), in the interpreter: several query
+    blocks, a window, every kind of key block."""
+    tensors, key_valid = inputs(2, 1, 150, 40, 140, 32, p_invalid=0.2)
+    assert_close_fp32(run_both(tensors, key_valid, 40, 100, tiles)[0])
+
+
+ENVIRONMENT_PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    start = dict(os.environ)
+    import compressive_transformer
+    from compressive_transformer.core import kernels
+    from compressive_transformer.core.kernels import (
+        fused_triton, fused_triton_bwd, fused_triton_fwd, fused_triton_tiles, triton_interpreter,
+    )
+    imported = dict(os.environ)
+    import torch, torch._dynamo  # torch's custom ops import dynamo on their first call, which sets its cache dir
+    before = dict(os.environ)
+    x = torch.randn(1, 1, 4, 16)
+    fused_triton.fused_relative_attention(x, x, x, x, x[0, :, :4], None, None, torch.ones(1, 4, dtype=torch.bool),
+                                          n_cmem=0)
+    ran = dict(os.environ)
+    changed = lambda a, b: sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    kind = type(fused_triton_fwd.forward_kernel).__name__
+    print(json.dumps({"import": changed(start, imported), "run": changed(before, ran), "jit": kind}))
+    """
 )
-def test_any_shape_matches_the_reference(T, C, M, dh, window, block, seed) -> None:
-    """Longer tables than needed (their extra rows are never read), any emptiness of the slots."""
-    tensors, key_valid = inputs(2, 1, T, C, M, dh, seed=seed, p_invalid=seed % 5 / 5, extra_rows=1 + seed % 7)
-    assert_close_fp32(run_both(tensors, key_valid, C, window, block)[0])
+
+
+def test_importing_and_running_the_kernels_leaves_the_environment_alone() -> None:
+    """In a fresh interpreter without TRITON_INTERPRET: importing the package and every kernel module, and running
+    the kernel on CPU tensors, writes nothing to os.environ (the kernels stay compiled kernels for CUDA; the CPU's
+    interpreted copies are made on the call)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, "-c", ENVIRONMENT_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    result = json.loads(p.stdout.strip().splitlines()[-1])
+    assert result == {"import": [], "run": [], "jit": "JITFunction"}
+
+
+def test_cuda_times_the_tile_configurations_only_for_shapes_large_enough() -> None:
+    """Each kernel has several configurations to time on CUDA (their constexprs its own); a shape of fewer than
+    TUNED_WORK (query, key) pairs per head takes the first untimed, so small models compile one config."""
+    for kernel in (FORWARD, KEY_GRADS, QUERY_GRADS):
+        assert len(kernel.configs) >= 4 and {t.warps for t in kernel.configs} == {4, 8}
+        assert {t.stages for t in kernel.configs} >= {2, 3}
+        assert all(set(kernel.constexprs(t)) <= set(kernel.fn.arg_names) for t in kernel.configs)
+    configs = list(range(4))
+    assert _configs_worth_timing(configs, dict(T=512, C=512, M=512)) == configs
+    assert _configs_worth_timing(configs, dict(T=8, C=4, M=8)) == [0]
+    assert _configs_worth_timing(configs, dict(T=512, n_keys=512)) == configs
+    assert _configs_worth_timing(configs, dict(T=64, n_keys=TUNED_WORK // 64 - 1)) == [0]
 
 
 def test_strided_views_as_the_model_makes_them() -> None:
@@ -173,6 +264,19 @@ def test_strided_views_as_the_model_makes_them() -> None:
     ]
     assert not any(t.is_contiguous() for t in views)
     assert_close_fp32(run_both(views, key_valid, C, 3)[0])
+
+
+def test_the_tables_gradient_is_deterministic_on_the_cpu_and_blocks_are_checked() -> None:
+    """The tables' gradients are added atomically across programs; the interpreter runs programs in order, so two
+    runs agree exactly. Blocks the kernels cannot tile are refused in one line."""
+    tensors, key_valid = inputs(2, 2, 30, 6, 20, 16)
+    first = run_both(tensors, key_valid, 6, 0, (16, 16))[0]
+    second = run_both(tensors, key_valid, 6, 0, (16, 16))[0]
+    for (a, _), (b, _) in zip(first, second):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="blocks must be in .* within a factor 2") as err:
+        run_both(tensors, key_valid, 6, 0, (64, 16))
+    assert "\n" not in str(err.value)
 
 
 def test_a_query_whose_keys_are_all_empty_reads_itself() -> None:
@@ -228,7 +332,8 @@ def test_the_timing_script_runs_end_to_end(tmp_path) -> None:
     rows = json.loads(out.read_text())["rows"]
     assert [r["impl"] for r in rows] == list(fused_attention.IMPLS)
     assert all(r["forward_ms"] > 0 and r["forward_backward_ms"] > 0 for r in rows)
-    tol = 1e-5 if DEVICE == "cpu" else 3e-2  # the three agree: fp32 on CPU, bf16 on a GPU
+    assert all(r["forward_tflops"] > 0 and r["forward_backward_tflops"] > 0 for r in rows)
+    tol = 1e-5 if DEVICE == "cpu" else 3e-2  # all agree: fp32 on CPU, bf16 on a GPU
     assert max(r["max_rel_difference"] for r in rows) < tol
 
 
@@ -244,8 +349,9 @@ def test_cuda_bf16_at_the_benchmark_shape(window: int) -> None:
 
 @cuda
 def test_cuda_fp32_at_the_benchmark_shape() -> None:
+    """Fixed 64 x 64 tiles: fp32's exact products are for checking, not for speed, so its configs are not timed."""
     tensors, key_valid = inputs(*BENCH, p_invalid=0.1)
-    assert_close_fp32(run_both(tensors, key_valid, BENCH[3], 0)[0])
+    assert_close_fp32(run_both(tensors, key_valid, BENCH[3], 0, (64, 64))[0])
 
 
 @cuda

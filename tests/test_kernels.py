@@ -3,14 +3,13 @@ segments that fill, compress and pad, for every model kind; the decoder with eac
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from conftest import tiny_config
 from test_decode import decode_both
 
 from compressive_transformer import build_model
+from compressive_transformer.core import kernels
 from compressive_transformer.core.kernels import KERNELS, auto_choice, choose_kernel, triton_available
 
 VARIANTS = {
@@ -90,14 +89,12 @@ def test_decoder_equals_the_model_with_each_backend(backend):
 
 @pytest.fixture
 def interpreter():
-    """The fused kernel on the CPU through Triton's interpreter (selected before the kernel module is imported)."""
+    """The fused kernel on CPU tensors (it runs them through Triton's interpreter itself)."""
     if not triton_available():
         pytest.skip("needs triton (the [triton] extra)")
-    if torch.cuda.is_available():
-        pytest.skip("with a GPU the kernel is compiled, not interpreted: test_cuda_training_equals_the_reference")
-    os.environ["TRITON_INTERPRET"] = "1"
 
 
+@pytest.mark.filterwarnings("ignore:attn_impl 'fused' on the CPU")
 @pytest.mark.parametrize("variant", ["txl", "ct", "ct-same-length-clamp"])
 def test_the_fused_kernel_trains_as_the_reference_through_the_interpreter(variant, interpreter):
     ref = segments(build(variant, "reference").train(), tokens_for(), grad=True, sizes=(8, 8))
@@ -117,7 +114,7 @@ def test_cuda_training_equals_the_reference(variant, backend):
 def test_fallbacks_and_the_auto_choice(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     pick = lambda impl, **kw: choose_kernel(  # noqa: E731
-        impl, **{**dict(device=cuda, need_weights=False, dropout=0.0, grad=True), **kw}
+        impl, **{**dict(device=cuda, need_weights=False, dropout=0.0), **kw}
     )
     assert {pick(impl, need_weights=True) for impl in ("auto", *KERNELS)} <= {"explicit", "reference"}  # weights
     assert pick("math") == "explicit" and pick("sdpa") == "sdpa-bias"  # earlier names
@@ -127,11 +124,18 @@ def test_fallbacks_and_the_auto_choice(monkeypatch):
     monkeypatch.setattr("compressive_transformer.core.kernels.triton_available", lambda: True)
     assert auto_choice(cuda, compiling=False, dtype=torch.bfloat16)[0] == "fused"
     assert auto_choice(cuda, compiling=False, dtype=torch.float32)[0] == "sdpa-bias"  # exact fp32 is off the TCs
-    assert auto_choice(cuda, compiling=True, dtype=torch.bfloat16)[0] == "reference"  # compile fuses it
+    assert auto_choice(cuda, compiling=True, dtype=torch.bfloat16)[0] == "fused"  # a custom op compile traces
+    assert auto_choice(cuda, compiling=True, dtype=torch.float32)[0] == "reference"  # compile fuses it
     monkeypatch.setattr("compressive_transformer.core.kernels.triton_available", lambda: False)
     assert auto_choice(cuda, compiling=False, dtype=torch.bfloat16)[0] == "sdpa-bias"
-    with pytest.warns(UserWarning, match="needs Triton, a CUDA device"):
+    with pytest.warns(UserWarning, match="needs Triton, a CUDA device or the CPU"):
         assert pick("fused") == "sdpa-bias" and pick("flex") == "sdpa-bias"  # flex's configs get the fused kernel
+    monkeypatch.setattr("compressive_transformer.core.kernels.triton_available", lambda: True)
+    kernels._say_once.cache_clear()  # said once per process: another test may have said it already
+    with pytest.warns(UserWarning, match="on the CPU runs through Triton's interpreter"):
+        assert pick("fused", device=cpu) == "fused"  # asked for by name: exact, slow
+    with pytest.warns(UserWarning, match="needs Triton, a CUDA device or the CPU, and fp32/bf16/fp16"):
+        assert pick("fused", device=cpu, dtype=torch.float64) == "sdpa-bias"
     for name, (kernel, reason) in ((n, auto_choice(torch.device(n), compiling=False)) for n in ("cpu", "cuda", "mps")):
         assert kernel in KERNELS and reason, name
 

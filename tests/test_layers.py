@@ -20,6 +20,7 @@ LAYERS = (
     "core",
     "data",
     "runs",
+    "inference",
     "training",
     "audio",
     "harness",
@@ -45,9 +46,12 @@ SOURCE = ROOT / "src" / PACKAGE
 
 
 def module_files(package_dir: Path, package: str) -> dict[str, Path]:
-    """Dotted module name -> file, for every module of the package (``__init__`` named by its package)."""
+    """Dotted module name -> file, for every module of the package (``__init__`` named by its package); hidden
+    folders (``benchmarks/.venv-peers``, the peers' environment) hold no module of it."""
     files = {}
     for path in sorted(package_dir.rglob("*.py")):
+        if any(part.startswith(".") for part in path.relative_to(package_dir).parts):
+            continue
         parts = [package, *path.relative_to(package_dir).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts.pop()

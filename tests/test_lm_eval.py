@@ -223,7 +223,8 @@ def test_offline_a_task_whose_dataset_is_on_the_hub_fails_at_once_in_one_line(
     )
     lines = err.strip().splitlines()
     assert code == 2 and "Retrying" not in err, err
-    assert any(line.startswith("note: huggingface.co cannot be reached") for line in lines), err
+    # the note, then the error: none of the harness's INFO and WARNING lines in between, which buried it
+    assert len(lines) == 2 and lines[0].startswith("note: huggingface.co cannot be reached"), err
     assert lines[-1].startswith("error: lm-eval: ") and "no_such_dataset_here" in lines[-1], err
     assert "cannot be reached" in lines[-1] and "checkpoints" not in err, err
 
@@ -292,3 +293,31 @@ def test_generation_is_greedy_unless_the_task_samples_and_stops_at_a_string_or_t
     assert gen(until=["."], max_gen_toks=3) == " mat"  # cut before the stop string
     sampled = [gen(until=["\n"], max_gen_toks=8, do_sample=True, temperature=1.5) for _ in range(2)]
     assert sampled[0] == sampled[1]  # seeded
+
+
+def test_the_command_line_says_which_of_two_settings_wins_and_asks_for_no_device(word_run: Path) -> None:
+    """`--model_args batch_size=2 --batch_size 4` ran with no word on which won; with no --device the harness's
+    default cuda:0 made a CPU machine say "CUDA is not available" though the user asked for nothing."""
+    from compressive_transformer.commands.lm_eval import harness_argv, model_args, setting_notes
+
+    args = ["--tasks", "t", "--model_args", "batch_size=2,mem_len=8", "--batch_size", "4"]
+    (note,) = setting_notes(args)
+    assert note == (
+        "note: --batch_size 4 and --model_args batch_size=2 both set the batch size; the model uses "
+        "--model_args batch_size=2"
+    )
+    assert setting_notes(["--batch_size", "2", "--model_args", "batch_size=2"]) == []  # the same value: nothing
+    assert model_args(["-a", "x=1", "y=2", "--model_args=z=3,x=4"]) == {"x": "4", "y": "2", "z": "3"}
+    assert f"pretrained={word_run},device=auto" in harness_argv(word_run, ["--tasks", "t"])
+    for asked in (["--device", "cpu"], ["--device=cpu"], ["--model_args", "device=cpu"]):
+        assert f"pretrained={word_run}" in harness_argv(word_run, ["--tasks", "t", *asked])
+
+
+def test_a_bad_batch_size_is_named_as_the_integer_it_is(word_run: Path) -> None:
+    """`batch_size=-1` was reported as "--batch_size -1.0", and 2.5 was silently read as 2."""
+    with pytest.raises(ConfigError, match=r"^batch_size -1: must be a positive integer") as e:
+        HarnessModel.create_from_arg_string(f"run={word_run}", {"batch_size": -1.0})
+    assert "-1.0" not in str(e.value)
+    with pytest.raises(ConfigError, match="batch_size=2.5"):
+        HarnessModel.create_from_arg_string(f"run={word_run}", {"batch_size": 2.5})
+    assert HarnessModel.create_from_arg_string(f"run={word_run}", {"batch_size": 3.0}).batch_size == 3

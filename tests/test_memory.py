@@ -276,3 +276,63 @@ def test_reset_empties_the_history_of_its_rows_only():
     assert torch.equal(reset.history[1], state.history[1]) and reset.history_mask[1].all()
     back = MemoryState.from_tensors(MemoryState((state,)).to_tensors()).layers[0]
     assert torch.equal(back.history, state.history) and torch.equal(back.history_mask, state.history_mask)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seg_sizes=st.lists(st.integers(1, 7), min_size=1, max_size=6),
+    mem_len=st.integers(2, 9),
+    c=st.integers(1, 3),
+    extra=st.integers(0, 2),
+    dilations=st.sampled_from([None, (1, 2)]),
+)
+def test_one_plan_per_segment_moves_every_layer_as_its_own_update_would(seg_sizes, mem_len, c, extra, dilations):
+    """The masks of an update are the same for every layer, so a model plans them once per segment
+    (plan_update): the same next state and eviction, layer by layer, as each layer's own update (a padded first position, a context compressor, pending groups)."""
+    from compressive_transformer.core.memory import plan_update
+
+    torch.manual_seed(0)
+    extra = min(extra, mem_len)
+    comp = DilatedConvCompressor(3, c, extra, dilations) if dilations else PoolCompressor(c, extra, "max")
+    comp = comp.double()
+    layer = lambda: empty_layer(  # noqa: E731
+        2, 3, mem_len=mem_len, cmem_len=3, compression_rate=c, window=comp.window, track_usage=False,
+        keep_windows=False, context=comp.context, dtype=torch.float64,
+    )  # fmt: skip
+    states = [layer(), layer()]
+    kw = dict(compression_rate=c, extra_width=extra, compress=comp)
+    for i, T in enumerate(seg_sizes):
+        x_mask = torch.ones(2, T, dtype=torch.bool)
+        x_mask[1, 0] = i > 0  # row 1 starts with padding
+        plan = plan_update(states[0], x_mask, compression_rate=c, extra_width=extra, compressing=True)
+        for j, state in enumerate(states):
+            x = torch.randn(2, T, 3, dtype=torch.float64)
+            own, own_ev = update_layer(state, x, x_mask, **kw)
+            shared, shared_ev = update_layer(state, x, x_mask, **kw, plan=plan)
+            for name in ("mem", "mem_mask", "cmem", "cmem_mask", "history", "history_mask"):
+                a, b = getattr(own, name), getattr(shared, name)
+                assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), name
+            assert own.fill == shared.fill and (own_ev is None) == (shared_ev is None)
+            if own_ev is not None:
+                assert torch.equal(own_ev.compressed, shared_ev.compressed)
+                assert torch.equal(own_ev.group_mask, own_ev.old_mask & own_ev.compressed_mask.repeat_interleave(c, 1))
+            states[j] = shared
+
+
+def test_layers_share_their_masks_yet_a_checkpoint_stores_each_on_its_own():
+    """A model's memory after a segment holds one mask tensor for all layers (planned once); safetensors refuses
+    tensors that share memory, so to_tensors gives every entry its own."""
+    import safetensors.torch
+
+    from compressive_transformer import CompressiveTransformerLM, ModelConfig
+
+    cfg = ModelConfig.from_raw(dict(vocab_size=16, d_model=8, n_layers=2, n_heads=2, d_ff=8, seg_len=4, mem_len=4,
+                                    cmem_len=2, compression_rate=2, compression="max_pool", compression_loss="none"))  # fmt: skip
+    model = CompressiveTransformerLM(cfg)
+    memory = model(torch.randint(0, 16, (1, 4)), memory=model.init_memory(1)).memory
+    assert memory.layers[0].mem_mask is memory.layers[1].mem_mask
+    tensors = memory.to_tensors()
+    storages = [t.untyped_storage().data_ptr() for t in tensors.values() if t.numel() > 0]
+    assert len(storages) == len(set(storages))
+    back = MemoryState.from_tensors(safetensors.torch.load(safetensors.torch.save(tensors)))
+    assert all(torch.equal(a.mem_mask, b.mem_mask) for a, b in zip(back.layers, memory.layers))

@@ -13,10 +13,10 @@ from cli_helpers import assert_one_line_error, cli_run
 
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.modality import AUDIO, CONTINUOUS, TEXT, run_modality
+from compressive_transformer.inference.text_eval import evaluate_text
+from compressive_transformer.inference.textgen import generate_text
 from compressive_transformer.runs.loading import load_run, read_modality
 from compressive_transformer.runs.metrics import read_metrics
-from compressive_transformer.training.text_eval import evaluate_text
-from compressive_transformer.training.textgen import generate_text
 
 sf = pytest.importorskip("soundfile")
 pytest.importorskip("soxr")
@@ -89,10 +89,10 @@ def test_a_text_run_refuses_audio_in_one_line(
     finished_run: Path, audio_run: Path, wavs: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     code, _, err = cli_run(capsys, "evaluate", str(finished_run), "--data", str(wavs), "--format", "audio")
-    assert_one_line_error(code, err, "--format audio", "is audio, but this run models text")
+    assert_one_line_error(code, err, "--format audio", "this run models text, not audio")
     sets = ["--set", "train.progress=false", "--set", f"train.init_from={audio_run}"]
     code, _, err = cli_run(capsys, "train", "--run-dir", str(tmp_path / "new"), *sets)
-    assert_one_line_error(code, err, "--init-from", "is audio, but this run models text")
+    assert_one_line_error(code, err, "--init-from", "this run models text, not audio")
 
 
 def test_audio_scored_as_a_corpus_is_reported_in_bits_per_sample(

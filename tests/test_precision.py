@@ -14,11 +14,11 @@ from compressive_transformer import CompressiveTransformerLM, build_model
 from compressive_transformer.core.config import ConfigError, load_run_config
 from compressive_transformer.core.models.decode import Decoder
 from compressive_transformer.data import build_tokenizer, load_corpus, read_documents
+from compressive_transformer.inference.generate import SamplingConfig, generate
 from compressive_transformer.runs import precision
 from compressive_transformer.runs.precision import describe, inference_amp, resolve_amp
 from compressive_transformer.runs.presets import TINY_TOML
 from compressive_transformer.runs.rundir import config_from_text
-from compressive_transformer.training.generate import generate
 from compressive_transformer.training.trainer import Trainer
 
 
@@ -99,8 +99,10 @@ def test_generate_runs_under_bf16_and_the_logits_track_fp32():
     torch.manual_seed(0)
     model = CompressiveTransformerLM(tiny_config(d_model=32, n_heads=4)).eval()
     prompt = torch.randint(0, 32, (20,)).tolist()
-    fp32 = generate(model, prompt, max_new_tokens=24, temperature=0, keep_logits=True)
-    low = generate(model, prompt, max_new_tokens=24, temperature=0, keep_logits=True, amp="bf16")
+    fp32 = generate(model, prompt, max_new_tokens=24, sampling=SamplingConfig(temperature=0), keep_logits=True)
+    low = generate(
+        model, prompt, max_new_tokens=24, sampling=SamplingConfig(temperature=0), keep_logits=True, amp="bf16"
+    )
     torch.testing.assert_close(low.logits[0], fp32.logits[0], rtol=0.05, atol=0.05)
 
 

@@ -28,6 +28,8 @@ from compressive_transformer.core.config import ConfigError, ModelConfig, TrainC
 from compressive_transformer.core.models import CompressiveTransformerLM, build_model
 from compressive_transformer.data import DownloadError
 from compressive_transformer.data.download import safe_pg19_name
+from compressive_transformer.inference import workflows as run_module
+from compressive_transformer.inference.generate import check_sampling, clean_prompt
 from compressive_transformer.runs.checkpoint import (
     CheckpointError,
     NonFiniteWeights,
@@ -39,8 +41,6 @@ from compressive_transformer.runs.integrity import MANIFEST, write_manifest
 from compressive_transformer.runs.metrics import METRICS_FILE, read_metrics
 from compressive_transformer.runs.rundir import read_run_config
 from compressive_transformer.runs.runlock import RunLock
-from compressive_transformer.training import workflows as run_module
-from compressive_transformer.training.generate import check_sampling, clean_prompt
 from compressive_transformer.training.trainer import Trainer
 
 torch.set_num_threads(1)

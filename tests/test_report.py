@@ -9,8 +9,9 @@ import torch
 
 from compressive_transformer.analysis.report import analyze_run, markdown_to_html, write_report
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.inference.workflows import evaluate_run
 from compressive_transformer.runs.rundir import build_config
-from compressive_transformer.training.workflows import evaluate_run, train_run
+from compressive_transformer.training.workflows import train_run
 
 FAST = [
     "train.steps=3",

@@ -1,7 +1,8 @@
 """No inference cache outlives the weights it was derived from, whoever wrote them and however.
 
-The positional projections W_r R and the memory's cached keys/values are keyed on the weights' content
-(:class:`~compressive_transformer.core.stamps.ContentStamp`); the decoder is told of writes (:class:`~.stamps.WriteWatch`).
+The model holds no cache: the positional projections W_r R and the keys/values of memory are recomputed from the
+weights in every forward. The decoder, which owns such state for generation, is told of writes to the weights it was
+made from (:class:`~compressive_transformer.core.models.weight_watch.WriteWatch`) and refuses to continue after one.
 The optimizer the trainer really uses is ``Adam(fused=True)``, whose CPU step writes parameters without bumping
 ``Tensor._version``: every test here runs it, and every optimizer option the trainer offers.
 """
@@ -20,12 +21,12 @@ from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.models import build_model
 from compressive_transformer.core.models.decode import Decoder
 from compressive_transformer.data import build_tokenizer, load_corpus, read_documents
+from compressive_transformer.inference.evaluate import evaluate
+from compressive_transformer.inference.generate import SamplingConfig, generate
 from compressive_transformer.runs.checkpoint import list_checkpoints, load_weights
 from compressive_transformer.runs.metrics import read_metrics
 from compressive_transformer.runs.presets import TINY_TOML
 from compressive_transformer.runs.rundir import config_from_text, read_run_config
-from compressive_transformer.training.evaluate import evaluate
-from compressive_transformer.training.generate import generate
 from compressive_transformer.training.trainer import adam
 from compressive_transformer.training.workflows import train_run
 
@@ -226,13 +227,15 @@ def test_train_then_evaluate_and_generate_in_process_equals_a_reload(tmp_path: P
     for _ in range(3):  # evaluate, generate, train a step, again: every round must match a reload
         model.eval()
         in_process = evaluate(model, val, **kwargs)
-        text = generate(model, prompt, max_new_tokens=24, temperature=0.0, seed=0).tokens
+        text = generate(model, prompt, max_new_tokens=24, sampling=SamplingConfig(temperature=0), seed=0).tokens
         trainer.save()
         reloaded = build_model(trainer.cfg.model)
         load_weights(list_checkpoints(tmp_path / "run")[-1], reloaded)
         reloaded.eval()
         assert evaluate(reloaded, val, **kwargs).loss == in_process.loss
-        assert generate(reloaded, prompt, max_new_tokens=24, temperature=0.0, seed=0).tokens == text
+        assert (
+            generate(reloaded, prompt, max_new_tokens=24, sampling=SamplingConfig(temperature=0), seed=0).tokens == text
+        )
         trainer.train_step()
 
 
@@ -267,8 +270,13 @@ def test_any_sequence_of_steps_evaluations_generations_and_loads_matches_a_fresh
         elif op == "eval":
             torch.testing.assert_close(stream_logits(model, tokens), stream_logits(fresh_copy(model), tokens))
         else:
-            got = generate(model, [1, 2, 3], max_new_tokens=6, temperature=0.0, seed=0).tokens
-            assert got == generate(fresh_copy(model), [1, 2, 3], max_new_tokens=6, temperature=0.0, seed=0).tokens
+            got = generate(model, [1, 2, 3], max_new_tokens=6, sampling=SamplingConfig(temperature=0), seed=0).tokens
+            assert (
+                got
+                == generate(
+                    fresh_copy(model), [1, 2, 3], max_new_tokens=6, sampling=SamplingConfig(temperature=0), seed=0
+                ).tokens
+            )
     torch.testing.assert_close(stream_logits(model, tokens), stream_logits(fresh_copy(model), tokens))
 
 

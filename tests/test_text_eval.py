@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from compressive_transformer import cli, evaluate_text, load_run
+from compressive_transformer.inference.workflows import evaluate_run
 from compressive_transformer.runs.presets import TINY_TOML
 from compressive_transformer.runs.rundir import config_from_text
-from compressive_transformer.training.workflows import evaluate_run, train_run
+from compressive_transformer.training.workflows import train_run
 
 torch.set_num_threads(1)
 DOCS = {
@@ -192,3 +193,20 @@ def test_a_cuda_trained_run_evaluates_on_cpu(byte_run: Path, tmp_path: Path, cap
     if not torch.cuda.is_available():
         one_line_error(*run_cli(capsys, "evaluate", str(moved), "--device", "cuda")[::2], "--device")
     one_line_error(*run_cli(capsys, "evaluate", str(moved), "--threads", "0")[::2], "--threads")
+
+
+def test_latin1_text_is_scored_by_a_byte_run_and_a_subword_run_asks_for_utf8(
+    byte_run: Path, bpe_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A BPE run refused Latin-1 text advising `tokenizer = 'bytes'` under a `data.tokenizer:` prefix, which means
+    nothing to a trained run; the docs said Latin-1 text is scored."""
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("café déjà vu, naïve façade. ".encode("latin-1") * 20)
+    code, out, err = run_cli(capsys, "evaluate", str(byte_run), "--text", str(latin))
+    assert code == 0 and "bits/char" in out, err
+    code, _, err = run_cli(capsys, "evaluate", str(bpe_run), "--text", str(latin))
+    for fragment in (str(latin), "not UTF-8 text", "iconv -f latin1 -t utf-8", "byte-level run"):
+        one_line_error(code, err, fragment)
+    assert "data.tokenizer" not in err and "tokenizer = 'bytes'" not in err
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text()
+    assert "a word or subword tokenizer reads UTF-8 only" in docs

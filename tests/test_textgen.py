@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from compressive_transformer import cli, load_run
+from compressive_transformer.inference.generate import SamplingConfig, generate
+from compressive_transformer.inference.textgen import StreamPrinter, generate_text, load_memory, save_memory
 from compressive_transformer.runs.presets import TINY_TOML
 from compressive_transformer.runs.rundir import config_from_text
-from compressive_transformer.training.generate import generate
-from compressive_transformer.training.textgen import StreamPrinter, generate_text, load_memory, save_memory
 from compressive_transformer.training.workflows import train_run
 
 torch.set_num_threads(1)
@@ -33,12 +33,20 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_saved_memory_continues_exactly_like_one_generation(run_dir: Path, tmp_path: Path) -> None:
     run = load_run(run_dir, device="cpu")
     ids = run.encode(PROMPT)
-    whole = generate(run.model, ids, max_new_tokens=40, temperature=0, keep_logits=True)
-    first = generate(run.model, ids, max_new_tokens=15, temperature=0, keep_logits=True, return_memory=True)
+    whole = generate(run.model, ids, max_new_tokens=40, sampling=SamplingConfig(temperature=0), keep_logits=True)
+    first = generate(
+        run.model, ids, max_new_tokens=15, sampling=SamplingConfig(temperature=0), keep_logits=True, return_memory=True
+    )
     path = save_memory(tmp_path / "doc.safetensors", run, first.memory, first.next_logits)
     memory, logits = load_memory(path, run)
     rest = generate(
-        run.model, [], max_new_tokens=25, temperature=0, keep_logits=True, memory=memory, next_logits=logits
+        run.model,
+        [],
+        max_new_tokens=25,
+        sampling=SamplingConfig(temperature=0),
+        keep_logits=True,
+        memory=memory,
+        next_logits=logits,
     )
     assert first.tokens + rest.tokens == whole.tokens
     for a, b in zip(first.logits + rest.logits, whole.logits):
@@ -66,7 +74,7 @@ def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
 def test_cli_memory_files_stops_and_prompt_files(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     greedy = ["--temperature", "0", "--device", "cpu"]
     run = load_run(run_dir, device="cpu")
-    tokens = generate(run.model, run.encode(PROMPT), max_new_tokens=30, temperature=0).tokens
+    tokens = generate(run.model, run.encode(PROMPT), max_new_tokens=30, sampling=SamplingConfig(temperature=0)).tokens
     code, whole, _ = run_cli(capsys, "generate", str(run_dir), "--prompt", PROMPT, "--max-tokens", "30", *greedy)
     assert code == 0 and whole == PROMPT + run.decode(tokens) + "\n"
     mem = tmp_path / "doc.safetensors"
@@ -139,7 +147,7 @@ def test_streaming_holds_back_partial_characters_and_possible_stops() -> None:
 def test_generate_text_returns_what_it_streams(run_dir: Path) -> None:
     run = load_run(run_dir)
     out = io.StringIO()
-    result = generate_text(run, "import ", max_tokens=20, temperature=0, stream=out)
+    result = generate_text(run, "import ", max_tokens=20, sampling=SamplingConfig(temperature=0), stream=out)
     assert out.getvalue() == result.text and len(result.generation.tokens) == 20
 
 
@@ -147,8 +155,8 @@ def test_a_word_level_continuation_does_not_run_into_its_prompt() -> None:
     """Words are joined by spaces: the continuation of "This License" starts with one, whatever word comes."""
     from compressive_transformer.core.models import build_model
     from compressive_transformer.data.tokenizers import ByteTokenizer, WordTokenizer
+    from compressive_transformer.inference.textgen import joining_text
     from compressive_transformer.runs.loading import Run
-    from compressive_transformer.training.textgen import joining_text
 
     words = WordTokenizer.train(["This License is machine-readable and this License is free <eos>"])
     assert joining_text(words.decode, 0, 1) == " " and joining_text(ByteTokenizer().decode, 65, 66) == ""
@@ -158,5 +166,5 @@ def test_a_word_level_continuation_does_not_run_into_its_prompt() -> None:
     run = Run(config=cfg, tokenizer=words, model=build_model(cfg.model).eval())
     for prompt, starts in (("This License", " "), ("This License ", "")):
         out = io.StringIO()
-        text = generate_text(run, prompt, max_tokens=3, temperature=0, stream=out).text
+        text = generate_text(run, prompt, max_tokens=3, sampling=SamplingConfig(temperature=0), stream=out).text
         assert text == out.getvalue() and text.startswith(starts) and not text.startswith(starts + " "), repr(text)

@@ -16,7 +16,7 @@ transformers = pytest.importorskip(
 if not hasattr(transformers, "TransfoXLLMHeadModel"):  # removed in 5.0; 4.38-4.57 raise in its forward
     pytest.skip("the parity tests need transformers==4.37.2 (the [transfo-xl] extra)", allow_module_level=True)
 
-from compressive_transformer import generate  # noqa: E402
+from compressive_transformer import SamplingConfig, generate  # noqa: E402
 from compressive_transformer.runs.interop.transfo_xl import import_transfo_xl  # noqa: E402
 from compressive_transformer.runs.loading import from_pretrained  # noqa: E402
 
@@ -119,5 +119,5 @@ def test_greedy_continuations_equal(tmp_path, changes):
             expected.append(int(token))
             out = ref(token, mems=mems)
             mems = out.mems
-    got = generate(ours, prompt[0].tolist(), max_new_tokens=12, temperature=0.0)
+    got = generate(ours, prompt[0].tolist(), max_new_tokens=12, sampling=SamplingConfig(temperature=0))
     assert got.tokens == expected

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from compressive_transformer.audio.generation import generate_audio, save_generation
+from compressive_transformer.inference.generate import SamplingConfig
 from compressive_transformer.runs.loading import load_run
 
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
             seconds=args.seconds,
             prime=args.prime,
             prime_seconds=args.prime_seconds,
-            temperature=args.temperature,
+            sampling=SamplingConfig(temperature=args.temperature),
             seed=args.seed,
         )
         title = f"{variant} (seed 0): {args.prime_seconds:g} s of a test file, then {args.seconds:g} s sampled (T = {args.temperature:g})"

@@ -32,9 +32,9 @@ _EXPORTS = {
     **dict.fromkeys(("TextSize", "Units", "units"), "data.units"),
     "export_run": "runs.export",
     **dict.fromkeys(("Run", "from_pretrained", "load_run"), "runs.loading"),
-    **dict.fromkeys(("EvalResult", "evaluate"), "training.evaluate"),
-    **dict.fromkeys(("SamplingConfig", "filter_logits", "generate"), "training.generate"),
-    "evaluate_text": "training.text_eval",
+    **dict.fromkeys(("EvalResult", "evaluate"), "inference.evaluate"),
+    **dict.fromkeys(("SamplingConfig", "filter_logits", "generate"), "inference.generate"),
+    "evaluate_text": "inference.text_eval",
     **dict.fromkeys(("Trainer", "TrainingError"), "training.trainer"),
 }  # fmt: skip
 

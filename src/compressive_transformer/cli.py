@@ -9,7 +9,10 @@ Mistakes a user can make (a missing file, an unknown key, a run that already exi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+import torch.distributed
 
 from compressive_transformer.commands import (
     analyze,
@@ -75,6 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def say_error(message: str) -> None:
+    """``error: message`` on stderr, once per command: under ``torchrun`` every process reads the same config and
+    fails alike before they join, so only the main one says it; once joined, another process's error may be its
+    own, and it says it with its rank."""
+    rank = int(os.environ.get("RANK", "0") or 0) if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else 0
+    if rank == 0:
+        print(f"error: {message}", file=sys.stderr)
+    elif torch.distributed.is_available() and torch.distributed.is_initialized():
+        print(f"error: rank {rank}: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
@@ -83,11 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         COMMANDS[args.command].main(args)
     except (ConfigError, TrainingError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        say_error(str(e))
         return EXIT_USER_ERROR
     except OSError as e:  # a full disk, a read-only directory, a permission: the message names the path
         kept = "; the run's previous checkpoints are untouched" if args.command in TRAINING_COMMANDS else ""
-        print(f"error: {e}{kept}", file=sys.stderr)
+        say_error(f"{e}{kept}")
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         run_dir = args.run_dir if args.command == "train" else None

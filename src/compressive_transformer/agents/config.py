@@ -192,7 +192,9 @@ class RLConfig:
         unknown = sorted(set(raw) - set(sections))
         if unknown:
             raise ConfigError(f"{unknown[0]}: unknown section; known sections are {', '.join(sections)}")
-        model_raw = merge_tables(to_dict(_default_model()), upgrade_model_table(raw.get("model", {})))
+        defaults = to_dict(_default_model())
+        defaults.pop("kind")  # the file's own kind, or the one its sections name (ModelConfig.with_kind)
+        model_raw = merge_tables(defaults, upgrade_model_table(raw.get("model", {})))
         parts = {name: from_dict(c, raw.get(name, {}), name) for name, c in sections.items() if name != "model"}
         # before the model's own checks, which would ask for a segment length an agent cannot have
         require(parts["core"].kind != "transformer" or model_raw.get("ql") is None, "model.ql", QL_REFUSAL)

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from compressive_transformer.analysis.plots import _save, plt
+from compressive_transformer.analysis.plots import save_figure, subplots
 from compressive_transformer.analysis.stats import mean_interval
 from compressive_transformer.runs.metrics import read_metrics
 
@@ -134,7 +134,7 @@ def summarize(
 def plot_success(summary: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
     """Mean success rate per model (a line) with its 95% interval over seeds (a band, cut to [0, 1]) and each seed
     (a thin line), against environment steps."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots(figsize=(7, 4.2))
     for i, (model, s) in enumerate(summary.items()):
         pts = [(b, m) for b, m in enumerate(s["mean_curve"]) if m["mean"] is not None]
         if not pts:
@@ -155,7 +155,7 @@ def plot_success(summary: Mapping[str, Any], path: str | Path, *, title: str = "
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title or "success rate (mean over seeds, 95% interval)", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 __all__ = [

@@ -47,9 +47,11 @@ from compressive_transformer.agents.optim import build_optimizer, learning_rate,
 from compressive_transformer.core.config import ConfigError, Log, to_dict
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.runs import cputime
+from compressive_transformer.runs.budget import TRAINING_BYTES, check_model_size
 from compressive_transformer.runs.checkpoint import (
     RESUME_FILES,
     CheckpointError,
+    checkpoint_step,
     list_checkpoints,
     load_checkpoint,
     newest_good_checkpoint,
@@ -106,6 +108,12 @@ def _run_config(cfg: RLConfig | None, run_dir: Path, resume: bool, log: Log) -> 
             f"--resume: the config differs from {run_dir / CONFIG_FILE} in more than "
             f"{', '.join('train.' + k for k in RESUME_CHANGES)}; resume with the run's own config (a longer run: "
             "--set train.env_steps=N)"
+        )
+    trained = checkpoint_step(ckpt_path) * saved.train.n_envs * saved.train.unroll
+    if cfg.train.env_steps != saved.train.env_steps and cfg.train.env_steps < trained:
+        raise ConfigError(
+            f"--set train.env_steps={cfg.train.env_steps}: this run has already trained {trained} environment steps; "
+            f"give more than {trained} to train it further"
         )
     for key in RESUME_CHANGES:
         if key != "env_steps" and getattr(cfg.train, key) != free[key]:
@@ -350,6 +358,8 @@ def train_agent(
         if resume and run_dir.is_dir():
             lock.acquire()
         cfg, ckpt_path = _run_config(cfg, run_dir, resume, log)
+        if cfg.core.kind == "transformer":  # sizes that cannot fit stop here, before anything is built or written
+            check_model_size(cfg.model, device=torch.device("cpu"), bytes_per_parameter=TRAINING_BYTES)
         if not resume:
             run_dir.mkdir(parents=True, exist_ok=True)
             lock.acquire()

@@ -1,24 +1,32 @@
-"""PNG plots of the analyses (matplotlib, Agg backend): pure inputs in, one file out, nothing shown on screen."""
+"""PNG plots of the analyses (matplotlib): pure inputs in, one file out, nothing shown on screen.
+
+Figures are made with matplotlib's object API (:func:`subplots`), never through pyplot's global state, so importing
+or calling this module leaves the backend and the figures of the process that uses it as they were."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 REGION_COLORS = {"compressed": "#2ca02c", "memory": "#ff7f0e", "segment": "#1f77b4"}
 
 
-def _save(fig: Any, path: str | Path) -> Path:
+def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
+    """A figure of its own (no pyplot, no backend chosen) and its axes, as ``pyplot.subplots`` returns them;
+    ``figsize`` and the other keywords of :class:`~matplotlib.figure.Figure` go to the figure, the rest to its grid."""
+    fig_keys = {k: kwargs.pop(k) for k in ("figsize", "dpi", "constrained_layout") if k in kwargs}
+    fig = Figure(**fig_keys)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -28,7 +36,7 @@ def plot_accuracy_by_distance(
     """Accuracy against distance, one line per model, with each model's theoretical range l x (n_m + c n_cm) as a
     dashed vertical line of the same colour, one layer's reach from the answer's position (n_m + c n_cm + n_s - 1)
     as a dotted one, and chance level as a grey dotted line."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = subplots(figsize=(7.5, 4.2))
     key = "accuracy_binned" if binned else "accuracy"
     drawn: dict[int, Any] = {}
     for i, e in enumerate(entries):
@@ -58,14 +66,14 @@ def plot_accuracy_by_distance(
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper right")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_attention_regions(result: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
     """Bar plot like the paper's Figure 3: average attention per bucket, oldest to newest, coloured by region;
     the layer average as bars and each layer as a thin line."""
     regions = [r for r in result["regions"] if r["buckets"] > 0]
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, ax = subplots(figsize=(8, 3.6))
     x, labels, colors, heights = 0, [], [], []
     positions = []
     for r in regions:
@@ -93,17 +101,15 @@ def plot_attention_regions(result: Mapping[str, Any], path: str | Path, *, title
     ax.set_xticks(positions)
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("average attention weight per slot")
-    handles = [
-        plt.Rectangle((0, 0), 1, 1, color=REGION_COLORS[r["name"]]) for r in regions if r["name"] in REGION_COLORS
-    ]
+    handles = [Rectangle((0, 0), 1, 1, color=REGION_COLORS[r["name"]]) for r in regions if r["name"] in REGION_COLORS]
     ax.legend(handles + ax.get_legend_handles_labels()[0][:1], [r["name"] for r in regions] + ["per layer"], fontsize=8)
     ax.set_title(title or "attention by memory region (oldest -> newest)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_compressibility(series: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
     """Compression loss per layer against training step (from metrics.jsonl), and the held-out value per layer."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = subplots(1, 2, figsize=(10, 3.6))
     steps, per_layer = series.get("steps", []), series.get("per_layer", [])
     for i, ys in enumerate(per_layer):
         axes[0].plot(steps, ys, label=f"layer {i}")
@@ -120,14 +126,14 @@ def plot_compressibility(series: Mapping[str, Any], path: str | Path, *, title: 
     if per_layer:
         axes[0].legend(fontsize=7)
     fig.suptitle(title or "compressibility of layers")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_frequency_buckets(result: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
     """Word perplexity per train-frequency bucket, side by side for each checkpoint (log scale)."""
     names = list(result["models"])
     buckets = [b["name"] for b in result["buckets"]] + ["all"]
-    fig, ax = plt.subplots(figsize=(8, 3.8))
+    fig, ax = subplots(figsize=(8, 3.8))
     width = 0.8 / max(len(names), 1)
     for i, name in enumerate(names):
         ppl = [result["models"][name]["buckets"].get(b, {}).get("ppl", float("nan")) for b in buckets]
@@ -139,12 +145,12 @@ def plot_frequency_buckets(result: Mapping[str, Any], path: str | Path, *, title
     ax.set_xlabel("occurrences of the word in the train split")
     ax.legend(fontsize=8)
     ax.set_title(title or "perplexity by word frequency")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_temporal_range(result: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path:
     """Effect of perturbing the input d tokens back on the final output, against d, with the theoretical range."""
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = subplots(figsize=(7, 3.6))
     ds = result["distances"]
     ax.plot(ds, [max(e, 1e-12) for e in result["effects"]], marker=".")
     ax.axhline(result["tolerance"], color="grey", linestyle=":", label=f"tolerance {result['tolerance']:g}")
@@ -175,14 +181,14 @@ def plot_temporal_range(result: Mapping[str, Any], path: str | Path, *, title: s
     ax.set_ylabel("max |change of final log-probs|")
     ax.legend(fontsize=7)
     ax.set_title(title or "temporal range")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_training_curves(
     curves: Mapping[str, Mapping[str, Sequence[float]]], path: str | Path, *, key: str = "loss", title: str = ""
 ) -> Path:
     """Several runs on one plot: ``{run name: {"step": [...], key: [...], "val_step": [...], "val_" + key: [...]}}``."""
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = subplots(figsize=(7, 3.8))
     for i, (name, c) in enumerate(curves.items()):
         if c.get(key):
             ax.plot(c["step"], c[key], color=f"C{i}", label=f"{name} train")
@@ -195,7 +201,7 @@ def plot_training_curves(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title(title or f"training curves ({key})")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _smooth(ys: Sequence[float], k: int) -> list[float]:
@@ -213,7 +219,7 @@ def plot_study_curves(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[fl
     """Per variant (a colour) and seed (a thin line): training loss (smoothed, left) and, where the runs recorded
     it, validation loss (right)."""
     has_val = any(c.get("val_loss") for seeds in curves.values() for c in seeds.values())
-    fig, axes = plt.subplots(1, 2 if has_val else 1, figsize=(11, 4) if has_val else (6.5, 4), squeeze=False)
+    fig, axes = subplots(1, 2 if has_val else 1, figsize=(11, 4) if has_val else (6.5, 4), squeeze=False)
     axes = axes[0]
     for i, (variant, seeds) in enumerate(curves.items()):
         for j, (_seed, c) in enumerate(seeds.items()):
@@ -239,14 +245,14 @@ def plot_study_curves(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[fl
     if lows and highs:  # zoom on the part of training where the variants separate
         axes[1].set_ylim(min(lows) - 0.05, max(highs) + 0.05)
     fig.suptitle("training curves, one line per seed")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_study_bars(summary: Mapping[str, Any], path: str | Path) -> Path:
     """Bits per character per split and evaluation memory, one bar per variant with its interval over seeds."""
     keys = list(summary["metrics"])
     variants = list(summary["variants"])
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(keys) + 2), 4))
+    fig, ax = subplots(figsize=(max(6.0, 1.6 * len(keys) + 2), 4))
     width = 0.8 / max(len(variants), 1)
     lo = []
     for i, v in enumerate(variants):
@@ -268,7 +274,7 @@ def plot_study_bars(summary: Mapping[str, Any], path: str | Path) -> Path:
     ax.set_title(f"bits per character (mean over seeds, {pct}% interval); evaluation memory / split", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_study_lookback(summary: Mapping[str, Any], key: str, path: str | Path) -> Path:
@@ -279,7 +285,7 @@ def plot_study_lookback(summary: Mapping[str, Any], key: str, path: str | Path) 
     buckets = summary["lookback_buckets"]
     others = [v for v in per if v != base]
     total = sum(per[base][b].get("tokens", 0) for b in buckets) or 1
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = subplots(figsize=(9, 4))
     width = 0.8 / max(len(others), 1)
     for i, v in enumerate(others):
         means, errs = [], []
@@ -309,4 +315,4 @@ def plot_study_lookback(summary: Mapping[str, Any], key: str, path: str | Path) 
     )
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from compressive_transformer.core.install import program
-from compressive_transformer.training.workflows import demo
+from compressive_transformer.training.demo import demo
 
 NAME = "demo"
 HELP = "train, evaluate and sample a small model on the pydoc topics in a few minutes"
@@ -24,7 +24,7 @@ def main(args: argparse.Namespace) -> None:
     result = demo(steps=args.steps, run_dir=args.run_dir)
     print()
     print(result.validation.summary())
-    print(result.references.line())
+    print(result.references.line(result.validation.bits_per_char))
     print("sample:")
     print(result.sample)
     print()

@@ -9,14 +9,14 @@ from compressive_transformer.commands.options import SPLITS, add_device, add_ove
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.modality import AUDIO, TEXT, format_modality, require_modality
 from compressive_transformer.data.formats import path_formats
-from compressive_transformer.runs.loading import load_run, read_modality
-from compressive_transformer.training.text_eval import (
+from compressive_transformer.inference.text_eval import (
     check_text_overrides,
     corpus_source,
     evaluate_source,
     files_source,
 )
-from compressive_transformer.training.workflows import evaluate_run
+from compressive_transformer.inference.workflows import evaluate_run, split_result_path
+from compressive_transformer.runs.loading import load_run, read_modality
 
 NAME = "evaluate"
 HELP = "score a split, your own text files or another corpus with a trained run"
@@ -24,7 +24,7 @@ DESCRIPTION = (
     "Streaming evaluation with memory carried through each document: loss in nats per token, bits per "
     "token, bits per character and byte of the text, word perplexity (word and subword tokenizers). A split "
     "writes RUN_DIR/eval_<split>.json; --text and --data write RUN_DIR/eval_text-<name>.json / "
-    "eval_data-<format>-<dir>-<split>.json under a name no earlier result holds."
+    "eval_data-<format>-<dir>-<split>.json; each under a name no earlier result holds (-2, -3, ... when taken)."
 )
 
 
@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out",
         type=Path,
-        help="where to write the result JSON (default: in RUN_DIR, under a name no earlier result holds)",
+        help="a new file to write the result JSON to (default: in RUN_DIR, under a name no earlier result holds)",
     )
     add_device(p)
 
@@ -89,20 +89,21 @@ def check_input_modality(args: argparse.Namespace) -> None:
         require_modality(modality, TEXT, "--text FILE", "score sound files with --data DIR --format audio")
     else:
         remedy = "give --format audio and a folder of sound files" if modality == AUDIO else "give a text format"
-        require_modality(modality, format_modality(args.format), f"--data with --format {args.format}", remedy)
+        require_modality(modality, format_modality(args.format), f"--data DIR --format {args.format}", remedy)
 
 
 def _evaluate_split(args: argparse.Namespace) -> None:
     if args.format is not None:
         raise ConfigError("--format: applies to --data DIR only; add --data DIR or drop --format")
+    split, out = split_result_path(args.run_dir, split=args.split, overrides=args.overrides, out=args.out)
     result = evaluate_run(
         args.run_dir,
-        split=args.split,
+        split=split,
         overrides=args.overrides,
         checkpoint=args.checkpoint,
-        out=args.out,
+        out=out,
         device=args.device,
         threads=args.threads,
     )
     print(result.summary())
-    print(f"wrote {args.out or args.run_dir / f'eval_{result.split}.json'}")
+    print(f"wrote {out}")

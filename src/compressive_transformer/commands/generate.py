@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 from compressive_transformer.commands import generate_audio
-from compressive_transformer.commands.options import add_device, add_run_or_export
+from compressive_transformer.commands.options import MAX_TOKENS, add_device, add_run_or_export
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.inference.generate import SamplingConfig, check_sampling, clean_prompt
+from compressive_transformer.inference.textgen import generate_text, load_memory, read_prompts, save_memory
 from compressive_transformer.runs.loading import load_run
-from compressive_transformer.training.generate import SamplingConfig, check_sampling, clean_prompt
-from compressive_transformer.training.textgen import generate_text, load_memory, read_prompts, save_memory
 
 NAME = "generate"
 HELP = "sample continuations of prompts, streamed as they are produced"
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="one prompt per line (\\n inside a line is a newline); each is continued in turn",
     )
-    p.add_argument("--max-tokens", type=int, default=200, help="tokens to generate (default 200)")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"tokens to generate (default {MAX_TOKENS})")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
     p.add_argument(
         "--top-k", type=int, default=0, help="sample among the K most likely tokens; 0 keeps all (default 0)"
@@ -64,8 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--compile",
-        action="store_true",
-        help="torch.compile the decoding step: ~15 s to start, then about twice as fast per token",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the decoding step: ~15 s to start, then about twice as fast per token "
+        "(default: on a GPU, where the step is also replayed as a CUDA graph)",
     )
     add_device(p)
     generate_audio.add_arguments(p)
@@ -75,7 +77,7 @@ def main(args: argparse.Namespace) -> None:
     """Each prompt is printed, then its continuation as it is produced (an audio run writes a WAV file instead)."""
     if generate_audio.generate_command(args):
         return
-    check_sampling(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    check_sampling(max_tokens=args.max_tokens)
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     prompts = [clean_prompt(p) for p in _prompts(args)]
     if args.save_memory is not None and len(prompts) > 1:

@@ -6,11 +6,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from compressive_transformer.audio.generation import main as generate_audio
+from compressive_transformer.audio.generation import generate_audio, save_generation
+from compressive_transformer.commands.options import MAX_TOKENS
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import require_writable
 from compressive_transformer.core.modality import AUDIO
-from compressive_transformer.runs.loading import CONFIG_JSON, load_run, read_modality
+from compressive_transformer.inference.generate import SamplingConfig
+from compressive_transformer.runs.loading import CONFIG_JSON, Run, load_run, read_modality
 from compressive_transformer.runs.rundir import CONFIG_FILE
+
+SECONDS, PRIME_SECONDS = 2.0, 1.0  # the audio options' defaults
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,9 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--out", type=Path, help="WAV file to write (default: RUN_DIR/generated.wav); a PNG plot lands beside it"
     )
-    g.add_argument("--seconds", type=float, default=2.0, help="seconds of audio to generate (default 2)")
+    g.add_argument("--seconds", type=float, default=SECONDS, help=f"seconds of audio to generate (default {SECONDS:g})")
     g.add_argument("--prime", type=Path, metavar="FILE", help="continue the start of this sound file")
-    g.add_argument("--prime-seconds", type=float, default=1.0, help="seconds of --prime to read (default 1)")
+    g.add_argument(
+        "--prime-seconds",
+        type=float,
+        default=PRIME_SECONDS,
+        help=f"seconds of --prime to read (default {PRIME_SECONDS:g})",
+    )
 
 
 def is_audio_run_dir(run_dir: str | Path) -> bool:
@@ -37,9 +47,49 @@ def generate_command(args: Any) -> bool:
     if not is_audio_run_dir(args.run_dir):
         if args.out is not None or args.prime is not None:
             raise ConfigError("--out/--prime: this run models text, not audio; drop them")
+        if args.seconds != SECONDS or args.prime_seconds != PRIME_SECONDS:
+            raise ConfigError(
+                "--seconds/--prime-seconds: this run models text, not audio; --max-tokens sets the length"
+            )
         return False
-    generate_audio(args, load_run(args.run_dir, device=args.device, threads=args.threads))
+    text_only = {
+        "--stop": bool(args.stop),
+        "--mem-len": args.mem_len is not None,
+        "--cmem-len": args.cmem_len is not None,
+        "--compile": args.compile,
+        "--max-tokens": args.max_tokens != MAX_TOKENS,
+    }
+    given = [flag for flag, on in text_only.items() if on]
+    if given:
+        raise ConfigError(f"{given[0]}: applies to text runs; this run models audio, and --seconds sets the length")
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)  # before the load
+    _generate(args, sampling, load_run(args.run_dir, device=args.device, threads=args.threads))
     return True
+
+
+def _generate(args: argparse.Namespace, sampling: SamplingConfig, run: Run) -> None:
+    """``generate`` on an audio run: write the WAV and its plot, print where they are."""
+    if args.prompt is not None or args.prompts_file is not None or args.load_memory or args.save_memory:
+        raise ConfigError(
+            "--prompt: this run models audio; prime it with --prime FILE (memory files are for text runs)"
+        )
+    out = args.out or (Path(args.run_dir) / "generated.wav")
+    if out.suffix.lower() != ".wav":
+        raise ConfigError(f"--out: {out} is not a .wav file; name the WAV file to write")
+    if out.exists():
+        raise ConfigError(f"--out: {out} exists; choose a new file")
+    require_writable(out)  # before the generation, not after it
+    gen = generate_audio(
+        run,
+        seconds=args.seconds,
+        prime=args.prime,
+        prime_seconds=args.prime_seconds,
+        sampling=sampling,
+        seed=args.seed,
+        progress=True,
+    )
+    png = save_generation(gen, out)
+    print(f"wrote {out} ({len(gen.prompt) / gen.sample_rate:.2f} s prompt + {args.seconds:.2f} s generated) and {png}")
 
 
 __all__ = ["add_arguments", "generate_command", "is_audio_run_dir"]

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from compressive_transformer.commands.options import add_overrides
+from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.context import range_report
 from compressive_transformer.runs.rundir import build_config
 
@@ -20,4 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
+    ignored = [o for o in args.overrides if not o.strip().startswith("model.")]
+    if ignored:
+        raise ConfigError(f"--set {ignored[0]}: range reads only the [model] table, so it would be ignored; drop it")
     print(range_report(build_config(args.config, args.overrides).model))

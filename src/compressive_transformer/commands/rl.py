@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 from compressive_transformer.agents.config import load_rl_config
+from compressive_transformer.commands.options import add_overrides
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.install import install_hint
 from compressive_transformer.runs.rundir import fresh_run_dir
@@ -21,9 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="rl_command", required=True, metavar="ACTION", help="what to do: train")
     p = sub.add_parser("train", help="train an agent with a memory core", description="Train an IMPALA-style agent.")
     p.add_argument("config", type=Path, nargs="?", help="TOML with [env], [core], [model], [train] (see configs/)")
-    p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a key"
-    )
+    add_overrides(p, "override a key, e.g. --set train.env_steps=100000 (repeatable)")
     p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/rl-<config>-<time>")
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

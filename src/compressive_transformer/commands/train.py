@@ -9,8 +9,9 @@ from pathlib import Path
 
 from compressive_transformer.commands.options import add_overrides
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.runs.machine import resolve_device
 from compressive_transformer.runs.rundir import build_config, fresh_run_dir
-from compressive_transformer.training.distributed import DistInfo, shutdown
+from compressive_transformer.training.distributed import from_main
 from compressive_transformer.training.workflows import train_run
 
 NAME = "train"
@@ -21,7 +22,11 @@ DESCRIPTION = "Train a model into a run directory."
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="TOML config (see configs/); default: the built-in tiny config")
     add_overrides(p, "override one config key, e.g. --set train.steps=500 (repeatable)")
-    p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/<config>-<time>")
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        help="run directory; default: a fresh runs/<config>-<time> (one for all torchrun processes)",
+    )
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
     p.add_argument(
         "--init-from",
@@ -45,14 +50,13 @@ def main(args: argparse.Namespace) -> None:
         cfg = build_config(args.config, args.overrides)
         if args.init_from is not None:
             cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, init_from=str(args.init_from)))
-        if args.run_dir is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise ConfigError("--run-dir: name the run directory when several processes train one run (torchrun)")
+        fresh = lambda: fresh_run_dir(args.config.stem if args.config else "tiny")  # noqa: E731
+        if args.run_dir is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: one name for all
+            args.run_dir = from_main(fresh, resolve_device(cfg.train.device))
         # kept on args: the Ctrl-C message names the run directory that was left
-        run_dir = args.run_dir = args.run_dir or fresh_run_dir(args.config.stem if args.config else "tiny")
+        run_dir = args.run_dir = args.run_dir or fresh()
         summary = train_run(cfg, run_dir)
-    info = DistInfo(rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    shutdown(info)
-    if not info.is_main:
+    if int(os.environ.get("RANK", "0")) != 0:  # the main process reports for all
         return
     if summary.validation is not None:
         print(summary.validation.summary())

@@ -1,3 +1,3 @@
-"""The model family, pure PyTorch: attention, the memory update, compression functions, the kv cache, temporal range
-and context length, the models and their decoder, and the registries they read; with the floor every layer stands on
-(configs, constants, the atomic file writer). No run directories, no command line."""
+"""The model family, pure PyTorch: attention and its kernels, the memory update, compression functions and losses,
+temporal range and context length, the models and their decoder, and the extension tables they read (as data); with
+the floor every layer stands on (configs, constants, the atomic file writer). No run directories, no command line."""

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.dtypes import compute_dtype
 
 
 def sinusoid(distances: Tensor, d_model: int) -> Tensor:
@@ -78,11 +79,14 @@ class KeyMask:
     n_cmem: int  # C: the first C keys are the compressed memory
     window: int = 0  # same_length: how many earlier memory + segment positions a query reads (0: all)
     dense: Tensor | None = None  # (B, 1, T, K) additive (0 / -inf) in the compute dtype, for kernels that read one
+    self_in_valid: bool = False  # T = 1 with the query's own key not last (a decoder's ring): valid is the rule
 
     def allowed(self, T: int) -> Tensor:
         """(B, 1, T, K) bool: the rule applied to every query of a T-position segment."""
         B, K = self.valid.shape
         C, n = self.n_cmem, K - self.n_cmem
+        if self.self_in_valid:
+            return self.valid[:, None, None, :]
         if T == 1 and (self.window == 0 or self.window >= n - 1):  # one query: every key is past or itself
             allowed = self.valid.clone()
             allowed[:, -1] = True
@@ -160,10 +164,21 @@ class AttentionOutput:
 
 @dataclass(frozen=True)
 class Tables:
-    """A layer's projected positions: what :meth:`RelativeAttention.tables` makes of a :class:`Positions`."""
+    """A layer's positional terms: what :meth:`RelativeAttention.tables` makes of a :class:`Positions`, the projected
+    tables and the biases (the same for every query of a forward, so a decoder makes them once)."""
 
     r: Tensor  # (H, Lm, dh)
     rc: Tensor | None  # (H, Lc, dh)
+    biases: Tensor  # (2 or 3, 1, H, 1, dh): u, v and, with rc, v_c, times 1/sqrt(d_h)
+
+
+class KeyValueStore(Protocol):
+    """A decoder's keys and values of one layer's memory slots (what it keeps between tokens instead of the states)."""
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Take the segment's keys and values (B, H, T, dh) and return those of every key (B, H, K, dh), in the order
+        the step's mask and tables give the keys."""
+        ...
 
 
 def share_positions(layers: Sequence["RelativeAttention"], mode: str) -> None:
@@ -216,45 +231,63 @@ class RelativeAttention(nn.Module):
         return t.view(B, S, self.n_heads, self.d_head).transpose(1, 2)
 
     def tables(self, positions: Positions) -> Tables:
-        """W_r R of each stream as (H, L, dh); without a separate compressed stream its rows come from W_r."""
+        """W_r R of each stream as (H, L, dh) (without a separate compressed stream its rows come from W_r), and the
+        biases u, v (, v_c) scaled by 1/sqrt(d_h)."""
         H, dh = self.n_heads, self.d_head
         project = lambda proj, table: proj(table).view(-1, H, dh).transpose(0, 1)  # noqa: E731
         if positions.cmem.shape[0] == 0:
-            return Tables(project(self.pos, positions.mem), None)
+            return Tables(project(self.pos, positions.mem), None, self.scaled_biases(False))
         cpos = self.cpos if self.cpos is not None else self.pos
-        return Tables(project(self.pos, positions.mem), project(cpos, positions.cmem))
+        return Tables(project(self.pos, positions.mem), project(cpos, positions.cmem), self.scaled_biases(True))
+
+    def scaled_biases(self, compressed: bool) -> Tensor:
+        """(2 or 3, 1, H, 1, dh): u, v and (``compressed``) the compressed stream's v, times 1/sqrt(d_h)."""
+        biases = [self.u, self.v] + ([self.cv if self.cv is not None else self.v] if compressed else [])
+        return (torch.stack(biases) * self.scale)[:, None, :, None, :]
 
     def keys_values(self, states: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of memory states (B, S, d): (B, H, S, dh) each."""
+        """Keys and values of memory states (B, S, d): (B, H, S, dh) each (a decoder's, projected once per slot)."""
         n = self.n_heads * self.d_head
         k, v = F.linear(states, self.qkv.weight[n:]).split(n, dim=-1)
         return self.heads(k), self.heads(v)
 
     def forward(
-        self, x: Tensor, memory_kv: Sequence[tuple[Tensor, Tensor]], tables: Tables, mask: KeyMask, kernel: Kernel
+        self,
+        x: Tensor,
+        memory: Sequence[Tensor] | KeyValueStore,
+        tables: Tables,
+        mask: KeyMask,
+        kernel: Kernel,
     ) -> AttentionOutput:
-        """x: (B, T, d) the layer's attention input; memory_kv: keys and values (B, H, S, dh) of [cmem; mem] in slot
-        order, in one or more consecutive parts (:meth:`keys_values` of the memory states, or a decoder's copies of
-        them); tables: :meth:`tables`."""
+        """x: (B, T, d) the layer's attention input; memory: its memory states in slot order, as consecutive parts
+        (B, S_i, d) (compressed, then regular), whose keys and values are projected in one matmul and joined with the
+        segment's in one buffer (keys and values side by side: one concatenation, not one each; no gradient flows
+        into the memory rows but bptt's young compressed slots), or a decoder's :class:`KeyValueStore`;
+        tables: :meth:`tables`."""
         B, T, _ = x.shape
-        q, k_x, v_x = F.linear(x, self.qkv.weight).split(self.n_heads * self.d_head, dim=-1)
-        q, dt = self.heads(q), q.dtype
-        as_q = lambda t: t if t.dtype == dt else t.to(dt)  # noqa: E731  (an fp32 copy under autocast)
-        k = torch.cat([*(as_q(kv[0]) for kv in memory_kv), self.heads(k_x)], dim=2)  # (B, H, K, dh)
-        v = torch.cat([*(as_q(kv[1]) for kv in memory_kv), self.heads(v_x)], dim=2)
-        # (q + u) s, (q + v) s and (q + v_c) s in one pass over q, each bias pre-scaled and in q's dtype
+        n, dt = self.n_heads * self.d_head, compute_dtype(x.device, x.dtype)
+        as_dt = lambda t: t if t.dtype == dt else t.to(dt)  # noqa: E731  (autocast's cast, once for both uses)
+        w = as_dt(self.qkv.weight)
+        qkv = F.linear(as_dt(x), w)  # (B, T, 3 H dh)
+        if isinstance(memory, (list, tuple)):
+            q, kv_x = qkv.split([n, 2 * n], dim=-1)
+            states = torch.cat(memory, dim=1) if len(memory) > 1 else memory[0]  # (B, S, d) [cmem; mem]
+            kv = torch.cat([F.linear(as_dt(states), w[n:]), kv_x], dim=1)  # (B, K, 2 H dh): keys and values in one
+            k, v = kv.view(B, -1, 2, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, K, dh)
+            q = self.heads(q)
+        else:
+            q, k_x, v_x = qkv.view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
+            k, v = (as_dt(t) for t in memory.extend(k_x, v_x))
+        queries = torch.add(as_dt(tables.biases), q, alpha=self.scale).unbind(0)  # (q + u) s, (q + v) s, (q + v_c) s
         compressed = tables.rc is not None
-        biases = [self.u, self.v] + ([self.cv if self.cv is not None else self.v] if compressed else [])
-        scaled = (torch.stack(biases) * self.scale).to(dt)[:, None, :, None, :]  # (2 or 3, 1, H, 1, dh)
-        queries = torch.add(scaled, q, alpha=self.scale).unbind(0)  # each (B, H, T, dh)
         inputs = AttentionInputs(
             qu=queries[0],
             qv=queries[1],
             qc=queries[2] if compressed else None,
             k=k,
             v=v,
-            r=as_q(tables.r),
-            rc=as_q(tables.rc) if compressed else None,
+            r=as_dt(tables.r),
+            rc=as_dt(tables.rc) if compressed else None,
             mask=mask,
             dropout=self.attn_dropout if self.training else 0.0,
         )

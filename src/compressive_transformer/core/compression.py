@@ -10,13 +10,16 @@ carries the last h evicted states across segments (``LayerMemory.history``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from compressive_transformer.core.config import ModelConfig
-from compressive_transformer.core.dtypes import full_precision
-from compressive_transformer.core.registry import compressor_spec, register_compression_loss, register_compressor
+from compressive_transformer.core.dtypes import compute_dtype
+from compressive_transformer.core.registry import compressor_spec
 
 
 class Compressor(nn.Module):
@@ -42,7 +45,7 @@ class PoolCompressor(Compressor):
         self.kind = kind
 
     def forward(self, windows: Tensor, usage: Tensor | None = None) -> Tensor:
-        return _max(windows) if self.kind == "max" else _mean(windows)
+        return max_over_group(windows) if self.kind == "max" else mean_over_group(windows)
 
 
 class ConvCompressor(Compressor):
@@ -113,49 +116,38 @@ class ConvDecoder(nn.Module):
         return out.transpose(2, 3).reshape(B, G * self.rate, -1)
 
 
-def _max(groups: Tensor) -> Tensor:
+def max_over_group(groups: Tensor) -> Tensor:
+    """(B, G, c, d) -> (B, G, d): max pooling's reduction (Transformer-QL pools between scales with it)."""
     return groups.amax(dim=2)
 
 
-def _mean(groups: Tensor) -> Tensor:
+def mean_over_group(groups: Tensor) -> Tensor:
+    """(B, G, c, d) -> (B, G, d): mean pooling's reduction."""
     return groups.mean(dim=2)
 
 
-register_compressor(
-    "max_pool",
-    lambda cfg: PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "max"),
-    trainable=False,
-    scale_pool=_max,
-)
-register_compressor(
-    "mean_pool",
-    lambda cfg: PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "mean"),
-    trainable=False,
-    scale_pool=_mean,
-)
-register_compressor(
-    "conv", lambda cfg: ConvCompressor(cfg.d_model, cfg.compression.rate, cfg.compression.extra_width), trainable=True
-)
-register_compressor(
-    "dilated_conv",
-    lambda cfg: DilatedConvCompressor(
-        cfg.d_model, cfg.compression.rate, cfg.compression.extra_width, cfg.compression.dilations
-    ),
-    trainable=True,
-)
-register_compressor(
-    "most_used",
-    lambda cfg: MostUsedCompressor(cfg.compression.rate, 0),
-    trainable=False,
-    needs_usage=True,
-    extra_width=False,
-)
+# The builders the rows of core.registry.COMPRESSORS name: each makes its compressor from a ModelConfig.
 
 
-register_compression_loss("attention", local=True)  # attention_reconstruction_loss below
-register_compression_loss("autoencoder", local=True, decoder=True)  # autoencoder_loss below, through ConvDecoder
-register_compression_loss("bptt", bptt=True)  # the task loss, backpropagated through the compressed memories
-register_compression_loss("none")  # parameter-free compressors
+def build_max_pool(cfg: ModelConfig) -> Compressor:
+    return PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "max")
+
+
+def build_mean_pool(cfg: ModelConfig) -> Compressor:
+    return PoolCompressor(cfg.compression.rate, cfg.compression.extra_width, "mean")
+
+
+def build_conv(cfg: ModelConfig) -> Compressor:
+    return ConvCompressor(cfg.d_model, cfg.compression.rate, cfg.compression.extra_width)
+
+
+def build_dilated_conv(cfg: ModelConfig) -> Compressor:
+    comp = cfg.compression
+    return DilatedConvCompressor(cfg.d_model, comp.rate, comp.extra_width, comp.dilations)
+
+
+def build_most_used(cfg: ModelConfig) -> Compressor:
+    return MostUsedCompressor(cfg.compression.rate, 0)
 
 
 def build_compressor(cfg: ModelConfig) -> Compressor:
@@ -201,27 +193,86 @@ def attention_reconstruction_loss(
 ) -> Tensor:
     """||attn(h, old_mem) - attn(h, f_c(old_mem))||^2 (Algorithm 2), mean over valid queries and features.
 
-    q: (B, H, T, d_h) the layer's queries of this segment; old_k, old_v: (B, H, S, d_h) keys/values of the evicted
-    states under the layer's own projections (the attention already computed them this step); compressed: (B, G, d);
-    w_k, w_v: (H d_h, d) the layer's key/value weights. The stop-gradients of Algorithm 2 are applied here: on the
-    queries, the evicted memories and the attention weights (the weights are used detached, never modified, so the
-    layer keeps training from the task loss). Only ``compressed`` carries gradient.
+    Per layer, for L layers at once (the leading dimension; a single layer's tensors without it give a scalar):
+    q: (L, B, H, T, d_h) the layers' queries of this segment; old_k, old_v: (L, B, H, S, d_h) keys/values of the
+    evicted states under each layer's own projections (the attention already computed them this step); compressed:
+    (L, B, G, d); w_k, w_v: (L, H d_h, d) the layers' key/value weights; the masks, query_mask (B, T), old_mask (B, S)
+    and compressed_mask (B, G), are the same for every layer (every layer evicts the same positions). Returns (L,).
+    The stop-gradients of Algorithm 2 are applied here: on the queries, the evicted memories and the attention weights
+    (the weights are used detached, never modified, so the layer keeps training from the task loss). Only
+    ``compressed`` carries gradient. All layers' reads run as one batch (L x B rows).
+
+    The two reads run in the compute dtype (bf16 under autocast: the fast attention kernels) and their difference is
+    squared and summed in at least fp32, so the loss and the compressor's gradient stay within about 1% of an fp32
+    computation (tests/test_compression.py measures it).
     """
-    B, H, _, dh = q.shape
-    dtype = w_k.dtype  # the weights' precision (fp32 under autocast): the loss is a small difference of two reads
-    q, old_k, old_v = q.detach().to(dtype), old_k.detach().to(dtype), old_v.detach().to(dtype)
-    with full_precision(q.device):
-        target = content_attention(q, old_k, old_v, old_mask)
-        compressed = compressed.to(dtype)
-        heads = lambda w: (compressed @ w.detach().t()).view(B, -1, H, dh).transpose(1, 2)  # noqa: E731  (B, H, G, d_h)
-        recon = content_attention(q, heads(w_k), heads(w_v), compressed_mask)
+    if q.dim() == 4:  # one layer
+        one = lambda t: t.unsqueeze(0)  # noqa: E731
+        return attention_reconstruction_loss(
+            one(q), query_mask, one(old_k), one(old_v), old_mask, one(compressed), compressed_mask, one(w_k), one(w_v)
+        )[0]
+    L, B, H, T, dh = q.shape
+    dtype = compute_dtype(q.device, w_k.dtype)  # autocast's where it is on, else the weights'
+    rows_of = lambda t: t.detach().to(dtype).flatten(0, 1)  # noqa: E731  (L, B, ...) -> (L B, ...)
+    q = rows_of(q)
+    target = content_attention(q, rows_of(old_k), rows_of(old_v), old_mask.repeat(L, 1))
+    # the compression's keys and values under each layer's own weights, in one product: (L, B, G, 2 H d_h)
+    w_kv = torch.cat([w_k, w_v], dim=1).detach().to(dtype).transpose(1, 2).unsqueeze(1)  # (L, 1, d, 2 H d_h)
+    kv = (
+        torch.matmul(compressed.to(dtype), w_kv).view(L * B, -1, 2, H, dh).permute(2, 0, 3, 1, 4)
+    )  # (2, L B, H, G, d_h)
+    recon = content_attention(q, kv[0], kv[1], compressed_mask.repeat(L, 1))
     rows = query_mask & compressed_mask.any(dim=1, keepdim=True) & old_mask.any(dim=1, keepdim=True)  # (B, T)
-    err = ((target - recon) ** 2).mean(dim=-1)  # (B, T)
-    return torch.where(rows, err, 0.0).sum() / rows.sum().clamp(min=1)
+    wide = torch.promote_types(dtype, torch.float32)  # the small difference of two reads, squared in >= fp32
+    err = ((target.to(wide) - recon.to(wide)) ** 2).mean(dim=-1).view(L, B, T)
+    return torch.where(rows, err, 0.0).sum(dim=(1, 2)) / rows.sum().clamp(min=1)
 
 
 def autoencoder_loss(old: Tensor, old_mask: Tensor, decoded: Tensor) -> Tensor:
-    """||old_mem - g(f_c(old_mem))||^2, mean over valid evicted states and features."""
+    """||old_mem - g(f_c(old_mem))||^2, mean over valid evicted states and features; old, decoded: (..., B, G c, d)
+    with any leading dimensions (layers), old_mask: (B, G c). Returns a value per leading index."""
     dtype = torch.promote_types(old.dtype, torch.float32)  # at least fp32, under autocast too
-    err = ((old.detach().to(dtype) - decoded.to(dtype)) ** 2).mean(dim=-1)  # (B, G*c)
-    return (err * old_mask).sum() / old_mask.sum().clamp(min=1)
+    err = ((old.detach().to(dtype) - decoded.to(dtype)) ** 2).mean(dim=-1)  # (..., B, G*c)
+    return (err * old_mask).sum(dim=(-2, -1)) / old_mask.sum().clamp(min=1)
+
+
+@dataclass(frozen=True)
+class EvictionLoss:
+    """What a local compression loss (a ``local`` row of ``COMPRESSION_LOSSES``) sees of one segment's eviction, for
+    all L layers at once (every layer evicts the same positions, so the masks are shared).
+
+    queries: (L, B, H, T, d_h) each layer's queries of this segment, query_mask: (B, T); old: (L, B, G*c, d) the
+    evicted states, old_keys/old_values: (L, B, H, G*c, d_h) them under each layer's own projections, old_mask:
+    (B, G*c); compressed: (L, B, G, d) their compression, compressed_mask: (B, G); w_k, w_v: (L, H d_h, d) the layers'
+    key/value weights; decoders: each layer's decoder (rows with ``decoder``), else None. The loss returns one value
+    per layer, (L,). Only ``compressed`` (and the decoders) may carry gradient: the loss trains the compression
+    network alone (Algorithm 2's stop-gradients).
+    """
+
+    queries: Tensor
+    query_mask: Tensor
+    old: Tensor
+    old_keys: Tensor
+    old_values: Tensor
+    old_mask: Tensor
+    compressed: Tensor
+    compressed_mask: Tensor
+    w_k: Tensor
+    w_v: Tensor
+    decoders: Sequence[nn.Module] | None = None
+
+
+# The losses the rows of core.registry.COMPRESSION_LOSSES name: each maps the layers' eviction to a loss per layer.
+
+
+def reconstruct_attention(e: EvictionLoss) -> Tensor:
+    """The attention-reconstruction loss (``attention``)."""
+    return attention_reconstruction_loss(
+        e.queries, e.query_mask, e.old_keys, e.old_values, e.old_mask, e.compressed, e.compressed_mask, e.w_k, e.w_v
+    )
+
+
+def reconstruct_states(e: EvictionLoss) -> Tensor:
+    """The auto-encoding loss (``autoencoder``): the evicted states against their decoded compression."""
+    decoded = torch.stack([decoder(c) for decoder, c in zip(e.decoders, e.compressed.unbind(0))])
+    return autoencoder_loss(e.old, e.old_mask, decoded)

@@ -236,7 +236,8 @@ class RunConfig:
         if unknown:
             raise ConfigError(f"{unknown[0]}: unknown section; known sections are {', '.join(RUN_SECTIONS)}")
         classes = {"data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
-        parts = {name: from_dict(classes[name], raw.get(name, {}), name) for name in classes}
+        tables = {**raw, "data": format_follows_path(raw.get("data", {}))}
+        parts = {name: from_dict(classes[name], tables.get(name, {}), name) for name in classes}
         return cls(model=ModelConfig.from_raw(raw.get("model", {})), **parts)
 
 
@@ -255,6 +256,15 @@ def load_run_config(path: str | Path | None, overrides: list[str] | tuple[str, .
     return RunConfig.from_raw(apply_run_overrides(raw, overrides))
 
 
+def format_follows_path(data: Any) -> Any:
+    """A [data] table that names a ``path`` but no ``format`` reads the path as ``text`` (a user's own files), never
+    as the default's built-in pydoc topics (which read no path)."""
+    if isinstance(data, Mapping) and data.get("path") and "format" not in data:
+        return {**data, "format": PATH_FORMAT}
+    return data
+
+
+PATH_FORMAT = "text"  # the format of a data.path given without data.format
 TOKENIZERS = ("bytes", "words", "bpe", "unigram", "pretrained")
 DEFAULT_SUBWORD_VOCAB = 8192
 
@@ -291,6 +301,13 @@ class DataConfig:
             p + "path",
             f"format {self.format!r} needs the file or directory of the corpus; set data.path",
         )
+        require(
+            fmt.needs_path or not self.path,
+            p + "path",
+            f"the {self.format!r} format is built in and reads no path, so {self.path!r} would be ignored; set "
+            f"data.format = '{PATH_FORMAT}' (or another format of files: {', '.join(n for n, f in FORMATS.items() if f.needs_path)}) "
+            "to read it, or drop data.path",
+        )
         require(self.vocab_size >= 0, p + "vocab_size", "must be >= 0 (0 means 8192 for bpe/unigram)")
         if self.tokenizer == "bpe":
             require(
@@ -306,6 +323,7 @@ class DataConfig:
             )
         require(self.min_freq >= 1, p + "min_freq", "must be >= 1")
         require(self.sample_rate > 0, p + "sample_rate", "must be > 0 (samples per second, e.g. 16000)")
+        self._check_unused(p, fmt)
         require(
             (self.tokenizer == "pretrained") == bool(self.tokenizer_file),
             p + "tokenizer_file",
@@ -323,6 +341,27 @@ class DataConfig:
             not self.train_file or fmt.train_file,
             p + "train_file",
             f"only the {' and '.join(with_train_file)} format has a train_file override; remove it",
+        )
+
+    def _check_unused(self, p: str, fmt: Any) -> None:
+        """Settings this tokenizer or format would not read: refused rather than silently ignored."""
+        require(
+            self.vocab_size == 0 or self.tokenizer in ("bpe", "unigram"),
+            p + "vocab_size",
+            f"is the size a bpe or unigram tokenizer learns; the {self.tokenizer!r} tokenizer would ignore it "
+            "(bytes: 256 ids; words: every training word, rarer than data.min_freq as <unk>; pretrained: its file's); "
+            "remove it",
+        )
+        require(
+            self.min_freq == 1 or self.tokenizer == "words",
+            p + "min_freq",
+            f"applies to the words tokenizer only; the {self.tokenizer!r} tokenizer would ignore it, remove it",
+        )
+        default_rate = DataConfig.__dataclass_fields__["sample_rate"].default
+        require(
+            self.sample_rate == default_rate or "sample_rate" in fmt.settings,
+            p + "sample_rate",
+            f"the {self.format!r} format reads no sound, so it would be ignored; remove it",
         )
 
     @property
@@ -352,6 +391,8 @@ __all__ = [
     "EvalConfig",
     "RunConfig",
     "load_run_config",
+    "format_follows_path",
+    "PATH_FORMAT",
     "from_dict",
     "to_dict",
     "load_toml",

@@ -34,7 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from compressive_transformer.core.config import ConfigError, ModelConfig
-from compressive_transformer.core.registry import find_model_kind
+from compressive_transformer.core.registry import model_kind
 
 MODELS = ("transformer-xl", "compressive", "transformer-ql")
 _ALIASES = {
@@ -235,8 +235,14 @@ class TemporalRange:
     max_range: int  # l x (n_m + c * n_cm): how far back the top layer can see, in input positions
     attention_cost: int  # query-key pairs per layer and head for one segment: n_s x (n_s + n_m + n_cm)
     memory_slots: int  # n_m + n_cm per layer
+    receptive_field: int = 0  # a convolutional model (WaveNet, no attention): 1 + sum of its dilations; 0 otherwise
 
     def __str__(self) -> str:
+        if self.receptive_field:
+            return (
+                f"no attention: a receptive field of {self.receptive_field} positions (the output and the "
+                f"{self.max_range} before it), no memory slots"
+            )
         return (
             f"max temporal range {self.max_range} positions, attention cost {self.attention_cost} "
             f"query-key pairs per layer and head per segment, {self.memory_slots} memory slots per layer"
@@ -247,8 +253,12 @@ def temporal_range(cfg: ModelConfig) -> TemporalRange:
     """l x (n_m + c n_cm) and the per-segment attention cost O(n_s^2 + n_s (n_m + n_cm)).
 
     A Transformer-XL (n_cm = 0) has l x n_m; with n_m = n_cm = n/2 and c = 3 the Compressive Transformer reaches
-    twice as far at the same cost.
+    twice as far at the same cost. WaveNet has no attention: it reaches back over its receptive field less one (the
+    output's own position), at no attention cost.
     """
+    if cfg.is_wavenet:
+        field = receptive_field(cfg.wavenet.dilations)
+        return TemporalRange(max_range=field - 1, attention_cost=0, memory_slots=0, receptive_field=field)
     c = cfg.compression.rate if cfg.memory.cmem_len > 0 else 0
     return TemporalRange(
         max_range=cfg.n_layers * (cfg.memory.mem_len + c * cfg.memory.cmem_len),
@@ -272,8 +282,8 @@ def range_report(cfg: ModelConfig) -> str:
             f"{list(cfg.wavenet.dilations)}); no attention, no memory beyond it"
         )
     lines = []
-    kind = find_model_kind(cfg)
-    if kind is not None and kind.temporal_range is not None:
+    kind = model_kind(cfg)
+    if kind.temporal_range is not None:
         r = kind.temporal_range(cfg)
         lines += [
             f"max temporal range: {r.max_range} positions "
@@ -282,7 +292,7 @@ def range_report(cfg: ModelConfig) -> str:
             f"memory slots per layer: {r.memory_slots}",
         ]
     n_s, memory = cfg.seg_len, cfg.memory.mem_len + cfg.memory.cmem_len
-    own = kind.context_length if kind is not None and kind.context_length is not None else context_length_from_config
+    own = kind.context_length if kind.context_length is not None else context_length_from_config
     rows = [("this config", own(cfg))]
     rows.append(
         (

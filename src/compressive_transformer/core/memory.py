@@ -125,14 +125,19 @@ class MemoryState:
         return MemoryState(tuple(_map_tensors(layer, move) for layer in self.layers))
 
     def to_tensors(self) -> dict[str, Tensor]:
-        """Flat name -> tensor mapping (ints as 0-dim tensors) for safetensors checkpoints."""
+        """Flat name -> tensor mapping (ints as 0-dim tensors) for safetensors checkpoints. Layers share their masks
+        (one update plan per segment); each entry gets its own copy, as safetensors stores no shared memory."""
         out: dict[str, Tensor] = {}
+        seen: set[int] = set()
         for i, layer in enumerate(self.layers):
             p = f"layers.{i}."
             for name in ROW_TENSORS:
                 t = getattr(layer, name)
                 if t is not None:
-                    out[p + name] = t.detach().contiguous()
+                    t = t.detach().contiguous()
+                    shared = t.untyped_storage().data_ptr() in seen and t.numel() > 0
+                    seen.add(t.untyped_storage().data_ptr())
+                    out[p + name] = t.clone() if shared else t
             out[p + "mem_len"] = torch.tensor(layer.mem_len)
             out[p + "fill"] = torch.tensor(layer.fill)
             out[p + "young"] = torch.tensor(list(layer.young), dtype=torch.long)
@@ -213,6 +218,59 @@ def empty_layer(
 
 
 @dataclass(frozen=True)
+class SlotUpdate:
+    """What one segment does to a layer's slots, apart from the states themselves: how many leave memory and are
+    compressed, and every validity mask that follows. Every layer pushes the same positions and has the same rows
+    reset, so it is the same for all layers: :func:`plan_update` makes it once per segment (from the first layer's
+    memory) and :func:`update_layer` moves each layer's states by it."""
+
+    n_evict: int  # states that leave memory (whole groups of c when compressing)
+    start: int  # where the oldest occupied slot sits in [mem; x]
+    fill: int  # occupied memory slots afterwards
+    mem_mask: Tensor  # (B, cap) the next memory's validity
+    blank: Tensor  # (B, cap, 1) ~mem_mask: the next memory's slots, zeroed
+    cmem_mask: Tensor  # (B, C) the next compressed memory's validity
+    old_mask: Tensor | None = None  # (B, G*c) the evicted states' validity (None: nothing compressed)
+    compressed_mask: Tensor | None = None  # (B, G) a compressed slot is valid when its whole group was
+    compressed_blank: Tensor | None = None  # (B, G, 1) ~compressed_mask
+    group_mask: Tensor | None = None  # (B, G*c) the evicted states of the valid groups (what the losses read)
+    span_blank: Tensor | None = None  # (B, G*c + e, 1) the invalid states of the compressor's span (with context)
+    history_mask: Tensor | None = None  # (B, h) the next history's validity (compressors with context)
+
+
+def plan_update(
+    state: LayerMemory, x_mask: Tensor, *, compression_rate: int, extra_width: int, compressing: bool
+) -> SlotUpdate:
+    """The :class:`SlotUpdate` of pushing a segment with validity ``x_mask`` (B, T) into memories shaped as
+    ``state``; ``compressing``: evicted states are compressed (in whole groups of c) rather than dropped."""
+    B, T = x_mask.shape
+    c, cap = compression_rate, state.capacity
+    combined_mask = torch.cat([state.mem_mask, x_mask], dim=1)  # (B, cap + T)
+    total = state.fill + T
+    n_evict = evicted_count(total, state.mem_len, c, compressing)
+    fill = total - n_evict  # <= mem_len + c - 1 <= capacity
+    start = cap + T - total
+    occupied = torch.arange(cap, device=x_mask.device) >= cap - fill  # (cap,)
+    mem_mask = combined_mask[:, T:] & occupied  # the newest cap slots (an explicit index: cap may be 0)
+    plan = SlotUpdate(n_evict, start, fill, mem_mask, ~mem_mask.unsqueeze(-1), state.cmem_mask)
+    if not (compressing and n_evict > 0):
+        return plan
+    old_mask = combined_mask[:, start : start + n_evict]
+    compressed_mask = old_mask.view(B, n_evict // c, c).all(dim=-1)
+    history = state.history_mask is not None
+    return replace(
+        plan,
+        cmem_mask=push(state.cmem_mask, compressed_mask),
+        old_mask=old_mask,
+        compressed_mask=compressed_mask,
+        compressed_blank=~compressed_mask.unsqueeze(-1),
+        group_mask=compressed_mask.repeat_interleave(c, dim=1),
+        span_blank=~combined_mask[:, start : start + n_evict + extra_width, None] if history else None,
+        history_mask=push(state.history_mask, old_mask) if history else None,
+    )
+
+
+@dataclass(frozen=True)
 class Eviction:
     """What one update evicted and compressed, for the auxiliary compression losses."""
 
@@ -221,6 +279,7 @@ class Eviction:
     old_mask: Tensor  # (B, G*c) bool
     compressed: Tensor  # (B, G, d) f_c(old), still attached to the compressor's parameters
     compressed_mask: Tensor  # (B, G) bool: a slot is valid when its whole group was valid
+    group_mask: Tensor  # (B, G*c) bool: the evicted states of the valid groups
 
 
 def update_layer(
@@ -233,6 +292,7 @@ def update_layer(
     compress: Compress | None,
     attn_usage: Tensor | None = None,
     bptt_horizon: int = 0,
+    plan: SlotUpdate | None = None,
 ) -> tuple[LayerMemory, Eviction | None]:
     """Algorithm 1, lines 8-11: push the layer inputs ``x``, evict the oldest states, compress them in groups of c.
     Each group's window is preceded by the h states evicted before it (``history``, for a compressor with context h),
@@ -240,57 +300,49 @@ def update_layer(
 
     x: (B, T, d) the layer's attention inputs for this segment; x_mask: (B, T) False for padding.
     attn_usage: (B, capacity) attention the memory slots received in this segment (most_used only).
+    plan: the segment's :func:`plan_update` (made here when not given; a caller updating several layers makes it
+    once for all of them).
     """
     B, T, _ = x.shape
     c = compression_rate
-    cap = state.capacity
     compressing = state.cmem_len > 0 and compress is not None
+    if plan is None:
+        plan = plan_update(state, x_mask, compression_rate=c, extra_width=extra_width, compressing=compressing)
     combined = torch.cat([state.mem, x.detach()], dim=1)  # (B, cap + T, d), the occupied region is the right end
-    combined_mask = torch.cat([state.mem_mask, x_mask], dim=1)
-    total = state.fill + T
-    n_evict = evicted_count(total, state.mem_len, c, compressing)
-    new_fill = total - n_evict  # <= mem_len + c - 1 <= capacity
-    start = cap + T - total  # index of the oldest occupied slot in `combined`
 
     usage = None
     if state.usage is not None:
         mem_usage = state.usage + (attn_usage if attn_usage is not None else 0.0)
         usage_all = torch.cat([mem_usage, mem_usage.new_zeros(B, T)], dim=1)  # new slots start unused
-        usage = usage_all[:, combined.shape[1] - cap :]
+        usage = usage_all[:, T:] * plan.mem_mask
 
-    cmem, cmem_mask, cmem_src, young = state.cmem, state.cmem_mask, state.cmem_src, state.young
-    history, history_mask = state.history, state.history_mask
+    cmem, cmem_src, young, history = state.cmem, state.cmem_src, state.young, state.history
     eviction = None
-    if compressing and n_evict > 0:
-        groups = n_evict // c
-        windows, history, history_mask = _compression_windows(
-            combined, combined_mask, start, n_evict, c, extra_width, history, history_mask
-        )
-        old_usage = None if usage is None else usage_all[:, start : start + n_evict]
-        eviction = _compress(combined, combined_mask, start, n_evict, c, windows, compress, old_usage)
-        new_slots = eviction.compressed.detach().masked_fill(~eviction.compressed_mask.unsqueeze(-1), 0.0)
-        cmem = push(cmem, new_slots)
-        cmem_mask = push(cmem_mask, eviction.compressed_mask)
+    if plan.old_mask is not None:
+        start, n = plan.start, plan.n_evict
+        span = combined[:, start : start + n + extra_width]  # the evicted states and the e after them
+        windows, history = compression_windows(span, n, c, history, plan.span_blank)
+        old_usage = None if usage is None else usage_all[:, start : start + n]
+        compressed = compress_group(windows, plan.old_mask, compress, old_usage)
+        eviction = Eviction(span[:, :n], start, plan.old_mask, compressed, plan.compressed_mask, plan.group_mask)
+        cmem = push(cmem, compressed.detach().masked_fill(plan.compressed_blank, 0.0))
         if cmem_src is not None:
             cmem_src = push(cmem_src, windows)
     if cmem_src is not None:  # only BPTT tracks how recent each compressed slot is
-        young = (young + (groups if eviction is not None else 0,))[-max(bptt_horizon, 1) :]
+        young = (young + (plan.n_evict // c if eviction is not None else 0,))[-max(bptt_horizon, 1) :]
 
-    mem, mem_mask = _kept_slots(combined, combined_mask, cap, new_fill)
-    if usage is not None:
-        usage = usage * mem_mask
     new_state = replace(
         state,
-        mem=mem,
-        mem_mask=mem_mask,
+        mem=combined[:, T:].masked_fill(plan.blank, 0.0),  # the newest cap slots; unoccupied or invalid ones zeroed
+        mem_mask=plan.mem_mask,
         cmem=cmem,
-        cmem_mask=cmem_mask,
-        fill=new_fill,
+        cmem_mask=plan.cmem_mask,
+        fill=plan.fill,
         usage=usage,
         cmem_src=cmem_src,
         young=young,
         history=history,
-        history_mask=history_mask,
+        history_mask=plan.history_mask if plan.old_mask is not None else state.history_mask,
     )
     return new_state, eviction
 
@@ -303,62 +355,27 @@ def push(fifo: Tensor, new: Tensor) -> Tensor:
     return torch.cat([fifo[:, g:], new], dim=1) if g <= n else new[:, g - n :].contiguous()
 
 
-def _compression_windows(
-    combined: Tensor,
-    combined_mask: Tensor,
-    start: int,
-    n_evict: int,
-    c: int,
-    extra_width: int,
-    history: Tensor | None,
-    history_mask: Tensor | None,
-) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """The compressor's input windows for the ``n_evict`` states evicted from ``combined`` at ``start``: G = n_evict / c
-    windows of c states, each preceded by h states of context (``history``, zeros where invalid) and followed by
-    ``extra_width`` newer ones; and the history that follows (the newest h evicted states).
-
-    combined: (B, cap + T, d), combined_mask: (B, cap + T); returns windows (B, G, h + c + e, d).
-    """
-    span = combined[:, start : start + n_evict + extra_width]
+def compression_windows(
+    span: Tensor, n_evict: int, c: int, history: Tensor | None, span_blank: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
+    """The compressor's input windows for ``n_evict`` evicted states, span (B, n_evict + e, d): them and the e newer
+    ones after them. G = n_evict / c windows of c states, each preceded by h states of context (``history``, zeros
+    where invalid: ``span_blank`` (B, n_evict + e, 1) marks the span's invalid states) and followed by e newer ones;
+    and the history that follows (the newest h evicted states). Returns windows (B, G, h + c + e, d)."""
     if history is not None:  # the stream before the group: the last h evicted states, then these, zero if invalid
         h = history.shape[1]
-        span_mask = combined_mask[:, start : start + n_evict + extra_width]
-        span = torch.cat([history, span.masked_fill(~span_mask.unsqueeze(-1), 0.0)], dim=1)  # (B, h + G*c + e, d)
+        span = torch.cat([history, span.masked_fill(span_blank, 0.0)], dim=1)  # (B, h + G*c + e, d)
         history = span[:, n_evict : n_evict + h].contiguous()  # the newest h evicted (or, while few, earlier) states
-        old_mask = combined_mask[:, start : start + n_evict]
-        history_mask = push(history_mask, old_mask)
     windows = span.unfold(1, span.shape[1] - n_evict + c, c).transpose(2, 3)  # (B, G, h + c + e, d)
-    return windows, history, history_mask
+    return windows, history
 
 
-def _compress(
-    combined: Tensor,
-    combined_mask: Tensor,
-    start: int,
-    n_evict: int,
-    c: int,
-    windows: Tensor,
-    compress: Compress,
-    old_usage: Tensor | None,
-) -> Eviction:
-    """Compress the ``n_evict`` states evicted at ``start`` into n_evict / c slots (Algorithm 1, line 10); a slot is
-    valid only when its whole group was. old_usage: (B, n_evict) attention the evicted slots received (most_used)."""
-    old = combined[:, start : start + n_evict]  # (B, G*c, d)
-    old_mask = combined_mask[:, start : start + n_evict]
+def compress_group(windows: Tensor, old_mask: Tensor, compress: Compress, old_usage: Tensor | None) -> Tensor:
+    """f_c of each window (Algorithm 1, line 10): (B, G, d), attached to the compressor. old_mask: (B, G*c) the
+    evicted states' validity; old_usage: (B, G*c) the attention they received (most_used), invalid ones never picked."""
     if old_usage is not None:
         old_usage = old_usage.masked_fill(~old_mask, float("-inf"))
-    compressed = compress(windows, old_usage)  # (B, G, d)
-    compressed_mask = old_mask.view(old.shape[0], n_evict // c, c).all(dim=-1)
-    return Eviction(old=old, start=start, old_mask=old_mask, compressed=compressed, compressed_mask=compressed_mask)
-
-
-def _kept_slots(combined: Tensor, combined_mask: Tensor, cap: int, fill: int) -> tuple[Tensor, Tensor]:
-    """The newest ``cap`` slots of ``combined`` as the next memory, of which the newest ``fill`` are occupied;
-    unoccupied or invalid slots are zeroed. Returns mem (B, cap, d) and mem_mask (B, cap)."""
-    keep_from = combined.shape[1] - cap  # an explicit index: cap may be 0
-    occupied = torch.arange(cap, device=combined.device) >= cap - fill  # (cap,)
-    mem_mask = combined_mask[:, keep_from:] & occupied
-    return combined[:, keep_from:].masked_fill(~mem_mask.unsqueeze(-1), 0.0), mem_mask
+    return compress(windows, old_usage)
 
 
 def evicted_count(occupied: int, mem_len: int, compression_rate: int, compressing: bool) -> int:

@@ -28,9 +28,10 @@ def token_unit(modality: str) -> str:
 
 
 def require_modality(have: str, given: str, what: str, remedy: str) -> None:
-    """Refuse ``what`` (an input of modality ``given``) for a run of modality ``have``, in one line with ``remedy``."""
+    """Refuse ``what`` (an input of modality ``given``) for a run of modality ``have``, in one line with ``remedy``:
+    ``--text FILE: this run models audio, not text; score sound files with ...``."""
     if have != given:
-        raise ConfigError(f"{what}: is {given}, but this run models {have}; {remedy}")
+        raise ConfigError(f"{what}: this run models {have}, not {given}; {remedy}")
 
 
 __all__ = ["AUDIO", "CONTINUOUS", "TEXT", "format_modality", "require_modality", "run_modality", "token_unit"]

@@ -10,10 +10,17 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from compressive_transformer.core.config_base import ConfigError, check_types, from_dict, require
-from compressive_transformer.core.registry import COMPRESSION_LOSSES, COMPRESSORS, find_model_kind
+from compressive_transformer.core.registry import (
+    COMPRESSION_LOSSES,
+    COMPRESSORS,
+    DEFAULT_KIND,
+    KERNELS,
+    MODEL_KINDS,
+    canonical_kernel,
+    kernel_names,
+    kind_of_section,
+)
 
-# attention kernels (core/kernels); "math", "sdpa" and "flex" are earlier names of "explicit", "sdpa-bias" and "fused"
-ATTENTION_IMPLS = ("auto", "reference", "explicit", "sdpa-bias", "fused", "math", "sdpa", "flex")
 NORMS = ("pre", "post")
 CMEM_POSITIONS = ("separate", "shared")
 SHARE_POSITIONS = ("none", "biases", "all")  # what the layers' attention shares: nothing, u/v, u/v and W_r
@@ -137,7 +144,7 @@ class PositionsConfig:
 
 @dataclass(frozen=True)
 class QLConfig:
-    """Transformer-QL (its presence selects the kind): Transformer-XL layers per temporal scale, finest first, the
+    """Transformer-QL's own section (``model.kind = "transformer-ql"``): Transformer-XL layers per temporal scale, finest first, the
     layers after the accumulation layer, and the probability of dropping the finer scales from the accumulation."""
 
     scales: tuple[int, ...] = ()  # required: e.g. (2, 2)
@@ -150,7 +157,7 @@ class QLConfig:
 
 @dataclass(frozen=True)
 class WaveNetConfig:
-    """WaveNet (its presence selects the kind): one dilation per layer, ``d_model`` residual and ``d_ff`` skip
+    """WaveNet's own section (``model.kind = "wavenet"``): one dilation per layer, ``d_model`` residual and ``d_ff`` skip
     channels."""
 
     dilations: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -219,6 +226,16 @@ def upgrade_model_table(table: Mapping[str, Any], section: str = "model") -> dic
     return out
 
 
+def with_kind(table: Any) -> Any:
+    """A whole [model] table with ``kind`` named. A table written before ``model.kind`` (a saved run, a checkpoint,
+    a config file, with any overrides laid over it) is read once into the kind whose own section it holds, else the
+    Compressive Transformer; from then on the kind is written with the config and never guessed again."""
+    if not isinstance(table, Mapping) or "kind" in table:
+        return table
+    given = [sub for sub in ("ql", "wavenet") if table.get(sub) is not None]
+    return {**table, "kind": kind_of_section(given[0]) if len(given) == 1 else DEFAULT_KIND}
+
+
 def model_override_path(parts: list[str], value: Any) -> list[str]:
     """A dotted override's path with a flat [model] key of the earlier layout moved into its section
     (``model.compression_rate=2`` sets ``model.compression.rate``)."""
@@ -231,10 +248,14 @@ def model_override_path(parts: list[str], value: Any) -> list[str]:
 class ModelConfig:
     """Shape and behaviour of one model of the family.
 
-    ``memory.cmem_len=0`` is Transformer-XL; ``mem_len=cmem_len=0`` is a plain causal transformer. No parameter
-    depends on ``seg_len`` or the memory lengths, so memories may be longer at evaluation than in training.
+    ``kind`` names the model (a row of :data:`~compressive_transformer.core.registry.MODEL_KINDS`): the Compressive
+    Transformer by default, which is Transformer-XL with ``memory.cmem_len=0`` and a plain causal transformer with
+    ``mem_len=cmem_len=0``; ``transformer-ql`` and ``wavenet`` read their own section ([model.ql], [model.wavenet]).
+    No parameter depends on ``seg_len`` or the memory lengths, so memories may be longer at evaluation than in
+    training.
     """
 
+    kind: str = DEFAULT_KIND
     vocab_size: int = 256
     d_model: int = 256
     n_layers: int = 4
@@ -253,8 +274,8 @@ class ModelConfig:
     attn_dropout: float = 0.0
     input_dim: int = 0  # > 0: continuous inputs through a linear projection instead of a token embedding
     attn_impl: str = "auto"  # reference, explicit (both return weights), sdpa-bias, fused; auto: kernels.auto_choice
-    ql: QLConfig | None = None  # Transformer-QL ([model.ql]); None: not this kind
-    wavenet: WaveNetConfig | None = None  # WaveNet ([model.wavenet]); None: not this kind
+    ql: QLConfig | None = None  # Transformer-QL's section ([model.ql]), with kind = "transformer-ql" only
+    wavenet: WaveNetConfig | None = None  # WaveNet's section ([model.wavenet]), with kind = "wavenet" only
     init_std: float = 0.02
     layer_norm_eps: float = 1e-5
     adaptive: AdaptiveConfig | None = None  # adaptive input and softmax ([model.adaptive]); None: full softmax
@@ -263,20 +284,37 @@ class ModelConfig:
 
     @classmethod
     def from_raw(cls, table: Mapping[str, Any], section: str = "model") -> "ModelConfig":
-        """Build from a [model] table, the earlier flat keys included (:func:`upgrade_model_table`)."""
-        return from_dict(cls, upgrade_model_table(table, section), section)
+        """Build from a whole [model] table, the earlier flat keys included (:func:`upgrade_model_table`), with its
+        kind named (:func:`with_kind`)."""
+        return from_dict(cls, with_kind(upgrade_model_table(table, section)), section)
 
     def __post_init__(self) -> None:
         check_types(self, "model")
         p = "model."
+        self._check_kind(p)
         self._check_sizes(p)
         self._check_layers(p)
         self._check_adaptive_and_reference(p)
-        kind = find_model_kind(self)
-        if kind is not None and kind.check is not None:
+        kind = MODEL_KINDS[self.kind]
+        if kind.check is not None:
             kind.check(self)  # the model kind's own rules (Transformer-QL's scales, ...)
         if self.uses_compression:
             self._check_compressor(p)
+
+    def _check_kind(self, p: str) -> None:
+        """The kind is registered, and a kind's own section comes with that kind only (filled with its defaults when
+        the kind is named without it)."""
+        require(self.kind in MODEL_KINDS, p + "kind", f"unknown {self.kind!r}; use one of {', '.join(MODEL_KINDS)}")
+        for section, default in (("ql", QLConfig), ("wavenet", WaveNetConfig)):
+            owner = kind_of_section(section)
+            if getattr(self, section) is not None:
+                require(
+                    self.kind == owner,
+                    p + section,
+                    f"is {owner}'s own section, but model.kind = {self.kind!r}; set model.kind = {owner!r} or remove [{p}{section}]",
+                )
+            elif self.kind == owner:
+                object.__setattr__(self, section, default())
 
     def _check_sizes(self, p: str) -> None:
         """Vocabulary, widths and lengths."""
@@ -306,9 +344,9 @@ class ModelConfig:
         require(0.0 <= self.dropout < 1.0, p + "dropout", "must be in [0, 1)")
         require(0.0 <= self.attn_dropout < 1.0, p + "attn_dropout", "must be in [0, 1)")
         require(
-            self.attn_impl in ATTENTION_IMPLS,
+            self.attn_impl in kernel_names(),
             p + "attn_impl",
-            f"unknown {self.attn_impl!r}; use one of {', '.join(ATTENTION_IMPLS)}",
+            f"unknown {self.attn_impl!r}; use one of {', '.join(kernel_names())}",
         )
         require(
             not (self.tie_embeddings and (self.input_dim > 0 or self.vocab_size == 0)),
@@ -345,8 +383,9 @@ class ModelConfig:
         """The chosen compressor against its loss, the attention backend and the memory it reads."""
         comp = self.compression
         spec = COMPRESSORS[comp.function]
+        kernel = canonical_kernel(self.attn_impl)
         require(
-            not (spec.needs_usage and self.attn_impl not in ("auto", "reference", "explicit", "math")),
+            not spec.needs_usage or kernel == "auto" or KERNELS[kernel].weights,
             p + "attn_impl",
             f"compression {comp.function!r} needs attention weights, which {self.attn_impl!r} does not give; use 'explicit' or 'auto'",
         )
@@ -376,12 +415,12 @@ class ModelConfig:
 
     @property
     def is_wavenet(self) -> bool:
-        """A WaveNet configuration ([model.wavenet] given)."""
+        """A WaveNet configuration (its section is present with its kind only)."""
         return self.wavenet is not None
 
     @property
     def is_ql(self) -> bool:
-        """A Transformer-QL configuration ([model.ql] given)."""
+        """A Transformer-QL configuration (its section is present with its kind only)."""
         return self.ql is not None
 
     @property
@@ -398,7 +437,6 @@ class ModelConfig:
 
 
 __all__ = [
-    "ATTENTION_IMPLS",
     "NORMS",
     "CMEM_POSITIONS",
     "SHARE_POSITIONS",
@@ -413,4 +451,5 @@ __all__ = [
     "ModelConfig",
     "model_override_path",
     "upgrade_model_table",
+    "with_kind",
 ]

@@ -1,6 +1,5 @@
 """Data: corpus readers, tokenizers, the memory-mapped token cache, the batch-of-streams iterator, downloads."""
 
-from compressive_transformer.data import corpora  # noqa: F401  (registers the built-in formats)
 from compressive_transformer.data.cache import Corpus, cache_dir_for, load_corpus, prepare_corpora
 from compressive_transformer.data.corpora.pg19 import Pg19Book, read_pg19_metadata
 from compressive_transformer.data.download import DownloadError, Source, download, sources

@@ -29,12 +29,23 @@ class ReferenceScores:
     frequencies: float  # each byte drawn from the training text's byte frequencies (add-one smoothed)
     zlib: float  # the text compressed whole by zlib at level 9
 
-    def line(self) -> str:
-        return (
-            f"on the same text a uniform guess over the 256 byte values scores {self.uniform:.2f} bits/char, "
-            f"the training text's character frequencies {self.frequencies:.2f}, zlib -9 {self.zlib:.2f} "
-            "(lower is better; the paper's largest model reaches 0.97 on enwik8)"
+    def line(self, model: float | None = None) -> str:
+        """The three scores in one line, with why a uniform guess can score over 8 bits per character (characters of
+        several UTF-8 bytes) and, where ``model`` (its bits per character) does not beat zlib, why zlib can win."""
+        per_char = self.uniform / 8.0
+        several = f"; this text has {per_char:.3f} bytes per character" if per_char > 1.0005 else ""
+        text = (
+            f"on the same text a uniform guess over the 256 byte values scores {self.uniform:.2f} bits/char "
+            f"(8 bits per byte{several}), the training text's character frequencies {self.frequencies:.2f}, zlib -9 "
+            f"{self.zlib:.2f} (lower is better; the paper's largest model reaches 0.97 on enwik8)"
         )
+        if model is not None and model >= self.zlib:
+            text += (
+                "; zlib scores below the model here because it reads the whole text before coding it and codes each "
+                "repeated phrase as a pointer back to its first copy, while the model predicts each byte from the "
+                "context in its memory after minutes of training on a small corpus"
+            )
+        return text
 
 
 def reference_scores(train: Sequence[Document], text: Sequence[Document]) -> ReferenceScores:

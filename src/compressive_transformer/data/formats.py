@@ -1,18 +1,11 @@
-"""Registering a corpus format: one :class:`~compressive_transformer.core.registry.CorpusFormat` per corpus, read by
-config validation (``data.format``), the readers and the token cache (``files``, ``read``), ``data download`` and
-the CLI's choices (``sources``). Adding a corpus is one module that builds its format and calls
-:func:`register_format`."""
+"""Corpus formats: the table of :class:`~compressive_transformer.core.registry.CorpusFormat` rows (the built-ins are
+listed there, each naming its module of ``data/corpora/``), read by config validation (``data.format``), the readers
+and the token cache (``files``, ``read``), ``data download`` and the CLI's choices (``sources``). Adding a corpus is one
+module with its ``files`` and ``read`` plus one row, registered with :func:`register_format`."""
 
 from __future__ import annotations
 
-from compressive_transformer.core.registry import FORMATS, CorpusFormat, corpus_format
-
-
-def register_format(fmt: CorpusFormat) -> CorpusFormat:
-    """Make ``fmt.name`` usable as ``data.format`` and its sources downloadable (``data.download.sources`` reads
-    them from the format); a name registered again is replaced."""
-    FORMATS[fmt.name] = fmt
-    return fmt
+from compressive_transformer.core.registry import FORMATS, CorpusFormat, corpus_format, register_format
 
 
 def path_formats() -> list[str]:

@@ -68,6 +68,19 @@ def source_files(cfg: DataConfig, split: str) -> list[Path]:
     return corpus_format(cfg.format).files(cfg, split)
 
 
+def empty_split(cfg: DataConfig, split: str) -> str | None:
+    """Why ``split`` certainly holds no text, told from its files' sizes without reading them (a split of empty
+    files); None when it has some, or when that cannot be told so cheaply."""
+    try:
+        files = source_files(cfg, split)
+    except ConfigError as e:
+        return str(e)
+    sizes = [f.stat().st_size for f in files if f.is_file()]
+    if files and len(sizes) == len(files) and not any(sizes):
+        return f"its {len(files)} file(s) are empty, e.g. {files[0]}"
+    return None
+
+
 def by_fraction(items: list, split: str) -> list:
     """Deterministic 90/5/5 split of a list by count, at least one item in each split."""
     n = len(items)
@@ -111,19 +124,43 @@ def _split_dirs(root: Path) -> dict[str, Path] | None:
 
 
 def decode_file(path: str | Path, tokenizer: str) -> Document:
-    """A whole file as UTF-8 text, or raw bytes for the byte tokenizer when it is not text."""
+    """A whole file to score with a trained run's tokenizer: UTF-8 text, or raw bytes for the byte tokenizer when
+    it is not text (Latin-1, say); a word or subword tokenizer reads UTF-8 only, which the file must then be
+    converted to (the run's tokenizer cannot change)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: is not a file; give a text file")
-    return _decode_bytes(path.read_bytes(), path, tokenizer)
+    try:
+        return _decode_bytes(path.read_bytes(), tokenizer)
+    except NotText as e:
+        raise ConfigError(
+            f"{path}: is not UTF-8 text (byte {e.offset}), and this run's {tokenizer!r} tokenizer reads UTF-8 only; "
+            f"convert it (e.g. iconv -f latin1 -t utf-8 {path} > {path.stem}-utf8{path.suffix}) or score it with a "
+            "byte-level run"
+        ) from None
 
 
 def decode(data: bytes, path: Path, cfg: DataConfig) -> Document:
-    return _decode_bytes(data, path, cfg.tokenizer)
+    """A corpus file for training: binary data or another encoding than UTF-8 needs the byte tokenizer."""
+    try:
+        return _decode_bytes(data, cfg.tokenizer)
+    except NotText as e:
+        raise ConfigError(
+            f"data.tokenizer: {path} is binary or not UTF-8 (byte {e.offset}); the {cfg.tokenizer!r} tokenizer needs "
+            "text, set tokenizer = 'bytes'"
+        ) from None
 
 
-def _decode_bytes(data: bytes, path: Path, tokenizer: str) -> Document:
-    """UTF-8 text, or the raw bytes when only the byte tokenizer will see them; binary data for a text tokenizer is an error."""
+class NotText(ValueError):
+    """Bytes a word or subword tokenizer cannot read: binary, or not UTF-8 (``offset``: the first such byte)."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"not UTF-8 text at byte {offset}")
+        self.offset = offset
+
+
+def _decode_bytes(data: bytes, tokenizer: str) -> Document:
+    """UTF-8 text, or the raw bytes when only the byte tokenizer will see them; :class:`NotText` otherwise."""
     bad = data.find(b"\x00")  # NUL never occurs in text, though it is valid UTF-8
     if bad < 0:
         try:
@@ -132,10 +169,7 @@ def _decode_bytes(data: bytes, path: Path, tokenizer: str) -> Document:
             bad = e.start
     if tokenizer == "bytes":
         return data
-    raise ConfigError(
-        f"data.tokenizer: {path} is binary or not UTF-8 (byte {bad}); the {tokenizer!r} tokenizer needs text, "
-        "set tokenizer = 'bytes'"
-    )
+    raise NotText(bad)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -157,6 +191,12 @@ def data_root_path(path: str) -> str:
 def existing_path(cfg: DataConfig) -> Path:
     path = Path(data_root_path(cfg.path)).expanduser()
     if not path.exists():
+        if not corpus_format(cfg.format).sources:  # a user's own files: nothing to download
+            if data_root_path(cfg.path) != cfg.path:
+                where = f" (a data.path under data/ is read from {DATA_ROOT_ENV}={os.environ[DATA_ROOT_ENV]})"
+            else:
+                where = "" if path.is_absolute() else f" (a relative path starts at {Path.cwd()})"
+            raise ConfigError(f"data.path: {path} does not exist{where}; point it at your {cfg.format} files")
         hint = (
             f"`compressive-transformer data download` fills data/, or set {DATA_ROOT_ENV} to the directory holding it"
         )

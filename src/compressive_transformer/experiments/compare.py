@@ -19,9 +19,10 @@ from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.models import build_model, model_kind
 from compressive_transformer.experiments.runner import run_cells, write_json
 from compressive_transformer.experiments.spec import load_spec
+from compressive_transformer.inference.workflows import evaluate_run
 from compressive_transformer.runs.metrics import read_metrics
 from compressive_transformer.runs.rundir import read_run_config
-from compressive_transformer.training.workflows import evaluate_run, train_run
+from compressive_transformer.training.workflows import train_run
 
 
 def model_name(cfg: ModelConfig) -> str:

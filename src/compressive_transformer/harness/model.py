@@ -24,8 +24,9 @@ from tqdm.auto import tqdm
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.modality import TEXT, require_modality
 from compressive_transformer.harness.scoring import continuation_loglikelihoods, encode_pair, rolling_loglikelihoods
+from compressive_transformer.inference.generate import SamplingConfig
+from compressive_transformer.inference.textgen import generate_text
 from compressive_transformer.runs.loading import Run, load_run
-from compressive_transformer.training.textgen import generate_text
 
 MODEL_NAME = "compressive-transformer"
 # the harness's (and Hugging Face's) precision names -> this library's eval.amp values
@@ -45,12 +46,18 @@ log = logging.getLogger(__name__)
 
 
 def _int(name: str, value: Any) -> int | None:
+    """A whole number given as an int, a string of one, or a float with no fraction (the harness turns some
+    options into floats); anything else is a one-line error."""
     if value is None or value == "":
         return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--model_args {name}={value!r}: must be an integer") from None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise ConfigError(f"--model_args {name}={value!r}: must be an integer")
 
 
 def _available(device: str | None) -> str | None:
@@ -141,7 +148,9 @@ class HarnessModel(LM):
         auto = batch_size is None or str(batch_size).startswith("auto")  # no probing: memory bounds the batch
         self.batch_size = self.run.config.eval.batch_size if auto else _int("batch_size", batch_size)
         if self.batch_size is None or self.batch_size < 1:
-            raise ConfigError(f"--batch_size {batch_size}: must be a positive integer")
+            raise ConfigError(
+                f"batch_size {self.batch_size}: must be a positive integer (--batch_size N or --model_args batch_size=N)"
+            )
         self.prefix_ids = self.encode(_unescape(str(prefix))) if prefix != "" else []
         if prefix != "" and not self.prefix_ids:
             raise ConfigError(
@@ -248,9 +257,11 @@ class HarnessModel(LM):
             self.run,
             prompt,
             max_tokens=_int("max_gen_toks", kwargs.get("max_gen_toks")) or self.max_gen_toks,
-            temperature=temperature,
-            top_k=int(kwargs.get("top_k", 0) or 0) if sample and temperature > 0 else 0,
-            top_p=float(kwargs.get("top_p", 1.0) or 1.0) if sample and temperature > 0 else 1.0,
+            sampling=SamplingConfig(
+                temperature=temperature,
+                top_k=int(kwargs.get("top_k", 0) or 0) if sample and temperature > 0 else 0,
+                top_p=float(kwargs.get("top_p", 1.0) or 1.0) if sample and temperature > 0 else 1.0,
+            ),
             seed=self.seed,
             mem_len=self.run.mem_len,
             cmem_len=self.run.cmem_len,

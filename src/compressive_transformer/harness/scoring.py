@@ -17,9 +17,9 @@ import torch
 
 from compressive_transformer.core.constants import IGNORE_INDEX
 from compressive_transformer.core.streaming import Segment, stream
+from compressive_transformer.inference.evaluate import evaluate
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import amp_dtype, inference_amp
-from compressive_transformer.training.evaluate import evaluate
 
 
 def run_amp(run: Run) -> torch.dtype | None:

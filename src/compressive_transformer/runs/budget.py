@@ -1,9 +1,10 @@
-"""Refuse lengths that cannot fit in memory before anything is allocated.
+"""Refuse sizes and lengths that cannot fit in memory before anything is allocated.
 
 A typo such as ``seg_len = 1000000`` would otherwise ask torch for terabytes deep inside the first forward pass (a
 traceback, after the run directory was made). :func:`check_fits` compares a *lower bound* of what one forward pass
 needs (the memories plus one layer's attention scores) with the device's total memory, so it only refuses what
-cannot possibly work and never a config that merely runs close to the limit.
+cannot possibly work and never a config that merely runs close to the limit. :func:`check_model_size` does the same
+for the parameters a config's sizes make (a config, a run's or an export's, or one being imported).
 """
 
 from __future__ import annotations
@@ -40,6 +41,50 @@ def forward_bytes(
     width = a.cutoffs[0] + len(a.cutoffs) if a is not None and a.cutoffs else cfg.vocab_size
     logits = B * T * max(width, 1)
     return (memories + hidden + scores + logits) * element_size
+
+
+# bytes each parameter holds at least: its fp32 weight (loading a model); with its gradient and Adam's two moments
+# (training); beside the source checkpoint's copy of it (importing)
+WEIGHT_BYTES, TRAINING_BYTES, IMPORT_BYTES = 4, 16, 8
+LAYER_OBJECT_BYTES = 4096  # far less than the Python objects of one layer's modules (a lower bound of a layer's cost)
+
+
+def parameters_lower_bound(cfg: ModelConfig) -> int:
+    """A lower bound of the parameters of the model ``cfg`` describes, from its sizes alone (nothing is built): per
+    layer a d_model x d_ff matrix (the feed-forward's first; WaveNet's skip convolution) and the attention's four
+    d_model x n_heads*d_head projections (WaveNet: its gated convolution, 4 d_model^2), plus the input embedding (an
+    adaptive one cluster by cluster)."""
+    d = cfg.d_model
+    mixing = 4 * d * d if cfg.is_wavenet else 4 * d * cfg.n_heads * cfg.head_dim
+    per_layer = d * cfg.d_ff + mixing
+    if cfg.input_dim > 0:
+        embedding = cfg.input_dim * d
+    elif cfg.adaptive is not None and cfg.adaptive.cutoffs:
+        edges = (0, *cfg.adaptive.cutoffs, max(cfg.vocab_size, cfg.adaptive.cutoffs[-1]))
+        dims = cfg.adaptive.cluster_dims(d)
+        embedding = sum((hi - lo) * w for lo, hi, w in zip(edges, edges[1:], dims))
+    else:
+        embedding = cfg.vocab_size * d
+    return cfg.n_layers * per_layer + embedding
+
+
+def check_model_size(
+    cfg: ModelConfig, *, device: torch.device, bytes_per_parameter: int = WEIGHT_BYTES, key: str = "model"
+) -> None:
+    """One-line :class:`ConfigError` naming ``key`` when the model ``cfg`` describes cannot fit in the memory of
+    ``device`` (its parameters at ``bytes_per_parameter`` each, with its layers' Python objects): checked from the
+    config's arithmetic before anything is allocated, so ``d_model = 10**6`` or ``n_layers = 10**9`` stops at once
+    instead of asking torch for terabytes or building layers until the machine runs out."""
+    total = device_memory_bytes(device)
+    n = parameters_lower_bound(cfg)
+    need = n * bytes_per_parameter + cfg.n_layers * LAYER_OBJECT_BYTES
+    if total is not None and need > total:
+        vocabulary = f" and a vocabulary of {cfg.vocab_size}" if cfg.vocab_size else ""
+        raise ConfigError(
+            f"{key}: d_model {cfg.d_model}, d_ff {cfg.d_ff}, {cfg.n_layers} layers{vocabulary} make at least {n:,} "
+            f"parameters, {need / GiB:,.1f} GiB here, more than the {total / GiB:,.1f} GiB of {device.type} memory; "
+            "lower the sizes"
+        )
 
 
 def check_fits(

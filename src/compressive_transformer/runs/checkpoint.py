@@ -25,7 +25,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import safetensors.torch
@@ -88,6 +88,14 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _NAME.match(p.name))]
     return [p for _, p in sorted(found)]
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The update count a checkpoint directory of :func:`list_checkpoints` was written at (from its name)."""
+    m = _NAME.match(Path(path).name)
+    if m is None:
+        raise CheckpointError(f"{path}: not a checkpoint directory (step-NNNNNNNN)")
+    return int(m.group(1))
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -293,6 +301,15 @@ def weights_finite(model: torch.nn.Module) -> bool:
     return bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all())
 
 
+def non_finite(tensors: Mapping[str, torch.Tensor]) -> str | None:
+    """The first floating tensor of ``tensors`` holding NaN or infinity, described as ``"NAME (N of M values)"``,
+    or None when every one is finite: loaded numbers are checked before anything computes with them."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return f"{name} ({int((~torch.isfinite(t)).sum()):,} of {t.numel():,} values)"
+    return None
+
+
 def verify_checkpoint(path: str | Path, required: tuple[str, ...] = WEIGHTS_FILES) -> None:
     """Check the manifest's sizes and sha256 and that every ``required`` file is there; one-line error otherwise."""
     path = Path(path)
@@ -393,6 +410,14 @@ def _read_json(path: Path) -> Any:
         raise CheckpointError(f"checkpoint {path.parent}: {path.name} does not parse ({type(e).__name__})") from None
 
 
+def _require_finite(path: Path, tensors: Mapping[str, torch.Tensor]) -> None:
+    bad = non_finite(tensors)
+    if bad is not None:
+        raise CheckpointError(
+            f"checkpoint {path.parent}: {path.name} holds non-finite values in {bad}; it cannot be resumed"
+        )
+
+
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return safetensors.torch.load_file(str(path))
@@ -420,10 +445,12 @@ def load_checkpoint(
     )
     state = _read_json(path / "state.json")
     memory = _load_tensors(path / "memory.safetensors") if (path / "memory.safetensors").is_file() else None
+    _require_finite(path / "memory.safetensors", memory or {})
     rng = _load_tensors(path / "rng.safetensors")
     opt_state = None
     if optimizer is not None:
         opt_tensors, opt_meta = _load_tensors(path / "optimizer.safetensors"), _read_json(path / "optimizer.json")
+        _require_finite(path / "optimizer.safetensors", opt_tensors)
         try:
             opt_state = _join_optimizer(opt_tensors, opt_meta)
         except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -10,14 +10,19 @@ checkpoint of the same call. A call killed between checkpoints loses only the la
 trains again from the last checkpoint and records; a lap recorded for a checkpoint that was then not written (killed
 or failed mid-write) is replaced when its steps are recorded again (:func:`total`). So the lines cover the run's
 steps once each and count the work the run kept. Only the learner's process is counted (not an agent's actor
-processes, not other ranks).
+processes, not other ranks). A line cut short by a kill mid-write, or one that is not a lap, is skipped and said once
+(:mod:`~compressive_transformer.runs.jsonl`).
 """
 
 from __future__ import annotations
 
-import json
+import math
+import numbers
 import time
 from pathlib import Path
+from typing import Any
+
+from compressive_transformer.runs.jsonl import append_record, read_records
 
 FILE = "cpu_seconds.jsonl"
 
@@ -38,10 +43,20 @@ class Clock:
 
 
 def record(run_dir: str | Path, *, start: int, end: int, seconds: float) -> None:
-    path = Path(run_dir) / FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps({"from": start, "to": end, "seconds": seconds}) + "\n")
+    append_record(Path(run_dir) / FILE, {"from": start, "to": end, "seconds": seconds})
+
+
+def _is_lap(record: dict[str, Any]) -> bool:
+    """Whole steps ``from`` < ``to`` and a finite, non-negative number of ``seconds``."""
+    start, end, seconds = record.get("from"), record.get("to"), record.get("seconds")
+    steps_ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)) and start < end
+    return (
+        steps_ok
+        and isinstance(seconds, numbers.Real)
+        and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+        and seconds >= 0
+    )
 
 
 def total(run_dir: str | Path) -> dict[str, float | int] | None:
@@ -51,11 +66,8 @@ def total(run_dir: str | Path) -> dict[str, float | int] | None:
     path = Path(run_dir) / FILE
     if not path.is_file():
         return None
-    spans: list[dict[str, float]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        s = json.loads(line)
+    spans: list[dict[str, Any]] = []
+    for s in read_records(path, valid=_is_lap):
         spans = [p for p in spans if p["to"] <= s["from"] or p["from"] >= s["to"]] + [s]
     if not spans:
         return None

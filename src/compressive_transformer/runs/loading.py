@@ -18,6 +18,8 @@ from compressive_transformer.core.config import ConfigError, RunConfig, apply_ru
 from compressive_transformer.core.modality import run_modality
 from compressive_transformer.core.models import build_model
 from compressive_transformer.data import load_tokenizer
+from compressive_transformer.runs.budget import check_model_size
+from compressive_transformer.runs.checkpoint import weights_finite
 from compressive_transformer.runs.machine import resolve_device, set_threads
 from compressive_transformer.runs.rundir import load_model_from, log_stderr, open_run, read_run_config
 
@@ -118,7 +120,9 @@ def from_pretrained(
         raise ConfigError(f"override {bad[0]!r}: only eval.* keys change how an exported model is used")
     cfg = export_config(directory, overrides)
     set_threads(threads if threads is not None else cfg.train.num_threads)
-    model = build_model(cfg.model).to(resolve_device(device or "auto", key="--device"))
+    target = resolve_device(device or "auto", key="--device")
+    check_model_size(cfg.model, device=target, key=f"from_pretrained: {path}: model")
+    model = build_model(cfg.model).to(target)
     try:
         safetensors.torch.load_model(
             model, str(directory / WEIGHTS), strict=True, device=str(next(model.parameters()).device)
@@ -127,6 +131,11 @@ def from_pretrained(
         raise ConfigError(
             f"from_pretrained: {directory / WEIGHTS} does not fit {CONFIG_JSON} ({str(e).splitlines()[0][:200]})"
         ) from None
+    if not weights_finite(model):
+        raise ConfigError(
+            f"from_pretrained: {directory / WEIGHTS} holds non-finite weights (NaN or infinity); it cannot be used: "
+            "export the run again from a good checkpoint"
+        )
     model.eval()
     return Run(config=cfg, tokenizer=load_tokenizer(directory), model=model, run_dir=None, checkpoint=None)
 

@@ -1,7 +1,7 @@
 """Metrics sinks: one JSON object per line in ``metrics.jsonl``, mirrored to TensorBoard when it is installed.
 
-A process killed mid-write can leave a torn last line; readers skip lines that do not parse, and a logger repairs
-the file (drops the torn tail) before appending, so records never run together.
+A process killed mid-write can leave a cut last line; readers skip it (saying so once), and a logger appends on a
+fresh line, so records never run together (:mod:`~compressive_transformer.runs.jsonl`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.runs.jsonl import append_record, read_records
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -32,14 +33,6 @@ def _json_safe(v: Any) -> Any:
     return v
 
 
-def _parse(line: str) -> dict[str, Any] | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def _step_of(record: dict[str, Any]) -> float:
     step = record.get("step", 0)
     return step if isinstance(step, (int, float)) else 0
@@ -55,41 +48,18 @@ class MetricsLogger:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.use_tensorboard = tensorboard and enabled
         self.tb: Any = None  # opened on the first record, so a closed logger can log again
-        self.repaired = False
 
     def truncate_after(self, step: int) -> None:
         """Forget records logged after ``step`` (they belong to the part of a killed run that is being redone)."""
         if not self.enabled or not self.path.is_file():
             return
-        text = self.path.read_text(encoding="utf-8", errors="replace")
-        kept = [line for line in text.splitlines() if (r := _parse(line)) is not None and _step_of(r) <= step]
-        write_text_atomic(self.path, "".join(line + "\n" for line in kept))  # a kill here loses no record
-        self.repaired = True
-
-    def _repair_tail(self) -> None:
-        """Drop a torn last line (no trailing newline) left by a killed writer, once, before the first append."""
-        self.repaired = True
-        if not self.path.is_file():
-            return
-        with self.path.open("rb+") as f:
-            size = f.seek(0, 2)
-            if size == 0:
-                return
-            f.seek(size - 1)
-            if f.read(1) == b"\n":
-                return
-            f.seek(max(size - (1 << 20), 0))
-            tail = f.read()
-            cut = tail.rfind(b"\n")
-            f.truncate(size - len(tail) + cut + 1 if cut >= 0 else size - len(tail))
+        kept = [r for r in read_records(self.path) if _step_of(r) <= step]
+        write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))  # a kill here loses no record
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        if not self.repaired:
-            self._repair_tail()
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({k: _json_safe(v) for k, v in record.items()}) + "\n")
+        append_record(self.path, {k: _json_safe(v) for k, v in record.items()})
         if self.use_tensorboard and self.tb is None:
             self.tb = _open_tensorboard(self.path.parent)
             self.use_tensorboard = self.tb is not None
@@ -111,8 +81,5 @@ class MetricsLogger:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return []
-    records = (_parse(line) for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip())
-    return [r for r in records if r is not None]
+    """The run's metric records in order; a line a killed write cut short is skipped, said once on stderr."""
+    return read_records(Path(run_dir) / METRICS_FILE)

@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from compressive_transformer.core.config import (
+    PATH_FORMAT,
     ConfigError,
     Log,
     RunConfig,
     apply_run_overrides,
     load_toml,
+    parse_override,
     to_dict,
     tomllib,
 )
@@ -29,6 +31,7 @@ from compressive_transformer.core.config_base import flatten
 from compressive_transformer.core.models import MemoryModel, build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.data.readers import data_root_path
+from compressive_transformer.runs.budget import check_model_size
 from compressive_transformer.runs.checkpoint import CHECKPOINTS, list_checkpoints, load_newest_weights
 from compressive_transformer.runs.machine import resolve_device, set_threads
 from compressive_transformer.runs.metrics import METRICS_FILE
@@ -86,10 +89,24 @@ def config_from_text(text: str, overrides: list[str] | tuple[str, ...] = ()) -> 
     return RunConfig.from_raw(apply_run_overrides(tomllib.loads(text), overrides))
 
 
-def build_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """A config file plus overrides; no file means the built-in tiny config."""
+def build_config(
+    path: str | Path | None, overrides: list[str] | tuple[str, ...] = (), log: Log | None = log_stderr
+) -> RunConfig:
+    """A config file plus overrides; no file means the built-in tiny config. A ``data.path`` whose format nobody
+    named (not the file, not an override; the tiny config's pydoc topics are its default, not a choice) is read
+    as ``text``, said through ``log``; the run's config.toml records it."""
     raw = load_toml(path) if path is not None else tomllib.loads(TINY_TOML)
-    return RunConfig.from_raw(apply_run_overrides(raw, overrides))
+    tables = apply_run_overrides(raw, overrides)
+    given = {tuple(parse_override(o)[0]) for o in overrides}
+    data = tables.get("data")
+    if path is None and ("data", "path") in given and ("data", "format") not in given and isinstance(data, dict):
+        data.pop("format", None)
+    if isinstance(data, dict) and data.get("path") and "format" not in data and log is not None:
+        log(
+            f"note: data.format is not set, so data.path {data['path']!r} is read as '{PATH_FORMAT}' (a folder of "
+            ".txt files or one text file); set data.format to read it as another format"
+        )
+    return RunConfig.from_raw(tables)
 
 
 def flat(cfg: RunConfig) -> dict[str, Any]:
@@ -139,7 +156,8 @@ def check_vocabulary(cfg: RunConfig, tokenizer: Any, log: Log) -> None:
     )
 
 
-def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+def read_run_tables(run_dir: str | Path) -> dict[str, Any]:
+    """The tables of a text or audio run's ``config.toml``, as written (one line when ``run_dir`` is no such run)."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise ConfigError(
@@ -151,7 +169,12 @@ def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] 
             f"{run_dir}: is an agent run (written by `rl train`; its model reads continuous observations), not a "
             "text or audio run; continue it with `rl train --resume --run-dir`"
         )
-    return RunConfig.from_raw(apply_run_overrides(raw, overrides))
+    return raw
+
+
+def read_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """A run's config with ``overrides`` laid over it."""
+    return RunConfig.from_raw(apply_run_overrides(read_run_tables(run_dir), overrides))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -169,14 +192,13 @@ def fresh_run_dir(prefix: str, root: str | Path = "runs") -> Path:
     return path
 
 
-def require_empty(run_dir: Path) -> None:
+def require_empty(run_dir: Path, remedy: str = "pass --resume to continue it, or choose another --run-dir") -> None:
     """A new run needs a missing or empty directory (a lock file left by a run killed while it was being set up
-    does not count), or one that holds only a run stopped before its first checkpoint (:func:`never_checkpointed`)."""
+    does not count), or one that holds only a run stopped before its first checkpoint (:func:`never_checkpointed`).
+    ``remedy``: what the command that refuses it offers instead."""
     if run_dir.exists() and not never_checkpointed(run_dir):
         if not run_dir.is_dir() or any(p.name != LOCK_FILE for p in run_dir.iterdir()):
-            raise ConfigError(
-                f"{run_dir}: already holds a run or other files; pass --resume to continue it, or choose another --run-dir"
-            )
+            raise ConfigError(f"{run_dir}: already holds a run or other files; {remedy}")
 
 
 # what a run writes into its directory (eval_*.json only once it has a checkpoint)
@@ -247,6 +269,7 @@ def load_model_from(
         raise ConfigError(f"--threads: must be >= 1, got {threads}")
     target = resolve_device(device or "auto", key="--device")
     set_threads(threads if threads is not None else cfg.train.num_threads, log if target.type == "cpu" else None)
+    check_model_size(cfg.model, device=target, key=f"{Path(run_dir) / CONFIG_FILE}: model")
     model = build_model(cfg.model).to(target)
     path = load_newest_weights(run_dir, model, checkpoint, log)
     model.eval()

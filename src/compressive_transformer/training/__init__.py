@@ -1,2 +1,2 @@
-"""The trainer, its schedule and distributed setup; evaluation and generation as library functions; whole workflows
-over a run directory (train, evaluate, generate, demo)."""
+"""The trainer (one optimizer update for the eager and the captured step), its schedule and distributed setup, and
+training a run directory from the command line's arguments to the last checkpoint."""

@@ -1,5 +1,6 @@
 """The training update as one CUDA graph (``train.cuda_graphs``): forward, task and compression losses, backward,
-gradient clipping and the fused Adam step, replayed with one launch over static buffers for the batch and the memory.
+the update (:func:`~compressive_transformer.training.update.apply_update`: the same clipping and fused Adam step,
+skipped on a non-finite gradient, as the eager step's), replayed with one launch over static buffers for the batch and the memory.
 
 The model's forward has no host synchronisation and, once the memories are full, the same shapes at every step, so
 the whole update can be captured (:class:`~compressive_transformer.core.graphs.StaticGraphs`). What changes from step
@@ -12,7 +13,6 @@ not cover (the memory still filling, accumulated batches, fp16's loss scaling, s
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,6 +20,8 @@ from torch import Tensor
 from compressive_transformer.core.dtypes import amp_dtype
 from compressive_transformer.core.graphs import StaticGraphs
 from compressive_transformer.core.memory import MemoryState
+from compressive_transformer.training.low_precision import LowPrecisionWeights
+from compressive_transformer.training.update import apply_update
 
 
 def capture_reason(device: torch.device, amp: str, distributed: bool) -> str | None:
@@ -41,21 +43,23 @@ def make_capturable(optimizer: torch.optim.Optimizer) -> None:
         group["capturable"] = True
 
 
-def set_lr(group: dict[str, Any], value: float) -> None:
-    """Set a param group's learning rate, in place where it is a (captured) tensor."""
-    if isinstance(group["lr"], Tensor):
-        group["lr"].fill_(value)
-    else:
-        group["lr"] = value
-
-
 class CapturedUpdate:
     """One optimizer update per call over a batch (tokens, targets, input mask: (B, T) on the device) and the memory;
     returns the device tensors [loss, compression loss, gradient norm] and the per-layer compression losses, and the
     next memory (static buffers: the next call overwrites both)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, amp: str, grad_clip: float):
-        self.model, self.optimizer = model, optimizer
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        amp: str,
+        grad_clip: float,
+        weights: LowPrecisionWeights | None = None,
+    ):
+        """weights: the low-precision copies ``model`` reads (a :class:`~.low_precision.WithLowPrecisionWeights`),
+        refreshed by the update inside the graph."""
+        self.model, self.optimizer, self.weights = model, optimizer, weights
         self.dtype = amp_dtype(amp)
         self.device_type = next(model.parameters()).device.type
         self.max_norm = grad_clip if grad_clip > 0 else float("inf")
@@ -75,8 +79,7 @@ class CapturedUpdate:
             out = self.model(tokens, memory=memory, targets=targets, input_mask=mask)
         loss, aux = out.loss.float(), out.aux_loss.float()
         (loss + aux).backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
-        self.optimizer.step()
+        norm = apply_update(self.optimizer, self.params, max_norm=self.max_norm, weights=self.weights)
         stats = torch.stack([loss.detach(), aux.detach(), norm.float()])
         return (stats, out.aux_losses.float()), out.memory
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from compressive_transformer.core.config import ConfigError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,17 @@ def init_distributed(device: torch.device) -> DistInfo:
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size())
+
+
+def from_main(make: Callable[[], T], device: torch.device) -> T:
+    """``make()`` called on the main process only and its result (picklable) given to every process of the group
+    ``torchrun`` describes (joined here): a fresh run directory's name, which each process would stamp differently."""
+    info = init_distributed(local_device(device))
+    if not info.active:
+        return make()
+    box = [make() if info.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def local_device(device: torch.device) -> torch.device:

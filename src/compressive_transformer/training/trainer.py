@@ -29,6 +29,7 @@ from compressive_transformer.core.memory import MemoryState, is_row_tensor
 from compressive_transformer.core.modality import run_modality, token_unit
 from compressive_transformer.core.models import IGNORE_INDEX, MemoryModel, build_model
 from compressive_transformer.data import StreamBatcher
+from compressive_transformer.inference.evaluate import EvalResult, evaluate
 from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import (
     Checkpoint,
@@ -50,7 +51,7 @@ from compressive_transformer.runs.precision import (
     resolve_amp,
 )
 from compressive_transformer.runs.toml_writer import config_text
-from compressive_transformer.training.captured import CapturedUpdate, capture_reason, make_capturable, set_lr
+from compressive_transformer.training.captured import CapturedUpdate, capture_reason, make_capturable
 from compressive_transformer.training.distributed import (
     all_reduce_sum,
     gather_rows,
@@ -58,8 +59,9 @@ from compressive_transformer.training.distributed import (
     local_device,
     with_every_parameter,
 )
-from compressive_transformer.training.evaluate import EvalResult, evaluate
+from compressive_transformer.training.low_precision import LowPrecisionWeights, WithLowPrecisionWeights
 from compressive_transformer.training.schedule import learning_rate
+from compressive_transformer.training.update import apply_update, set_learning_rate
 
 
 class TrainingError(RuntimeError):
@@ -197,15 +199,19 @@ class Trainer:
         freeze(self.model, t.freeze, copied)  # before DDP, which then expects no gradient for them
         if self.dist.active:
             torch.manual_seed(t.seed + self.dist.rank)  # each rank its own dropout masks
+        self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
+        self.amp_dtype = amp_dtype(self.amp)
         wrapped: torch.nn.Module = self.model
+        # under autocast the matmul weights' casts are kept from one update to the next (training/low_precision.py)
+        self.low_precision = LowPrecisionWeights(self.model, self.amp_dtype) if self.amp_dtype is not None else None
+        if self.low_precision is not None:
+            wrapped = WithLowPrecisionWeights(wrapped, self.low_precision)
         if self.dist.active:  # gradients are averaged over ranks; every parameter takes part in every step
-            wrapped = torch.nn.parallel.DistributedDataParallel(self.model)
+            wrapped = torch.nn.parallel.DistributedDataParallel(wrapped)
         self.forward = compile_model(wrapped) if t.compile else wrapped
         self.optimizer = build_optimizer(self.model, t)
-        self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
         self.captured = self._captured_update(log)
         self.eval_amp = inference_amp(cfg, self.device)
-        self.amp_dtype = amp_dtype(self.amp)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == "fp16")
         if self.dist.is_main:
             log(describe(t.amp, self.device))
@@ -237,7 +243,9 @@ class Trainer:
                 log(f"train.cuda_graphs: training eagerly: {reason or 'train.compile compiles the forward instead'}")
             return None
         make_capturable(self.optimizer)
-        return CapturedUpdate(self.forward, self.optimizer, amp=self.amp, grad_clip=t.grad_clip)
+        return CapturedUpdate(
+            self.forward, self.optimizer, amp=self.amp, grad_clip=t.grad_clip, weights=self.low_precision
+        )
 
     # ----------------------------------------------------------------------------------------------------------
     # checkpoints
@@ -281,6 +289,8 @@ class Trainer:
                 self.metrics.truncate_after(0)
                 return 0
         path = ckpt.path
+        if self.low_precision is not None:  # the weights were loaded: their copies made again
+            self.low_precision.refresh()
         if self.captured is not None:  # the loaded groups hold plain learning rates
             make_capturable(self.optimizer)
         self.step = ckpt.step
@@ -348,8 +358,7 @@ class Trainer:
         t = self.cfg.train
         n_batches = t.accumulation_at(self.step)
         lr = learning_rate(t, self.step)
-        for group in self.optimizer.param_groups:
-            set_lr(group, lr * group["lr_scale"])
+        set_learning_rate(self.optimizer, lr)
         self.model.train()
         if self.captured is not None and n_batches == 1:
             return self._captured_step(lr)
@@ -388,15 +397,13 @@ class Trainer:
             loss_sum += loss_value
             aux_sum += aux_value
             aux_layers += all_reduce_sum(out.aux_losses.float().cpu(), self.dist) / self.dist.world_size
-        self.scaler.unscale_(self.optimizer)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        if not math.isfinite(grad_norm) and self.amp_dtype is not torch.float16:  # fp16's scaler skips such steps
-            raise self._diverged("the gradient norm", grad_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        norm = apply_update(self.optimizer, params, max_norm=max_norm, scaler=self.scaler, weights=self.low_precision)
+        grad_norm = float(norm)
         self.optimizer.zero_grad(set_to_none=True)
+        if not math.isfinite(grad_norm) and self.amp_dtype is not torch.float16:  # fp16's scaler skips such steps
+            raise self._diverged("the gradient norm", grad_norm)  # the update was skipped: the weights are intact
         return self._finish_step(
             loss_sum / n_batches, aux_sum / n_batches, aux_layers, lr, grad_norm, tokens, n_batches
         )

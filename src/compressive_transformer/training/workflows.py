@@ -1,75 +1,37 @@
-"""Whole workflows over a run directory, as plain functions (no argparse): train (or resume) a run, evaluate it,
-sample from it, and the demo that does all three.
+"""Training a run directory, as a plain function (no argparse): start a run or resume one.
 
-Training holds the run's lock throughout, so a second ``train``/``--resume`` of the same run stops in one line.
+The path from the command goes down once: the processes join (under ``torchrun``), the run's lock is taken, the
+run directory is planned (:mod:`compressive_transformer.runs.setup`: the config read or checked once), the corpora
+are loaded, and the :class:`~compressive_transformer.training.trainer.Trainer` builds the model once and trains it.
+A second ``train``/``--resume`` of the same run stops in one line at the lock.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
-import shutil
-import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from compressive_transformer.core.config import ConfigError, RunConfig, parse_override
-from compressive_transformer.core.dtypes import amp_dtype
-from compressive_transformer.core.fileio import require_writable, write_text_atomic
-from compressive_transformer.core.modality import require_modality, run_modality
-from compressive_transformer.core.registry import corpus_format
-from compressive_transformer.data import build_tokenizer, load_corpus, load_tokenizer, read_documents
-from compressive_transformer.data.baselines import ReferenceScores, reference_scores
-from compressive_transformer.runs.budget import check_fits
-from compressive_transformer.runs.checkpoint import RESUME_FILES, CheckpointError, newest_good_checkpoint
-from compressive_transformer.runs.failures import (
-    EVALUATION_REMEDY,
-    TRAINING_REMEDY,
-    evaluation_sizes,
-    sizes_to_lower,
-    training_sizes,
-)
-from compressive_transformer.runs.init_from import load_source
-from compressive_transformer.runs.loading import Run, load_run
+from compressive_transformer.core.config import ConfigError, RunConfig
+from compressive_transformer.data import load_corpus
+from compressive_transformer.data.readers import empty_split
+from compressive_transformer.runs.failures import TRAINING_REMEDY, sizes_to_lower, training_sizes
 from compressive_transformer.runs.machine import resolve_device
-from compressive_transformer.runs.precision import inference_amp
-from compressive_transformer.runs.presets import DEMO_TOML
-from compressive_transformer.runs.rundir import (
-    CONFIG_FILE,
-    EVAL_KEYS,
-    RESUME_FREE_KEYS,
-    RESUME_REMEDY_KEYS,
-    TOKENIZER_DIR,
-    Log,
-    cache_dir,
-    check_vocabulary,
-    claim_run_dir,
-    config_difference,
-    config_from_text,
-    flat,
-    fresh_run_dir,
-    load_model_from,
-    log_stderr,
-    open_run,
-    read_run_config,
-    require_empty,
-    resolve,
-)
+from compressive_transformer.runs.rundir import Log, cache_dir, claim_run_dir
 from compressive_transformer.runs.runlock import RunLock
-from compressive_transformer.runs.toml_writer import config_text
-from compressive_transformer.training.distributed import DistInfo, barrier, init_distributed, local_device
-from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
-from compressive_transformer.training.generate import SamplingConfig
+from compressive_transformer.runs.setup import (
+    TrainingPlan,
+    check_length,
+    plan_follower,
+    plan_new_run,
+    plan_resume,
+    record_resume_changes,
+    undo_new_run,
+    write_new_run,
+)
+from compressive_transformer.training.distributed import DistInfo, barrier, init_distributed, local_device, shutdown
 from compressive_transformer.training.schedule import learning_rate
-from compressive_transformer.training.text_eval import run_record
-from compressive_transformer.training.textgen import generate_text
 from compressive_transformer.training.trainer import Trainer, TrainSummary
-
-# ---------------------------------------------------------------------------------------------------------------
-# subcommands
 
 
 def train_run(
@@ -84,212 +46,99 @@ def train_run(
     """Start (or with ``resume`` continue) the run in ``run_dir``.
 
     Starting needs ``cfg`` and an empty or missing directory. Resuming reads the run's own config (plus
-    ``overrides``); a ``cfg`` given as well must agree with it, so a checkpoint never meets another model.
+    ``overrides``); a ``cfg`` given as well must agree with it, so a checkpoint never meets another model. Under
+    ``torchrun`` every process calls this; they leave the process group together when training ends.
     """
     run_dir = Path(run_dir)
-    info = _join_processes(cfg, run_dir)
+    resumed = plan_resume(run_dir, cfg, overrides) if resume else None  # read-only: before the processes join
+    info = _join_processes(resumed.cfg if resumed is not None else cfg)
     lock = RunLock(run_dir)
+    created = not run_dir.exists()
     try:
-        return _train_locked(cfg, run_dir, info, lock, resume=resume, overrides=overrides, max_steps=max_steps, log=log)
+        plan = resumed or _plan_new(cfg, run_dir, info, log)
+        if info.is_main:  # hold the run before writing into it; a racing second `train` stops here
+            if not plan.resume:
+                run_dir.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+        trainer, tokens = _start(plan, info, log, created=created)
+        if plan.resume:
+            step = trainer.resume()
+            check_length(plan, step)
+            if info.is_main:
+                record_resume_changes(plan, log)
+                _say_resumed(plan, step, log)
+        if info.is_main:
+            procs = f", {info.world_size} processes" if info.active else ""
+            n_params = sum(p.numel() for p in trainer.model.parameters())
+            log(f"run {run_dir}: {n_params:,} parameters, {tokens:,} training tokens, device {trainer.device}{procs}")
+        with sizes_to_lower("training", training_sizes(plan.cfg), TRAINING_REMEDY):
+            summary = trainer.train(max_steps=max_steps)
     finally:
         lock.release()
+    shutdown(info)
+    return summary
 
 
-def _train_locked(
-    cfg: RunConfig | None,
-    run_dir: Path,
-    info: DistInfo,
-    lock: RunLock,
-    *,
-    resume: bool,
-    overrides: list[str] | tuple[str, ...],
-    max_steps: int | None,
-    log: Log,
-) -> TrainSummary:
-    source = None  # the --init-from run or export (not on resume)
-    if resume:
-        saved = read_run_config(run_dir)  # one line when run_dir is not a run
-        if info.is_main:
-            lock.acquire()
-        cfg, tokenizer = _resume_config(cfg, run_dir, overrides)
-    elif not info.is_main:  # the main process prepared the run (tokenizer, config, caches); read what it wrote
-        barrier(info)
-        cfg, tokenizer = open_run(run_dir)
-    else:
-        cfg, tokenizer, source = _check_new_run(cfg, run_dir, info, log)
-    created = not run_dir.exists()
-    if not resume and info.is_main:  # hold the run before writing into it; a racing second `train` stops here
-        run_dir.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-        claim_run_dir(run_dir, log)
+def _plan_new(cfg: RunConfig | None, run_dir: Path, info: DistInfo, log: Log) -> TrainingPlan:
+    """A new run's plan: checked by the main process; the others wait until it has written the run, then read it."""
+    if info.is_main:
+        return plan_new_run(cfg, run_dir, world_size=info.world_size, log=log)
+    barrier(info)
+    return plan_follower(run_dir, cfg)
+
+
+def _start(plan: TrainingPlan, info: DistInfo, log: Log, *, created: bool) -> tuple[Trainer, int]:
+    """Claim and write a new run (undone if anything fails before training starts: the directory if this start
+    ``created`` it, else its contents), load its corpora and build the trainer, which builds the model; returns it
+    and the number of training tokens."""
+    new_main = not plan.resume and info.is_main
+    if new_main:
+        claim_run_dir(plan.run_dir, log)
     try:
-        caches = cache_dir(cfg, run_dir)
-        train_corpus = load_corpus(cfg.data, "train", tokenizer, caches)
+        caches = cache_dir(plan.cfg, plan.run_dir)
+        train_corpus = load_corpus(plan.cfg.data, "train", plan.tokenizer, caches)
         if train_corpus.num_tokens < 2:
+            data = plan.cfg.data
             raise ConfigError(
-                f"data.path: the train split of {cfg.data.path or cfg.data.format} has no text to learn from; point data.path at a non-empty corpus"
+                f"data.path: the train split of {data.path or data.format} has no text to learn from; point data.path at a non-empty corpus"
             )
-        val_corpus = _optional_corpus(cfg, "validation", tokenizer, caches, log)
-        if not resume and info.is_main:
-            tokenizer.save(run_dir / TOKENIZER_DIR)
-            write_text_atomic(
-                run_dir / CONFIG_FILE, config_text(cfg)
-            )  # last: its presence marks a run that --resume accepts
+        val_corpus = _optional_corpus(plan.cfg, "validation", plan.tokenizer, caches, log)
+        if new_main and (why := empty_split(plan.cfg.data, "test")) is not None:
+            log(
+                f"note: the test split has no text ({why}); training goes on, but `evaluate --split test` will have nothing to score"
+            )
+        if new_main:
+            write_new_run(plan)
             barrier(info)  # the other processes may read the run now
-        if not resume and cfg.train.init_from and not info.is_main:
-            source = load_source(cfg.train.init_from)
-        with sizes_to_lower("training", training_sizes(cfg), TRAINING_REMEDY):
+        with sizes_to_lower("training", training_sizes(plan.cfg), TRAINING_REMEDY):
             trainer = Trainer(
-                cfg,
+                plan.cfg,
                 train_corpus=train_corpus,
                 val_corpus=val_corpus,
-                run_dir=run_dir,
+                run_dir=plan.run_dir,
                 log=log,
-                init_source=source.model if not resume and cfg.train.init_from else None,
+                init_source=plan.source.model if plan.source is not None else None,
             )
+        return trainer, train_corpus.num_tokens
     except BaseException:
-        if not resume and info.is_main:  # leave no half-made run behind; the directory was empty or missing before
-            _undo_new_run(run_dir, created)
+        if new_main:  # leave no half-made run behind; the directory was empty or missing before
+            undo_new_run(plan.run_dir, created)
         raise
-    if resume:
-        step = trainer.resume()
-        _check_length(cfg, saved, step)
-        if info.is_main:
-            _record_resume_changes(run_dir, saved, cfg, log)
-            log(f"resuming {run_dir} at step {step} of {cfg.train.steps}")
-            if cfg.train.steps != saved.train.steps and not cfg.train.decay_steps:
-                log(
-                    f"the learning rate follows the {cfg.train.steps}-step schedule: {learning_rate(cfg.train, step):.2e} now"
-                )
-    n_params = sum(p.numel() for p in trainer.model.parameters())
-    if info.is_main:
-        procs = f", {info.world_size} processes" if info.active else ""
-        log(
-            f"run {run_dir}: {n_params:,} parameters, {train_corpus.num_tokens:,} training tokens, device {trainer.device}{procs}"
-        )
-    with sizes_to_lower("training", training_sizes(cfg), TRAINING_REMEDY):
-        return trainer.train(max_steps=max_steps)
 
 
-def _check_new_run(cfg: RunConfig | None, run_dir: Path, info: DistInfo, log: Log) -> tuple[RunConfig, Any, Any]:
-    """Everything a new run can fail on before anything is written: the config, an empty run directory, the model
-    fitting the device, a readable corpus, the --init-from source. Returns the config resolved against the
-    tokenizer, the tokenizer, and the source (None without --init-from)."""
-    if cfg is None:
-        raise ConfigError("train: no config given")
-    require_empty(run_dir)
-    check_fits(
-        cfg.model,
-        batch_size=max(cfg.train.batch_size // info.world_size, 1),
-        seg_len=cfg.model.seg_len,
-        mem_len=cfg.model.memory.mem_len,
-        cmem_len=cfg.model.memory.cmem_len,
-        device=resolve_device(cfg.train.device),
-    )
-    train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
-    source = load_source(cfg.train.init_from) if cfg.train.init_from else None
-    if source is not None:
-        require_modality(
-            run_modality(cfg), source.modality, "--init-from", "start from a run of the modality this config trains on"
-        )
-    tokenizer = source_tokenizer(cfg, source) if source is not None else build_tokenizer(cfg.data, train_docs)
-    check_vocabulary(cfg, tokenizer, log)
-    return resolve(cfg, tokenizer.vocab_size), tokenizer, source
+def _say_resumed(plan: TrainingPlan, step: int, log: Log) -> None:
+    cfg = plan.cfg
+    log(f"resuming {plan.run_dir} at step {step} of {cfg.train.steps}")
+    if cfg.train.steps != plan.saved.train.steps and not cfg.train.decay_steps:
+        log(f"the learning rate follows the {cfg.train.steps}-step schedule: {learning_rate(cfg.train, step):.2e} now")
 
 
-def _undo_new_run(run_dir: Path, created: bool) -> None:
-    """Remove what a failed start wrote: the directory if this start created it, else its contents (it was empty)."""
-    if created:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    elif run_dir.is_dir():
-        for child in run_dir.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-
-
-def source_tokenizer(cfg: RunConfig, source: Any) -> Any:
-    """The tokenizer of an ``--init-from`` source: its ids are what the copied weights mean."""
-    if source.tokenizer.kind != cfg.data.tokenizer:
-        raise ConfigError(
-            f"data.tokenizer: the --init-from source uses a {source.tokenizer.kind!r} tokenizer, whose ids its weights "
-            f"read; set data.tokenizer = {source.tokenizer.kind!r}"
-        )
-    return source.tokenizer
-
-
-def _join_processes(cfg: RunConfig | None, run_dir: Path) -> DistInfo:
-    """Under ``torchrun``, join the process group before anything touches the run directory."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+def _join_processes(cfg: RunConfig | None) -> DistInfo:
+    """Under ``torchrun``, join the process group before anything is written (without a config there is nothing
+    to train: each process stops at the plan)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or cfg is None:
         return DistInfo()
-    device_name = (cfg if cfg is not None else read_run_config(run_dir)).train.device
-    return init_distributed(local_device(resolve_device(device_name)))
-
-
-def _resume_config(
-    cfg: RunConfig | None, run_dir: Path, overrides: list[str] | tuple[str, ...]
-) -> tuple[RunConfig, Any]:
-    """The config to resume with: the run's own, which a given config must match key for key, as must the
-    newest checkpoint's."""
-    saved = read_run_config(run_dir)
-    tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
-    for text in overrides:  # resolve() puts the tokenizer's size in its place: an override of it would be lost
-        parts, value = parse_override(text)
-        if parts == ["model", "vocab_size"] and value != tokenizer.vocab_size:
-            raise ConfigError(
-                f"--resume: model.vocab_size = {value}, but this run's tokenizer has {tokenizer.vocab_size} ids and a "
-                "run's vocabulary cannot change; drop the override (or start a new run)"
-            )
-    wanted = resolve(cfg if cfg is not None else read_run_config(run_dir, overrides), tokenizer.vocab_size)
-    ignore = RESUME_FREE_KEYS + RESUME_REMEDY_KEYS + ("eval.",)
-    diff = config_difference(saved, wanted, ignore=ignore)
-    if diff:
-        raise ConfigError(
-            f"--resume: the config differs from the run's ({diff}); resume with the run's own config "
-            f"(only {', '.join(RESUME_REMEDY_KEYS)} and keys that change logging may change)"
-        )
-    ckpt = newest_good_checkpoint(run_dir, RESUME_FILES)  # the trainer reports the damaged ones it passes over
-    if ckpt is None:  # killed before its first checkpoint: the trainer starts again at step 0
-        return wanted, tokenizer
-    diff = config_difference(read_run_config(ckpt), saved, ignore=ignore)
-    if diff:
-        raise CheckpointError(f"checkpoint {ckpt} was written by another config ({diff}); it cannot be resumed here")
-    return wanted, tokenizer
-
-
-def _check_length(cfg: RunConfig, saved: RunConfig, step: int) -> None:
-    """A resumed run may be given more steps (to train further), never fewer than it has trained."""
-    if cfg.train.steps != saved.train.steps and cfg.train.steps < step:
-        raise ConfigError(
-            f"--set train.steps={cfg.train.steps}: this run has already trained {step} steps; give more than {step} "
-            "to train it further"
-        )
-
-
-def _record_resume_changes(run_dir: Path, saved: RunConfig, new: RunConfig, log: Log) -> None:
-    """Write the resumed config into the run (atomically), so the next plain ``--resume`` keeps the new values;
-    report the keys that change the trajectory."""
-    old_flat, new_flat = flat(resolve(saved, new.model.vocab_size)), flat(new)
-    changed = [k for k in new_flat if not k.startswith("eval.") and old_flat.get(k) != new_flat[k]]
-    if not changed:
-        return
-    for key in changed:
-        if key in RESUME_REMEDY_KEYS:
-            log(f"resuming with {key} = {new_flat[key]!r} (was {old_flat.get(key)!r})")
-    write_text_atomic(run_dir / CONFIG_FILE, config_text(new))
-
-
-@contextlib.contextmanager
-def _writable_cache(preferred: Path) -> Iterator[Path]:
-    """``preferred`` when the token cache can be written there (or is already there); else a temporary directory,
-    removed afterwards (a read-only run is still evaluated, its split encoded afresh)."""
-    try:
-        preferred.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=preferred, prefix=".probe-"):
-            pass
-    except OSError:
-        with tempfile.TemporaryDirectory(prefix="ct-eval-cache-", ignore_cleanup_errors=True) as tmp:
-            yield Path(tmp)
-        return
-    yield preferred
+    return init_distributed(local_device(resolve_device(cfg.train.device)))
 
 
 def _optional_corpus(cfg: RunConfig, split: str, tokenizer: Any, caches: Path, log: Log) -> Any:
@@ -300,130 +149,4 @@ def _optional_corpus(cfg: RunConfig, split: str, tokenizer: Any, caches: Path, l
         return None
 
 
-def evaluate_run(
-    run_dir: str | Path,
-    *,
-    split: str | None = None,
-    overrides: list[str] | tuple[str, ...] = (),
-    checkpoint: str | Path | None = None,
-    progress: bool = True,
-    out: str | Path | None = None,
-    log: Log = log_stderr,
-    device: str | None = None,
-    threads: int | None = None,
-) -> EvalResult:
-    """Stream a whole split through the run's newest good model; write ``eval_<split>.json`` into the run (or to
-    ``out``). Where that cannot be written it stops before computing anything."""
-    bad = [o for o in overrides if not o.strip().startswith(EVAL_KEYS)]
-    if bad:
-        raise ConfigError(
-            f"override {bad[0]!r}: only eval.*, data.path and data.cache_dir can change when evaluating a trained run"
-        )
-    run_dir = Path(run_dir)
-    cfg, tokenizer = open_run(run_dir, overrides)
-    if not corpus_format(cfg.data.format).needs_path and any(o.strip().startswith("data.path") for o in overrides):
-        raise ConfigError(
-            f"--set data.path: a {cfg.data.format} run reads no path; score your own text with `evaluate RUN --text FILE`"
-        )
-    if split is not None and any(o.strip().startswith("eval.split") for o in overrides):
-        raise ConfigError("--set eval.split: --split is given too and wins; drop one of them")
-    split = split or cfg.eval.split
-    target = Path(out) if out is not None else run_dir / f"eval_{split}.json"
-    require_writable(target)
-    e = cfg.eval
-    lengths = e.lengths(cfg.model)
-    model, path = load_model_from(run_dir, cfg, checkpoint, device=device, threads=threads, log=log)
-    check_fits(
-        cfg.model,
-        batch_size=e.batch_size,
-        seg_len=lengths.seg_len,
-        device=next(model.parameters()).device,
-        mem_len=lengths.mem_len,
-        cmem_len=lengths.cmem_len,
-        key="eval.seg_len",
-    )
-    with _writable_cache(cache_dir(cfg, run_dir)) as caches:
-        corpus = load_corpus(cfg.data, split, tokenizer, caches)
-    with sizes_to_lower("evaluating", evaluation_sizes(cfg), EVALUATION_REMEDY):
-        result = evaluate(
-            model,
-            corpus,
-            split=split,
-            batch_size=e.batch_size,
-            seg_len=lengths.seg_len,
-            mem_len=lengths.mem_len,
-            cmem_len=lengths.cmem_len,
-            max_batches=e.max_batches,
-            progress=progress,
-            amp_dtype=amp_dtype(inference_amp(cfg, next(model.parameters()).device)),
-        )
-    run = Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=run_dir, checkpoint=path)
-    source = {"kind": "split", "format": cfg.data.format, "path": cfg.data.path, "split": split}
-    write_eval_record(target, run_record(run, result, source))
-    return result
-
-
-def generate_run(
-    run_dir: str | Path,
-    prompt: str,
-    *,
-    max_tokens: int = 200,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    compile: bool = False,
-    device: str | None = None,
-    log: Log = log_stderr,
-    sampling: SamplingConfig | None = None,
-) -> str:
-    """The continuation of ``prompt`` (text, without the prompt) sampled from the run's newest good model
-    (``sampling``, when given, replaces ``temperature``, ``top_k`` and ``top_p``)."""
-    sampling = sampling or SamplingConfig(temperature, top_k, top_p)  # checked before the model loads
-    run = load_run(run_dir, device=device, log=log)
-    return generate_text(
-        run,
-        prompt,
-        max_tokens=max_tokens,
-        sampling=sampling,
-        seed=seed,
-        compile=compile,
-    ).text
-
-
-@dataclass
-class DemoResult:
-    run_dir: Path
-    steps: int
-    seconds: float
-    validation: EvalResult
-    sample: str
-    references: ReferenceScores  # the validation text under simple references: what the score means
-
-
-def demo(
-    *, steps: int | None = None, run_dir: str | Path | None = None, log: Log = print, prompt: str = "The "
-) -> DemoResult:
-    """Train the demo config on the pydoc topics, evaluate on validation, sample; never reuses a run directory."""
-    overrides = [f"train.steps={steps}"] if steps is not None else []
-    cfg = config_from_text(DEMO_TOML, overrides)
-    if steps is not None and steps < cfg.train.warmup_steps * 2:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, warmup_steps=max(steps // 10, 0)))
-    run_dir = Path(run_dir) if run_dir is not None else fresh_run_dir("demo")
-    start = time.perf_counter()
-    log(
-        f"demo: training a {cfg.model.n_layers}-layer Compressive Transformer on the pydoc topics for {cfg.train.steps} steps"
-    )
-    train_run(cfg, run_dir, log=log)
-    log("demo: evaluating on the whole validation split (memory carried through)")
-    result = evaluate_run(run_dir, split="validation")
-    references = reference_scores(read_documents(cfg.data, "train"), read_documents(cfg.data, "validation"))
-    sample = generate_run(run_dir, prompt, max_tokens=200, sampling=SamplingConfig(temperature=0.8, top_k=40), seed=0)
-    return DemoResult(
-        run_dir=run_dir,
-        steps=cfg.train.steps,
-        seconds=time.perf_counter() - start,
-        validation=result,
-        sample=prompt + sample,
-        references=references,
-    )
+__all__ = ["train_run"]

@@ -7,12 +7,16 @@ Every kernel is a function of one :class:`~compressive_transformer.core.attentio
 - ``reference``: the readable math (:func:`~compressive_transformer.core.attention.relative_attention`).
 - ``explicit``: the same scores in one buffer through a hand-written backward, for the CPU in eager mode.
 - ``sdpa-bias``: ``F.scaled_dot_product_attention`` with the positional scores and the mask as its float bias.
-- ``fused``: one Triton kernel forward and backward that computes the positional scores inside its tiles, never
-  writing a (B, H, T, K) buffer; CUDA (or Triton's CPU interpreter).
+- ``fused``: Triton kernels forward and backward that compute the positional scores inside their tiles, never
+  writing a (B, H, T, K) buffer; compiled on CUDA, through Triton's interpreter for CPU tensors (exact and slow: for
+  tests; ``auto`` never picks it there).
 
-A kernel that cannot do what a step asks is replaced, with one warning naming why: weights wanted -> ``explicit`` (or
-``reference`` under ``torch.compile``); attention dropout -> ``sdpa-bias``; ``fused`` without Triton or off CUDA ->
-``sdpa-bias``; ``explicit`` under ``torch.compile`` -> ``reference``. The earlier ``flex`` kernel (FlexAttention with
+``auto`` picks ``fused`` on CUDA in bf16 / fp16, compiled or not (a ``torch.library`` custom op, which
+``torch.compile`` traces without a graph break while it compiles everything around it), else ``sdpa-bias`` on CUDA,
+``reference`` under ``torch.compile`` and ``explicit`` on the CPU. A kernel that cannot do what a step asks is
+replaced, with one warning naming why: weights wanted -> ``explicit`` (or ``reference`` under ``torch.compile``);
+attention dropout -> ``sdpa-bias``; ``fused`` without Triton, in fp64 or on another device -> ``sdpa-bias``;
+``explicit`` under ``torch.compile`` -> ``reference``. The earlier ``flex`` kernel (FlexAttention with
 the positional scores in a ``score_mod``) read a (B, H, T, K) table and gave NaN for padded rows when compiled on the
 CPU; ``fused`` does its job without the table, and configs naming ``flex`` get it.
 """
@@ -21,62 +25,30 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import warnings
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
 
-from compressive_transformer.core.attention import Kernel, KeyMask, key_mask, relative_attention
+from compressive_transformer.core.attention import Kernel, KeyMask, key_mask
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.dtypes import compute_dtype
-from compressive_transformer.core.kernels.explicit import explicit_attention
-from compressive_transformer.core.kernels.torch_kernels import sdpa_bias_attention
 from compressive_transformer.core.memory import LayerMemory
+from compressive_transformer.core.registry import KERNEL_ALIASES, KERNELS, KernelSpec, Ref, canonical_kernel
 
-ALIASES = {"math": "explicit", "sdpa": "sdpa-bias", "flex": "fused"}  # names configs and checkpoints used before
-
-
-def _with_dense(mask: KeyMask, T: int, dtype: torch.dtype) -> KeyMask:
-    return mask.with_dense(T, dtype)
+ALIASES = KERNEL_ALIASES  # the earlier names of kernels (the table's, under the name this module gave it)
+canonical = canonical_kernel
 
 
-def _as_is(mask: KeyMask, T: int, dtype: torch.dtype) -> KeyMask:
-    return mask
-
-
-def _fused(a):
-    # imported on first use: Triton's import costs seconds and only CUDA runs (or the interpreter) reach here
+def fused_attention(a):
+    """The ``fused`` row's kernel: imported on first use (Triton's import costs seconds, and only CUDA or the
+    interpreter reach here)."""
     from compressive_transformer.core.kernels.fused_triton import fused_relative_attention
 
     m = a.mask
     return fused_relative_attention(
         a.qu, a.k, a.v, a.qv, a.r, a.qc, a.rc, m.valid, n_cmem=m.n_cmem, window=m.window
     ), None
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    run: Kernel
-    prepare: Callable[[KeyMask, int, torch.dtype], KeyMask]  # once per forward: what the kernel reads of the mask
-    weights: bool  # returns the attention weights
-    dropout: bool  # applies attention dropout
-    traceable: bool  # torch.compile traces it without a graph break
-
-
-KERNELS: dict[str, KernelSpec] = {
-    "reference": KernelSpec(relative_attention, _as_is, weights=True, dropout=True, traceable=True),
-    "explicit": KernelSpec(explicit_attention, _with_dense, weights=True, dropout=True, traceable=False),
-    "sdpa-bias": KernelSpec(sdpa_bias_attention, _with_dense, weights=False, dropout=True, traceable=True),
-    "fused": KernelSpec(_fused, _as_is, weights=False, dropout=False, traceable=True),
-}
-
-
-def canonical(impl: str) -> str:
-    """The kernel name of a configured ``attn_impl`` (``auto`` stays ``auto``)."""
-    return ALIASES.get(impl, impl)
 
 
 def triton_available() -> bool:
@@ -87,26 +59,32 @@ FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def fused_runs_on(device: torch.device, dtype: torch.dtype = torch.float32) -> bool:
-    """Where the fused kernel can run: CUDA with Triton, or the CPU through Triton's interpreter; not in fp64."""
-    if not triton_available() or dtype not in FUSED_DTYPES:
-        return False
-    return device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
+    """Where the fused kernel can run: with Triton, on CUDA or (through Triton's interpreter, which the kernel module
+    chooses for CPU tensors itself) on the CPU; not in fp64."""
+    return triton_available() and dtype in FUSED_DTYPES and device.type in ("cuda", "cpu")
 
 
 def auto_choice(device: torch.device, *, compiling: bool, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
     """``auto``'s kernel and the reason for it (``dtype``: the compute dtype)."""
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and fused_runs_on(device, dtype):
+        # a torch.library custom op: torch.compile traces it whole and compiles everything around it
+        return "fused", "no (B, H, T, K) buffer in memory, forward or backward (benchmarks/results/gpu)"
     if compiling:
         return "reference", "torch.compile fuses the reference's plain tensor code"
     if device.type == "cuda":
-        if dtype in (torch.bfloat16, torch.float16) and fused_runs_on(device, dtype):
-            return "fused", "no (B, H, T, K) buffer in memory, forward or backward (benchmarks/results/gpu)"
         return "sdpa-bias", "fp32 (the fused kernel's exact fp32 products run off the tensor cores) or no Triton"
     return "explicit", "on the CPU the scores in one buffer beat a bias read by SDPA (benchmarks/results/backends)"
 
 
 @functools.cache
 def _say_once(message: str) -> None:
-    warnings.warn(message, stacklevel=3)
+    warnings.warn(message, stacklevel=4)
+
+
+def _warn(message: str) -> None:
+    """Once per message, and not while torch.compile traces (a warning there would break the graph)."""
+    if not torch.compiler.is_compiling():
+        _say_once(message)
 
 
 def choose_kernel(
@@ -115,25 +93,25 @@ def choose_kernel(
     device: torch.device,
     need_weights: bool,
     dropout: float,
-    grad: bool,
     dtype: torch.dtype = torch.float32,
 ) -> str:
     """The kernel that runs one forward. ``need_weights``: the caller or the compressor reads the attention weights;
-    ``dropout``: the attention dropout in force (0 in evaluation); ``grad``: gradients are recorded; ``dtype``: the
-    compute dtype."""
+    ``dropout``: the attention dropout in force (0 in evaluation); ``dtype``: the compute dtype."""
     compiling = torch.compiler.is_compiling()
-    name = canonical(impl)
+    name = canonical_kernel(impl)
     if name == "auto":
         name = auto_choice(device, compiling=compiling, dtype=dtype)[0]
     spec = KERNELS[name]
     if need_weights and not spec.weights:
         name = "reference" if compiling else "explicit"
     elif dropout > 0 and not spec.dropout:
-        _say_once(f"attn_impl {name!r} has no attention dropout: using 'sdpa-bias' while attn_dropout > 0 in training")
+        _warn(f"attn_impl {name!r} has no attention dropout: using 'sdpa-bias' while attn_dropout > 0 in training")
         name = "sdpa-bias"
     elif name == "fused" and not fused_runs_on(device, dtype):
-        _say_once("attn_impl 'fused' needs Triton, a CUDA device and fp32/bf16/fp16: using 'sdpa-bias'")
+        _warn("attn_impl 'fused' needs Triton, a CUDA device or the CPU, and fp32/bf16/fp16: using 'sdpa-bias'")
         name = "sdpa-bias"
+    elif name == "fused" and device.type == "cpu":
+        _warn("attn_impl 'fused' on the CPU runs through Triton's interpreter: exact but slow, meant for tests")
     if name == "explicit" and compiling:
         name = "reference"  # its strided views do not trace; compile fuses the reference
     return name
@@ -150,12 +128,22 @@ def plan(
         device=h.device,
         need_weights=need_weights or cfg.needs_attention_weights,
         dropout=cfg.attn_dropout if training else 0.0,
-        grad=torch.is_grad_enabled(),
         dtype=compute_dtype(h.device, h.dtype),
     )
     spec = KERNELS[name]
     mask = key_mask(x_mask, first.mem_mask, first.cmem_mask, window=window)
-    return spec.run, spec.prepare(mask, x_mask.shape[1], compute_dtype(h.device, h.dtype))
+    run = spec.run.resolve() if isinstance(spec.run, Ref) else spec.run
+    return run, spec.prepare(mask, x_mask.shape[1], compute_dtype(h.device, h.dtype))
 
 
-__all__ = ["ALIASES", "KERNELS", "KernelSpec", "auto_choice", "canonical", "choose_kernel", "fused_runs_on", "plan"]
+__all__ = [
+    "ALIASES",
+    "KERNELS",
+    "KernelSpec",
+    "auto_choice",
+    "canonical",
+    "choose_kernel",
+    "fused_attention",
+    "fused_runs_on",
+    "plan",
+]

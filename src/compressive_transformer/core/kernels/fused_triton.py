@@ -10,97 +10,117 @@ biased and scaled by the caller (qu = (q + u) s, qv = (q + v) s, qc = (q + v_c) 
 so row m of r encodes distance M + T - 1 - m and rc's rows descend in distance likewise. Key j is
 allowed where ``key_valid[b, j]`` holds and, in the memory + segment stream, it is not in the future and at most
 ``window`` back (0: no limit); a query always sees itself. The positional term is computed inside each tile from the
-queries and a band of table rows (see :mod:`.fused_triton_tiles`); the backward is in :mod:`.fused_triton_bwd`.
+queries and a band of table rows (:mod:`.fused_triton_tiles`); the forward is :mod:`.fused_triton_fwd`, the backward
+(two passes, the tables' gradients in the second) :mod:`.fused_triton_bwd`.
+
+Tiles: on CUDA each kernel runs the fastest of a few tile configurations (query and key block, warps, pipeline
+stages), measured on the first call of each shape; on CPU tensors the kernels run through Triton's interpreter
+(:mod:`.triton_interpreter`) with one small configuration. Either can be fixed per call (``block_m``, ``block_n``).
 
 :func:`fused_relative_attention` is a ``torch.library`` custom op (``compressive_transformer::fused_relative_attention``
 and its ``..._backward``) with fake implementations and autograd, so ``torch.compile(fullgraph=True)`` traces it
-whole and CUDA graphs can capture it: nothing on its path synchronises with the host.
+whole and CUDA graphs can capture it: nothing on its path synchronises with the host once each shape has been seen.
 """
 
+from __future__ import annotations
+
 import contextlib
+import functools
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
 
-from compressive_transformer.core.kernels.fused_triton_bwd import (
-    _key_grad_kernel,
-    _query_grad_kernel,
-    _table_grad_kernel,
-)
-from compressive_transformer.core.kernels.fused_triton_tiles import (
-    dense,
-    key_block,
-    load_rows,
-    memory_keys,
-    mma,
-    query_program,
-    store_rows,
-    tl,
-    triton,
-)
+from compressive_transformer.core.kernels.fused_triton_bwd import key_value_grad_kernel, query_grad_kernel
+from compressive_transformer.core.kernels.fused_triton_fwd import forward_kernel
+from compressive_transformer.core.kernels.fused_triton_tiles import triton
+from compressive_transformer.core.kernels.triton_interpreter import interpreted
 
 NAMESPACE = "compressive_transformer"
 FORWARD_OP = f"{NAMESPACE}::fused_relative_attention"
 BACKWARD_OP = f"{NAMESPACE}::fused_relative_attention_backward"
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-BLOCKS = (16, 32, 64, 128)  # tile sizes: powers of two, >= 16 for tl.dot
-MAX_HEAD_DIM = 128  # (BLOCK, dh) fp32 accumulators and a (BLOCK, 2 BLOCK) band live in registers
+BLOCKS = (16, 32, 64, 128)  # tile sides: powers of two, >= 16 for tl.dot
+MAX_HEAD_DIM = 128
 
 
-@triton.jit
-def _attend(
-    m_i, l_i, acc, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, hi, i0, T, M, win, dh,
-    scratch, BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
-):  # fmt: skip
-    """Online softmax of a query block over one stream's key blocks lo..hi (base-2 running max m_i and sum l_i)."""
-    for n0 in range(lo, hi, BLOCK):
-        k, v, band, s, ok = key_block(
-            qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh, scratch,
-            BLOCK, D, PREC, MEM,
-        )  # fmt: skip
-        s = tl.where(ok, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays at 0
-        alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, PREC)
-        m_i = m_new
-    return m_i, l_i, acc
+@dataclass(frozen=True)
+class Tiles:
+    """One launch configuration: BLOCK_M rows (queries) by BLOCK_N columns (keys) per tile, warps, pipeline stages.
+    A tile's band of table rows is R + 1 chunks of BLOCK_N rows, R = max(BLOCK_M // BLOCK_N, 1) <= 2."""
+
+    block_m: int
+    block_n: int
+    warps: int = 4
+    stages: int = 2
+
+    @property
+    def kwargs(self) -> dict:
+        """The tile constexprs: the blocks, R (chunks a query walk carries) and BAND (the rows of a key walk's band,
+        >= BLOCK_M + BLOCK_N - 1, a power of 2)."""
+        band = triton.next_power_of_2(self.block_m + self.block_n)
+        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, R=max(self.block_m // self.block_n, 1), BAND=band)
+
+    def transposed(self) -> Tiles:
+        """The key pass's tiles for these query-pass tiles: as many keys per program as there were queries."""
+        return Tiles(self.block_n, self.block_m, self.warps, self.stages)
 
 
-@triton.jit
-def _forward_kernel(
-    QU, QV, QC, K, V, R, RC, KV, OUT, LSE, SCR,
-    sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sr_h, sr_t, src_h, src_t, skv_b,
-    H, T, C, M, Lr, Lc, dh, win,
-    BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, HAS_C: tl.constexpr,
-):  # fmt: skip
-    """One query block of head (b, h): the output rows and their base-2 log-sum-exp."""
-    i0, bh, h, scratch, kp, vp, kv = query_program(SCR, K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK)
-    qu = load_rows(dense(QU, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-    m_i = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK], dtype=tl.float32)
-    acc = tl.zeros([BLOCK, D], dtype=tl.float32)
-    if HAS_C:
-        qc = load_rows(dense(QC, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-        rc = RC + h.to(tl.int64) * src_h
-        m_i, l_i, acc = _attend(
-            m_i, l_i, acc, qu, qc, kp, sk_t, vp, sv_t, rc, src_t, Lc, kv, 0, C, 0, C, i0, T, M, win, dh, scratch,
-            BLOCK, D, PREC, False,
-        )  # fmt: skip
-    qv = load_rows(dense(QV, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-    lo, hi = memory_keys(i0, T, M, win, BLOCK)
-    r = R + h.to(tl.int64) * sr_h
-    m_i, l_i, acc = _attend(
-        m_i, l_i, acc, qu, qv, kp, sk_t, vp, sv_t, r, sr_t, Lr, kv, C, M + T, lo, hi, i0, T, M, win, dh, scratch,
-        BLOCK, D, PREC, True,
-    )  # fmt: skip
-    l_safe = tl.where(l_i > 0, l_i, 1.0)  # only rows past T have nothing: they are not stored
-    store_rows(dense(OUT, bh, T, dh), acc / l_safe[:, None], i0, T, dh, dh, BLOCK, D)
-    i = i0 + tl.arange(0, BLOCK)
-    tl.store(LSE + bh * T + i, m_i + tl.math.log2(l_safe), mask=i < T)
+# tried on the first call of each shape on CUDA; the key pass holds a key block and walks the query blocks
+QUERY_TILES = (Tiles(64, 64, 4, 2), Tiles(64, 64, 8, 2), Tiles(64, 64, 8, 3), Tiles(128, 64, 8, 2))
+KEY_TILES = (Tiles(64, 64, 4, 2), Tiles(64, 64, 8, 2), Tiles(64, 64, 8, 3), Tiles(64, 128, 8, 2))
+INTERPRETER_TILES = Tiles(32, 32)  # in the interpreter every operation costs Python time: few, mid-sized tiles
+
+
+TUNED_WORK = 512 * 512  # (queries x keys) per head from which the configs are timed against each other
+
+
+def _configs_worth_timing(configs, named_args, **kwargs):
+    """The configs to time for a shape: all of them, except inside a CUDA graph capture (timing would synchronise)
+    and for small shapes (a few tiles per head, where the first config is as good and the others need not compile),
+    where the first one is taken untimed."""
+    keys = named_args["n_keys"] if "n_keys" in named_args else named_args["C"] + named_args["M"] + named_args["T"]
+    small = named_args["T"] * keys < TUNED_WORK
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return configs[:1] if small or capturing else configs
+
+
+class TiledKernel:
+    """A Triton kernel with its tile configurations: on CUDA the fastest for each shape (``key``: the arguments that
+    name a shape; ``zeroed``: outputs it adds to, zeroed before each timed run) or a given one; on the CPU a given one
+    through the interpreter."""
+
+    def __init__(self, fn, configs: tuple[Tiles, ...], key: list[str], zeroed: tuple[str, ...] = ()) -> None:
+        self.fn, self.configs, self.key, self.zeroed = fn, configs, key, zeroed
+
+    def constexprs(self, tiles: Tiles) -> dict:
+        """The tile constexprs this kernel takes."""
+        return {k: v for k, v in tiles.kwargs.items() if k in self.fn.arg_names}
+
+    @functools.cached_property
+    def tuned(self):
+        configs = [triton.Config(self.constexprs(t), num_warps=t.warps, num_stages=t.stages) for t in self.configs]
+        prune = {"early_config_prune": _configs_worth_timing}
+        return triton.autotune(configs, key=self.key, reset_to_zero=list(self.zeroed), prune_configs_by=prune)(self.fn)
+
+    def __call__(self, grid: Callable[[dict], tuple], args: tuple, meta: dict, device: torch.device, tiles) -> None:
+        if device.type == "cuda" and tiles is None:
+            self.tuned[grid](*args, **meta)
+            return
+        fn = self.fn if device.type == "cuda" else interpreted(self.fn)
+        tile = self.constexprs(tiles)
+        fn[grid(tile)](*args, **meta, **tile, num_warps=tiles.warps, num_stages=tiles.stages)
+
+
+FORWARD = TiledKernel(forward_kernel, QUERY_TILES, key=["T", "C", "M", "dh"])
+KEY_GRADS = TiledKernel(key_value_grad_kernel, KEY_TILES, key=["T", "M", "n_keys", "dh", "MEM"])
+QUERY_GRADS = TiledKernel(query_grad_kernel, QUERY_TILES, key=["T", "C", "M", "dh"], zeroed=("DRM", "DRC"))
+
+
+def _launch(kernel: TiledKernel, grid, args: tuple, meta: dict, device: torch.device, tiles: Tiles | None) -> None:
+    """Every launch goes through here (``benchmarks/kernel_compile.py`` records them without a GPU)."""
+    kernel(grid, args, meta, device, tiles)
 
 
 @dataclass(frozen=True)
@@ -115,21 +135,25 @@ class _Geometry:
     C: int
     M: int
     win: int  # the window, or M + T (beyond any distance) for none
-    block: int
+    query_tiles: Tiles | None  # None: tuned (CUDA)
     device: torch.device
     dtype: torch.dtype
 
     @property
+    def key_tiles(self) -> Tiles | None:
+        return None if self.query_tiles is None else self.query_tiles.transposed()
+
+    @property
     def meta(self) -> dict:
-        """Constexprs and launch settings. One pipeline stage: the scratch shift must not be software-pipelined."""
         D = max(16, triton.next_power_of_2(self.dh))
         prec = "ieee" if self.dtype == torch.float32 else "tf32" if self.device.type == "cuda" else "widen"
-        warps = 8 if self.block >= 64 else 4  # the (BLOCK, 2 BLOCK) fp32 band beside the tiles: not yet tuned
-        return dict(BLOCK=self.block, D=D, PREC=prec, num_warps=warps, num_stages=1)
+        return dict(D=D, PREC=prec)
 
-    def scratch(self, programs: int) -> Tensor:
-        """2 BLOCK^2 fp32 of shift scratch per program (each program's own, so no two programs share any)."""
-        return torch.empty(programs * 2 * self.block**2, dtype=torch.float32, device=self.device)
+    def query_grid(self) -> Callable[[dict], tuple]:
+        return lambda meta: (triton.cdiv(self.T, meta["BLOCK_M"]), self.B * self.H)
+
+    def key_grid(self, n_keys: int) -> Callable[[dict], tuple]:
+        return lambda meta: (triton.cdiv(n_keys, meta["BLOCK_N"]), self.B * self.H)
 
     def launch_context(self):
         return torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
@@ -139,7 +163,16 @@ def _fail(message: str) -> None:
     raise ValueError(f"fused_relative_attention: {message}")
 
 
-def _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int, block: int) -> _Geometry:
+def _tiles(device: torch.device, block_m: int, block_n: int) -> Tiles | None:
+    """The query pass's tiles of a call: tuned on CUDA when neither block is given, else the given ones."""
+    if block_m == 0 and block_n == 0:
+        return None if device.type == "cuda" else INTERPRETER_TILES
+    if block_m not in BLOCKS or block_n not in BLOCKS or max(block_m, block_n) > 2 * min(block_m, block_n):
+        _fail(f"blocks must be in {BLOCKS} and within a factor 2 of each other, got {block_m} x {block_n}")
+    return Tiles(block_m, block_n, warps=4 if block_m * block_n <= 64 * 64 else 8)
+
+
+def _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int, block_m: int, block_n: int) -> _Geometry:
     """Check the arguments' shapes and dtypes (each error one line saying what to change) and size the call."""
     if qu.dim() != 4 or k.dim() != 4:
         _fail(f"qu and k must be (B, H, T, dh) and (B, H, K, dh), got {tuple(qu.shape)} and {tuple(k.shape)}")
@@ -163,14 +196,15 @@ def _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int, bloc
     tensors = [qu, k, v, qv, r] + ([qc, rc] if C > 0 else [])
     if qu.dtype not in DTYPES or any(t.dtype != qu.dtype for t in tensors):
         _fail(f"qu, k, v, qv, r, qc, rc must share one dtype of fp32, bf16, fp16, got {[t.dtype for t in tensors]}")
-    if dh > MAX_HEAD_DIM or block not in BLOCKS:
-        _fail(f"needs head dim <= {MAX_HEAD_DIM} and a block in {BLOCKS}, got dh={dh}, block={block}")
+    if dh > MAX_HEAD_DIM:
+        _fail(f"needs head dim <= {MAX_HEAD_DIM}, got dh={dh}")
     if B * H > 65535:  # the grids' second axis
         _fail(f"needs B * H <= 65535, got {B * H}: split the batch")
     if any(t.device != qu.device for t in tensors + [key_valid]):
         _fail("all tensors must be on one device")
     win = window if window > 0 else M + T
-    return _Geometry(B, H, T, K, dh, C, M, win, block, qu.device, qu.dtype)
+    tiles = _tiles(qu.device, block_m, block_n)
+    return _Geometry(B, H, T, K, dh, C, M, win, tiles, qu.device, qu.dtype)
 
 
 def _rows(t: Tensor) -> Tensor:
@@ -178,101 +212,27 @@ def _rows(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block) -> tuple[Tensor, Tensor]:
-    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block)
+def _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n) -> tuple[Tensor, Tensor]:
+    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n)
     qu, qv = qu.contiguous(), qv.contiguous()
     k, v, r = _rows(k), _rows(v), _rows(r)
     qc, rc = (qc.contiguous(), _rows(rc)) if g.C > 0 else (qv, r)  # unread when there is no compressed stream
     kv = key_valid.contiguous().view(torch.uint8)
     out = torch.empty((g.B, g.H, g.T, g.dh), dtype=qu.dtype, device=qu.device)
     lse = torch.empty((g.B, g.H, g.T), dtype=torch.float32, device=qu.device)
-    nq = triton.cdiv(g.T, block)
+    args = (
+        qu, qv, qc, k, v, r, rc, kv, out, lse,
+        *k.stride()[:3], *v.stride()[:3], *r.stride()[:2], *rc.stride()[:2], kv.stride(0),
+        g.H, g.T, g.C, g.M, r.shape[1], rc.shape[1], g.dh, g.win,
+    )  # fmt: skip
     with g.launch_context():
-        _forward_kernel[(nq, g.B * g.H)](
-            qu, qv, qc, k, v, r, rc, kv, out, lse, g.scratch(nq * g.B * g.H),
-            *k.stride()[:3], *v.stride()[:3], *r.stride()[:2], *rc.stride()[:2], kv.stride(0),
-            g.H, g.T, g.C, g.M, r.shape[1], rc.shape[1], g.dh, g.win, HAS_C=g.C > 0, **g.meta,
-        )  # fmt: skip
+        _launch(FORWARD, g.query_grid(), args, dict(HAS_C=g.C > 0, **g.meta), g.device, g.query_tiles)
     return out, lse
 
 
-@dataclass(frozen=True)
-class _Stream:
-    """One positional stream: its queries, table, first key slot and number of keys."""
-
-    qp: Tensor
-    table: Tensor
-    key0: int
-    n_keys: int
-    mem: bool  # the memory + segment stream (causal, windowed)
-
-
-def _streams(g: _Geometry, qv: Tensor, r: Tensor, qc: Tensor | None, rc: Tensor | None) -> list[_Stream]:
-    mem = _Stream(qv, r, g.C, g.M + g.T, True)
-    return [_Stream(qc, rc, 0, g.C, False), mem] if g.C > 0 else [mem]
-
-
-def _key_grads(g: _Geometry, s: _Stream, qu, k, v, kv, grad, lse, di, dk, dv) -> None:
-    """dk, dv of the stream's keys: one program per (key block, b, h)."""
-    nk = triton.cdiv(s.n_keys, g.block)
-    _key_grad_kernel[(nk, g.B * g.H)](
-        qu, s.qp, k, v, s.table, kv, grad, lse, di, dk, dv, g.scratch(nk * g.B * g.H),
-        *k.stride()[:3], *v.stride()[:3], *s.table.stride()[:2], kv.stride(0),
-        g.H, g.T, g.M, s.table.shape[1], s.key0, s.n_keys, g.K, g.dh, g.win, MEM=s.mem, **g.meta,
-    )  # fmt: skip
-
-
-def _diagonals(g: _Geometry, s: _Stream) -> tuple[int, int]:
-    """The first diagonal block offset (key block - query block) whose tiles may hold an allowed key, and their
-    number: all of them for the compressed stream; causal and window-bounded for memory + segment."""
-    lo, hi = 1 - triton.cdiv(g.T, g.block), triton.cdiv(s.n_keys, g.block) - 1
-    if s.mem:  # tile distances span M - delta*block -+ (block - 1): some must lie in [0, win]
-        lo = max(lo, -((g.win + g.block - 1 - g.M) // g.block))
-        hi = min(hi, (g.M + g.block - 1) // g.block)
-    return lo, max(hi - lo + 1, 0)
-
-
-def _table_grad(g: _Geometry, s: _Stream, qu, k, v, kv, grad, lse, di) -> Tensor:
-    """The stream's table gradient: partial bands per (split, h, diagonal), folded."""
-    delta0, n_delta = _diagonals(g, s)
-    D = g.meta["D"]
-    if g.device.type == "cuda":  # enough programs to fill the GPU about four times
-        sms = torch.cuda.get_device_properties(g.device).multi_processor_count
-        splits = min(g.B, max(1, triton.cdiv(4 * sms, max(n_delta * g.H, 1))))
-    else:
-        splits = min(g.B, 2)
-    part = torch.empty((splits, g.H, n_delta, 2 * g.block, D), dtype=torch.float32, device=g.device)
-    if n_delta > 0:
-        _table_grad_kernel[(n_delta, g.H, splits)](
-            qu, s.qp, k, v, s.table, kv, grad, lse, di, part, g.scratch(n_delta * g.H * splits),
-            *k.stride()[:3], *v.stride()[:3], *s.table.stride()[:2], kv.stride(0),
-            g.B, g.H, g.T, g.M, s.table.shape[1], s.key0, s.n_keys, g.dh, g.win, delta0, splits,
-            MEM=s.mem, **g.meta,
-        )  # fmt: skip
-    return fold_bands(part[..., : g.dh], delta0, g.block, g.T, s.table.shape[1]).to(s.table.dtype)
-
-
-def fold_bands(part: Tensor, delta0: int, block: int, T: int, n_rows: int) -> Tensor:
-    """Overlap-add partial bands (splits, H, n, 2 block, dh) into a table gradient (H, n_rows, dh): band d starts
-    at row (delta0 + d) block + T - block, so its second half and the next band's first half are the same rows."""
-    bands = part.sum(0)
-    H, n, _, dh = bands.shape
-    halves = bands.reshape(H, n, 2, block, dh)
-    blocks = bands.new_zeros(H, n + 1, block, dh)
-    blocks[:, :n] += halves[:, :, 0]
-    blocks[:, 1:] += halves[:, :, 1]
-    rows = blocks.reshape(H, (n + 1) * block, dh)
-    start = delta0 * block + T - block
-    lo, hi = max(start, 0), min(start + rows.shape[1], n_rows)
-    out = bands.new_zeros(H, n_rows, dh)
-    if hi > lo:
-        out[:, lo:hi] = rows[:, lo - start : hi - start]
-    return out
-
-
-def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block) -> tuple[Tensor, ...]:
+def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block_m, block_n):
     """dqu, dk, dv, dqv, dr, dqc, drc (the last two empty without a compressed stream)."""
-    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block)
+    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n)
     qu, qv, grad = qu.contiguous(), qv.contiguous(), grad.contiguous()
     k, v, r = _rows(k), _rows(v), _rows(r)
     qc, rc = (qc.contiguous(), _rows(rc)) if g.C > 0 else (None, None)
@@ -282,36 +242,43 @@ def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window
     dv = torch.empty((g.B, g.H, g.K, g.dh), dtype=v.dtype, device=g.device)
     dqu, dqv = torch.empty_like(qu), torch.empty_like(qv)
     dqc = torch.empty_like(qc) if g.C > 0 else qu.new_empty(0)
-    streams = _streams(g, qv, r, qc, rc)
-    nq = triton.cdiv(g.T, block)
+    drm = torch.zeros((g.H, r.shape[1], g.dh), dtype=torch.float32, device=g.device)  # atomically added to
+    drc = torch.zeros((g.H, rc.shape[1], g.dh), dtype=torch.float32, device=g.device) if g.C > 0 else drm
+    streams = [(qc, rc, 0, g.C, False)] if g.C > 0 else []
+    streams.append((qv, r, g.C, g.M + g.T, True))
     with g.launch_context():
-        for s in streams:
-            _key_grads(g, s, qu, k, v, kv, grad, lse, di, dk, dv)
+        for qp, table, key0, n_keys, mem in streams:
+            args = (
+                qu, qp, k, v, table, kv, grad, lse, di, dk, dv,
+                *k.stride()[:3], *v.stride()[:3], *table.stride()[:2], kv.stride(0),
+                g.H, g.T, g.M, table.shape[1], key0, n_keys, g.K, g.dh, g.win,
+            )  # fmt: skip
+            _launch(KEY_GRADS, g.key_grid(n_keys), args, dict(MEM=mem, **g.meta), g.device, g.key_tiles)
         qc_, rc_, dqc_ = (qc, rc, dqc) if g.C > 0 else (qv, r, dqv)  # unread / unwritten without compression
-        _query_grad_kernel[(nq, g.B * g.H)](
-            qu, qv, qc_, k, v, r, rc_, kv, grad, lse, di, dqu, dqv, dqc_, g.scratch(nq * g.B * g.H),
+        args = (
+            qu, qv, qc_, k, v, r, rc_, kv, grad, lse, di, dqu, dqv, dqc_, drm, drc,
             *k.stride()[:3], *v.stride()[:3], *r.stride()[:2], *rc_.stride()[:2], kv.stride(0),
-            g.H, g.T, g.C, g.M, r.shape[1], rc_.shape[1], g.dh, g.win, HAS_C=g.C > 0, **g.meta,
+            g.H, g.T, g.C, g.M, r.shape[1], rc_.shape[1], g.dh, g.win,
         )  # fmt: skip
-        tables = [_table_grad(g, s, qu, k, v, kv, grad, lse, di) for s in streams]
-    dr = tables[-1]
-    drc = tables[0] if g.C > 0 else r.new_empty(0)
+        _launch(QUERY_GRADS, g.query_grid(), args, dict(HAS_C=g.C > 0, **g.meta), g.device, g.query_tiles)
+    dr = drm.to(r.dtype)
+    drc = drc.to(rc.dtype) if g.C > 0 else r.new_empty(0)
     return dqu, dk, dv, dqv, dr, dqc, drc
 
 
 _INPUTS = "Tensor qu, Tensor k, Tensor v, Tensor qv, Tensor r, Tensor? qc, Tensor? rc, Tensor key_valid"
-_SIZES = "SymInt n_cmem, SymInt window, SymInt block"  # SymInt: n_cmem may be a size under dynamic shapes
+_SIZES = "SymInt n_cmem, SymInt window, SymInt block_m, SymInt block_n"  # SymInt: n_cmem may be a size
 
 
 @torch.library.custom_op(FORWARD_OP, mutates_args=(), schema=f"({_INPUTS}, {_SIZES}) -> (Tensor, Tensor)")
-def _forward_op(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block):
+def _forward_op(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n):
     """The attention's output (B, H, T, dh) and the base-2 log-sum-exp of each row's scores (B, H, T), fp32."""
-    return _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block)
+    return _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n)
 
 
 @_forward_op.register_fake
-def _forward_fake(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block):
-    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block)
+def _forward_fake(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n):
+    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n)
     return qu.new_empty((g.B, g.H, g.T, g.dh)), qu.new_empty((g.B, g.H, g.T), dtype=torch.float32)
 
 
@@ -321,14 +288,14 @@ _GRADS = "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
 @torch.library.custom_op(
     BACKWARD_OP, mutates_args=(), schema=f"(Tensor grad, {_INPUTS}, Tensor out, Tensor lse, {_SIZES}) -> {_GRADS}"
 )
-def _backward_op(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block):
+def _backward_op(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block_m, block_n):
     """Gradients of qu, k, v, qv, r, qc, rc (the last two empty when n_cmem == 0)."""
-    return _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block)
+    return _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block_m, block_n)
 
 
 @_backward_op.register_fake
-def _backward_fake(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block):
-    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block)
+def _backward_fake(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block_m, block_n):
+    g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n)
     q_like = [qu.new_empty((g.B, g.H, g.T, g.dh)) for _ in range(3)]
     kv = [t.new_empty((g.B, g.H, g.K, g.dh)) for t in (k, v)]
     dr = r.new_empty(tuple(r.shape))
@@ -337,9 +304,9 @@ def _backward_fake(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, w
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block = inputs
+    qu, k, v, qv, r, qc, rc, key_valid, *sizes = inputs
     ctx.save_for_backward(qu, k, v, qv, r, qc, rc, key_valid, *output)
-    ctx.sizes = (n_cmem, window, block)
+    ctx.sizes = tuple(sizes)
 
 
 def _grads(ctx, grad: Tensor, _grad_lse: Tensor):
@@ -348,16 +315,11 @@ def _grads(ctx, grad: Tensor, _grad_lse: Tensor):
         grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, *ctx.sizes
     )
     compressed = qc is not None
-    return dqu, dk, dv, dqv, dr, dqc if compressed else None, drc if compressed else None, None, None, None, None
+    grads = (dqu, dk, dv, dqv, dr, dqc if compressed else None, drc if compressed else None)
+    return grads + (None,) * (1 + len(ctx.sizes))
 
 
 _forward_op.register_autograd(_grads, setup_context=_setup_context)
-
-
-def default_block(x: Tensor) -> int:
-    """The tile size: 64 on a GPU (a 64 x 128 band product per tile on the tensor cores); 32 in Triton's
-    interpreter, where every operation costs Python time."""
-    return 64 if x.device.type == "cuda" else 32
 
 
 def fused_relative_attention(
@@ -372,6 +334,8 @@ def fused_relative_attention(
     *,
     n_cmem: int,
     window: int = 0,
+    block_m: int = 0,
+    block_n: int = 0,
 ) -> Tensor:
     """Relative attention of T queries over K = C + M + T keys ``[compressed memory; memory; segment]``, fused:
     (B, H, T, dh) outputs in qu's dtype, differentiable in qu, k, v, qv, r, qc, rc.
@@ -380,7 +344,8 @@ def fused_relative_attention(
     n_cmem = 0); k, v: (B, H, K, dh); r: (H, >= M + T, dh), row m the projected encoding of distance M + T - 1 - m;
     rc: (H, >= C + T - 1, dh), the compressed stream's own table, row m at distance C + T - 2 - m from its nearest
     (None when n_cmem = 0); key_valid: (B, K) bool, the slots holding real states; n_cmem: C; window: how far back
-    a query sees into memory + segment (0: no limit). The scores get no further scaling.
+    a query sees into memory + segment (0: no limit). The scores get no further scaling. block_m, block_n: fixed
+    query and key blocks (both 0: tuned per shape on CUDA, 32 x 32 in the CPU interpreter).
     """
     op = torch.ops.compressive_transformer.fused_relative_attention
-    return op(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, default_block(qu))[0]
+    return op(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n)[0]

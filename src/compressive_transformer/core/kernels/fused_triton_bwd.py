@@ -1,186 +1,202 @@
-"""The backward kernels of the fused relative attention (FlashAttention-2 style, with recomputation): the scores of
-each tile are recomputed from the saved log-sum-exp, never stored.
+"""The backward kernels of the fused relative attention (FlashAttention-2 style, with recomputation): each tile's
+scores are recomputed from the saved log-sum-exp, never stored. Two passes:
 
-- :func:`_key_grad_kernel`, one program per (key block, b, h), one launch per positional stream: dk, dv.
-- :func:`_query_grad_kernel`, one program per (query block, b, h): dqu, dqv, dqc. The positional queries' gradient
-  is ``band(dS) @ table_band``: dS moved into the band layout (the inverse of the forward's shift).
-- :func:`_table_grad_kernel`, one program per (diagonal block offset delta, h, batch split), one launch per stream:
-  all tiles with the same delta = key block - query block read the same band of table rows, so each program sums
-  ``band(dS)^T @ q_pos`` over its tiles in registers and writes one partial band; :func:`fold_bands` overlap-adds
-  the bands (neighbours share BLOCK rows) into the table's gradient. No atomics, no (B, H, T, K) buffer.
+- :func:`key_value_grad_kernel`, one program per (key block, b, h), one launch per positional stream: dk, dv,
+  summed in registers over the query blocks that read the key block. Its tiles share no band chunk (the queries
+  change from tile to tile), so each computes its whole band.
+- :func:`query_grad_kernel`, one program per (query block, b, h), both streams: dqu, dqv, dqc, and the tables'
+  gradients. It walks the key blocks as the forward does (one new band chunk per tile) and moves each tile's dS into
+  band chunks (:func:`~.fused_triton_tiles.unskew`); a chunk is finished once the last tile that reads its table rows
+  has added to it, and then gives ``chunk @ rows`` to the positional queries' gradient and ``chunk^T @ q_pos`` to
+  the table's, added atomically to an fp32 (H, rows, dh) buffer: no table kernel, no fold afterwards.
 
-Query-shaped tensors (qu, qv, qc, dO, their gradients) are contiguous (B, H, T, dh); keys, values and tables are
-read through their strides; dk and dv are written contiguous (B, H, K, dh).
+Query-shaped tensors (qu, qv, qc, dO, their gradients) are contiguous (B, H, T, dh); keys, values and tables are read
+through their strides; dk and dv are written contiguous (B, H, K, dh).
 """
 
 from compressive_transformer.core.kernels.fused_triton_tiles import (
-    allowed,
+    add_rows,
+    band_part,
     band_row0,
+    band_scores,
     dense,
+    first_chunks,
     head,
-    key_block,
+    key_tile,
     load_rows,
-    logits,
-    memory_keys,
+    memory_blocks,
+    memory_queries,
     mma,
+    probs_and_dscores,
     query_program,
+    query_rows,
+    row_stats,
+    scores,
     store_rows,
-    tile_to_band,
     tl,
     triton,
+    unskew,
 )
 
 
 @triton.jit
-def _probs_and_dscores(s, ok, do, v, lse, di, PREC: tl.constexpr):
-    """P (from the saved base-2 log-sum-exp) and dS = P * (dO v^T - rowsum(dO * O)) of one tile."""
-    p = tl.math.exp2(tl.where(ok, s - lse[:, None], float("-inf")))
-    dp = mma(do, tl.trans(v), PREC)
-    return p, p * (dp - di[:, None])
+def _key_value_grads(
+    dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, hi, T, M, win, dh,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
+    MASK: tl.constexpr,
+):  # fmt: skip
+    """Add query blocks lo..hi to the gradients of key block n0."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    for i0 in range(lo, hi, BLOCK_M):
+        qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D)
+        qp = query_rows(QP, bh, i0, T, dh, BLOCK_M, D)
+        do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D)
+        lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M)
+        content = mma(qu, tl.trans(k), PREC)
+        pos = band_scores(qp, content, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND)
+        s = scores(content, pos, kv, i0 + tl.arange(0, BLOCK_M), n, key0, n_keys, T, M, win, MASK)
+        p, ds = probs_and_dscores(s, do, v, lse, di, PREC)
+        dv += mma(tl.trans(p.to(do.dtype)), do, PREC)
+        dk += mma(tl.trans(ds.to(qu.dtype)), qu, PREC)
+    return dk, dv
 
 
 @triton.jit
-def _key_grad_kernel(
-    QU, QP, K, V, TAB, KV, DO, LSE, DI, DK, DV, SCR,
+def key_value_grad_kernel(
+    QU, QP, K, V, TAB, KV, DO, LSE, DI, DK, DV,
     sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, st_h, st_t, skv_b,
     H, T, M, n_rows, key0, n_keys, n_all, dh, win,
-    BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
+    MEM: tl.constexpr,
 ):  # fmt: skip
-    """dk, dv of key block n0 of one stream (key slots key0 + n0 ..), summed over the query blocks that see it."""
-    n0 = tl.program_id(0) * BLOCK
+    """dk, dv of key block n0 of one stream (key slots key0 + n0 ..), summed over the query blocks that read it:
+    those on the diagonal or the window's edge with the mask (memory + segment only), the others without."""
+    n0 = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
-    scratch = SCR + (bh.to(tl.int64) * tl.num_programs(0) + tl.program_id(0)) * (2 * BLOCK * BLOCK)
-    k = load_rows(head(K, b, h, sk_b, sk_h), key0 + n0, key0 + n_keys, sk_t, dh, BLOCK, D)
-    v = load_rows(head(V, b, h, sv_b, sv_h), key0 + n0, key0 + n_keys, sv_t, dh, BLOCK, D)
-    qup, qpp, dop = dense(QU, bh, T, dh), dense(QP, bh, T, dh), dense(DO, bh, T, dh)
+    k = load_rows(head(K, b, h, sk_b, sk_h), key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
+    v = load_rows(head(V, b, h, sv_b, sv_h), key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
     tab, kv = TAB + h.to(tl.int64) * st_h, KV + b.to(tl.int64) * skv_b
-    if MEM:  # the queries that see some key of this block: causal, within the window
-        lo = tl.maximum(n0 - M, 0) // BLOCK * BLOCK
-        hi = tl.minimum(T, n0 + BLOCK - M + win)
-    else:
-        lo = 0
-        hi = T
-    n = n0 + tl.arange(0, BLOCK)
-    dk = tl.zeros([BLOCK, D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK, D], dtype=tl.float32)
-    for i0 in range(lo, hi, BLOCK):
-        i = i0 + tl.arange(0, BLOCK)
-        qu = load_rows(qup, i0, T, dh, dh, BLOCK, D)
-        qp = load_rows(qpp, i0, T, dh, dh, BLOCK, D)
-        do = load_rows(dop, i0, T, dh, dh, BLOCK, D)
-        lse = tl.load(LSE + bh * T + i, mask=i < T, other=0.0)
-        di = tl.load(DI + bh * T + i, mask=i < T, other=0.0)
-        band = load_rows(tab, band_row0(n0, i0, T, BLOCK), n_rows, st_t, dh, 2 * BLOCK, D)
-        s = logits(qu, qp, k, band, scratch, PREC, BLOCK, 2 * BLOCK)
-        ok = allowed(kv, i, n, key0, n_keys, T, M, win, MEM)
-        p, ds = _probs_and_dscores(s, ok, do, v, lse, di, PREC)
-        dv += mma(tl.trans(p.to(do.dtype)), do, PREC)
-        dk += mma(tl.trans(ds.to(qu.dtype)), qu, PREC)
-    store_rows(dense(DK, bh, n_all, dh), dk, key0 + n0, key0 + n_keys, dh, dh, BLOCK, D)
-    store_rows(dense(DV, bh, n_all, dh), dv, key0 + n0, key0 + n_keys, dh, dh, BLOCK, D)
+    if MEM:
+        lo, b1, b2, hi = memory_queries(n0, T, M, win, BLOCK_M, BLOCK_N)
+    else:  # every query reads every compressed slot
+        lo, b1, b2, hi = 0, 0, T, T
+    dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    dk, dv = _key_value_grads(
+        dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, b1, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
+    )  # fmt: skip
+    dk, dv = _key_value_grads(
+        dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b1, b2, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, False,
+    )  # fmt: skip
+    dk, dv = _key_value_grads(
+        dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b2, hi, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
+    )  # fmt: skip
+    store_rows(dense(DK, bh, n_all, dh), dk, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
+    store_rows(dense(DV, bh, n_all, dh), dv, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
+
+
+@triton.jit
+def _finish(dqp, band, qp, tab, dtab, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_N: tl.constexpr,
+            D: tl.constexpr):  # fmt: skip
+    """A finished band chunk of dS (every tile reading table rows row0 .. row0 + BLOCK_N has added to it): its share
+    of the positional queries' gradient, band @ rows, and of the table's, band^T @ q_pos (added atomically)."""
+    rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D)
+    dqp += mma(band.to(rows.dtype), rows, PREC)
+    add_rows(dtab, mma(tl.trans(band.to(qp.dtype)), qp, PREC), row0, n_rows, dh, BLOCK_N, D)
+    return dqp
 
 
 @triton.jit
 def _query_grads(
-    dq, dqp, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, hi, i0, T, M, win,
-    dh, scratch, BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
+    dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv, key0,
+    n_keys, lo, hi, i0, T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+    R: tl.constexpr, PREC: tl.constexpr, MASK: tl.constexpr,
 ):  # fmt: skip
-    """Add one stream's key blocks lo..hi to the gradients of a query block's content and positional queries."""
-    for n0 in range(lo, hi, BLOCK):
-        k, v, band, s, ok = key_block(
-            qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh, scratch,
-            BLOCK, D, PREC, MEM,
+    """Add one stream's key blocks lo..hi to a query block's gradients. pend1 (and pend2 when R == 2): the band
+    chunks of dS after the current tile's first, still open."""
+    for n0 in range(lo, hi, BLOCK_N):
+        k, v, s, head, old = key_tile(
+            head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+            BLOCK_M, BLOCK_N, D, R, PREC, MASK,
         )  # fmt: skip
-        p, ds = _probs_and_dscores(s, ok, do, v, lse, di, PREC)
+        _, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dq += mma(ds.to(k.dtype), k, PREC)
-        dqp += mma(tile_to_band(ds, scratch, BLOCK, 2 * BLOCK).to(band.dtype), band, PREC)
+        z = unskew(ds.to(qp.dtype), BLOCK_M, BLOCK_N)  # the products take dS in the operands' dtype
+        done = pend1 + band_part(z, 0, BLOCK_M, BLOCK_N)  # no later tile reads this chunk's rows
+        dqp = _finish(dqp, done, qp, tab, dtab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, PREC, BLOCK_N, D)
+        if R == 2:
+            pend1 = pend2 + band_part(z, 1, BLOCK_M, BLOCK_N)
+            pend2 = band_part(z, 2, BLOCK_M, BLOCK_N)
+        else:
+            pend1 = band_part(z, 1, BLOCK_M, BLOCK_N)
+    return dq, dqp, pend1, pend2, head, old
+
+
+@triton.jit
+def _query_stream(
+    dq, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv, key0, n_keys, lo, b1, b2, hi, i0, T,
+    M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr,
+    PREC: tl.constexpr, MEM: tl.constexpr,
+):  # fmt: skip
+    """One stream's key blocks lo..hi ([b1, b2) without the mask): dq gains their share; returns it and dq_pos."""
+    dqp = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    pend1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=qp.dtype)
+    pend2 = pend1
+    head, old = first_chunks(qp, tab, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    dq, dqp, pend1, pend2, head, old = _query_grads(
+        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
+        key0, n_keys, lo, b1, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+    )  # fmt: skip
+    dq, dqp, pend1, pend2, head, old = _query_grads(
+        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
+        key0, n_keys, b1, b2, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False,
+    )  # fmt: skip
+    dq, dqp, pend1, pend2, head, old = _query_grads(
+        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
+        key0, n_keys, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+    )  # fmt: skip
+    if hi > lo:  # the chunks the last tile left open: no tile after it
+        end = lo + (hi - lo + BLOCK_N - 1) // BLOCK_N * BLOCK_N  # the key block after the last
+        row0 = band_row0(end, i0, T, BLOCK_M)
+        dqp = _finish(dqp, pend1, qp, tab, dtab, row0, n_rows, st_t, dh, PREC, BLOCK_N, D)
+        if R == 2:
+            dqp = _finish(dqp, pend2, qp, tab, dtab, row0 + BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_N, D)
     return dq, dqp
 
 
 @triton.jit
-def _query_grad_kernel(
-    QU, QV, QC, K, V, R, RC, KV, DO, LSE, DI, DQU, DQV, DQC, SCR,
+def query_grad_kernel(
+    QU, QV, QC, K, V, RM, RC, KV, DO, LSE, DI, DQU, DQV, DQC, DRM, DRC,
     sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sr_h, sr_t, src_h, src_t, skv_b,
     H, T, C, M, Lr, Lc, dh, win,
-    BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, HAS_C: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
+    HAS_C: tl.constexpr,
 ):  # fmt: skip
-    """dqu, dqv, dqc of one query block: the compressed stream's keys, then the memory + segment stream's."""
-    i0, bh, h, scratch, kp, vp, kv = query_program(SCR, K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK)
-    i = i0 + tl.arange(0, BLOCK)
-    qu = load_rows(dense(QU, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-    do = load_rows(dense(DO, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-    lse = tl.load(LSE + bh * T + i, mask=i < T, other=0.0)
-    di = tl.load(DI + bh * T + i, mask=i < T, other=0.0)
-    dq = tl.zeros([BLOCK, D], dtype=tl.float32)
+    """dqu, dqv, dqc of one query block and its shares of the two tables' gradients (DRM, DRC: fp32 (H, rows, dh),
+    zero before the launch): the compressed stream's keys, then the memory + segment stream's."""
+    i0, bh, h, kp, vp, kv = query_program(K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK_M)
+    qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D)
+    do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D)
+    lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M)
+    dq = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     if HAS_C:
-        qc = load_rows(dense(QC, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-        dqc = tl.zeros([BLOCK, D], dtype=tl.float32)
-        rc = RC + h.to(tl.int64) * src_h
-        dq, dqc = _query_grads(
-            dq, dqc, qu, qc, do, lse, di, kp, sk_t, vp, sv_t, rc, src_t, Lc, kv, 0, C, 0, C, i0, T, M, win, dh,
-            scratch, BLOCK, D, PREC, False,
+        qc = query_rows(QC, bh, i0, T, dh, BLOCK_M, D)
+        dq, dqc = _query_stream(
+            dq, qu, qc, do, lse, di, kp, sk_t, vp, sv_t, RC + h.to(tl.int64) * src_h, src_t, Lc,
+            DRC + h.to(tl.int64) * Lc * dh, kv, 0, C, 0, 0, C, C, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC,
+            False,
         )  # fmt: skip
-        store_rows(dense(DQC, bh, T, dh), dqc, i0, T, dh, dh, BLOCK, D)
-    qv = load_rows(dense(QV, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-    dqv = tl.zeros([BLOCK, D], dtype=tl.float32)
-    lo, hi = memory_keys(i0, T, M, win, BLOCK)
-    r = R + h.to(tl.int64) * sr_h
-    dq, dqv = _query_grads(
-        dq, dqv, qu, qv, do, lse, di, kp, sk_t, vp, sv_t, r, sr_t, Lr, kv, C, M + T, lo, hi, i0, T, M, win, dh,
-        scratch, BLOCK, D, PREC, True,
+        store_rows(dense(DQC, bh, T, dh), dqc, i0, T, dh, dh, BLOCK_M, D)
+    qv = query_rows(QV, bh, i0, T, dh, BLOCK_M, D)
+    lo, b1, b2, hi = memory_blocks(i0, T, M, win, BLOCK_M, BLOCK_N)
+    dq, dqv = _query_stream(
+        dq, qu, qv, do, lse, di, kp, sk_t, vp, sv_t, RM + h.to(tl.int64) * sr_h, sr_t, Lr,
+        DRM + h.to(tl.int64) * Lr * dh, kv, C, M + T, lo, b1, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R,
+        PREC, True,
     )  # fmt: skip
-    store_rows(dense(DQU, bh, T, dh), dq, i0, T, dh, dh, BLOCK, D)
-    store_rows(dense(DQV, bh, T, dh), dqv, i0, T, dh, dh, BLOCK, D)
-
-
-@triton.jit
-def _table_tile(
-    acc, band, b, h, i0, n0, QU, QP, K, V, KV, DO, LSE, DI, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, skv_b,
-    H, T, M, key0, n_keys, dh, win, scratch,
-    BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
-):  # fmt: skip
-    """Add tile (queries i0.., keys n0..) of head (b, h) to its band's table gradient: band(dS)^T @ q_pos."""
-    bh = b * H + h
-    i = i0 + tl.arange(0, BLOCK)
-    qu = load_rows(dense(QU, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-    qp = load_rows(dense(QP, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-    do = load_rows(dense(DO, bh, T, dh), i0, T, dh, dh, BLOCK, D)
-    lse = tl.load(LSE + bh * T + i, mask=i < T, other=0.0)
-    di = tl.load(DI + bh * T + i, mask=i < T, other=0.0)
-    k = load_rows(head(K, b, h, sk_b, sk_h), key0 + n0, key0 + n_keys, sk_t, dh, BLOCK, D)
-    v = load_rows(head(V, b, h, sv_b, sv_h), key0 + n0, key0 + n_keys, sv_t, dh, BLOCK, D)
-    s = logits(qu, qp, k, band, scratch, PREC, BLOCK, 2 * BLOCK)
-    ok = allowed(KV + tl.cast(b, tl.int64) * skv_b, i, n0 + tl.arange(0, BLOCK), key0, n_keys, T, M, win, MEM)
-    p, ds = _probs_and_dscores(s, ok, do, v, lse, di, PREC)
-    dsb = tile_to_band(ds, scratch, BLOCK, 2 * BLOCK)  # (BLOCK, 2 BLOCK)
-    return acc + mma(tl.trans(dsb.to(qp.dtype)), qp, PREC)
-
-
-@triton.jit
-def _table_grad_kernel(
-    QU, QP, K, V, TAB, KV, DO, LSE, DI, PART, SCR,
-    sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, st_h, st_t, skv_b,
-    B, H, T, M, n_rows, key0, n_keys, dh, win, delta0, n_splits,
-    BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
-):  # fmt: skip
-    """The table gradient's band for diagonal delta0 + program_id(0) of head program_id(1), summed over the batch
-    rows program_id(2), + n_splits, ... and over all query blocks: written to PART[split, h, delta]."""
-    d, h, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    n_delta = tl.num_programs(0)
-    delta = delta0 + d
-    program = (split * H + h).to(tl.int64) * n_delta + d
-    scratch = SCR + program * (2 * BLOCK * BLOCK)
-    band = load_rows(TAB + h.to(tl.int64) * st_h, delta * BLOCK + T - BLOCK, n_rows, st_t, dh, 2 * BLOCK, D)
-    qb_lo = tl.maximum(-delta, 0)
-    qb_hi = tl.minimum(tl.cdiv(T, BLOCK), tl.cdiv(n_keys, BLOCK) - delta)
-    acc = tl.zeros([2 * BLOCK, D], dtype=tl.float32)
-    for b in range(split, B, n_splits):
-        for qb in range(qb_lo, qb_hi):
-            acc = _table_tile(
-                acc, band, b, h, qb * BLOCK, (qb + delta) * BLOCK, QU, QP, K, V, KV, DO, LSE, DI,
-                sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, skv_b, H, T, M, key0, n_keys, dh, win, scratch,
-                BLOCK, D, PREC, MEM,
-            )  # fmt: skip
-    rows = tl.arange(0, 2 * BLOCK)[:, None] * D + tl.arange(0, D)[None, :]
-    tl.store(PART + program * (2 * BLOCK * D) + rows, acc)
+    store_rows(dense(DQU, bh, T, dh), dq, i0, T, dh, dh, BLOCK_M, D)
+    store_rows(dense(DQV, bh, T, dh), dqv, i0, T, dh, dh, BLOCK_M, D)

@@ -1,25 +1,25 @@
-"""Tile helpers shared by the fused relative attention's Triton kernels: masked loads, the relative shift between
-a tile and its band of positional-table rows, the scores of one (query block, key block) tile and its mask.
+"""Tile helpers shared by the fused relative attention's Triton kernels: masked loads, the relative shift between a
+tile and its band of positional-table rows (in registers), a tile's scores and which key blocks need a mask.
 
-A tile of BLOCK queries i0.. and BLOCK keys n0.. of one positional stream reads table rows m = (n - i) + T - 1, all
-of them inside the band of 2 * BLOCK rows that starts at ``n0 - i0 + T - BLOCK``: element (a, c) of the tile is
-column c + BLOCK - 1 - a of the band. The kernels multiply the queries by the whole band on the tensor cores and
-move each row a left by BLOCK - 1 - a through a small scratch buffer of the program (store, barrier, shifted load),
-which stays in L1/L2: no (B, H, T, K) tensor is ever written to memory. The scratch is why every kernel runs with
-``num_stages=1``: Triton's software pipeliner would hoist a load of the next iteration above this iteration's store.
+A tile of BLOCK_M queries i0.. and BLOCK_N keys n0.. of one positional stream reads table rows m = (n - i) + T - 1,
+all inside the band of BLOCK_M + BLOCK_N - 1 rows that starts at ``n0 - i0 + T - BLOCK_M``: element (a, c) of the tile
+is column j = c + BLOCK_M - 1 - a of the band. The band is cut into R + 1 chunks of BLOCK_N rows (R = BLOCK_M //
+BLOCK_N, at least 1); the queries are multiplied by each chunk on the tensor cores, and :func:`chunk` moves row a
+of the product left by BLOCK_M - 1 - a (modulo BLOCK_N) with one ``tl.gather`` (:func:`take`): no scratch buffer in
+global memory and no barrier in the kernels' code, so Triton's software pipeliner may overlap the next tile's loads
+with this tile's products. Consecutive key blocks of one query block share R of their chunks, so a program walking
+the keys computes (and moves) one new chunk per tile and selects the tile's columns from R + 1 of them
+(:func:`first_chunks`, :func:`next_chunks`, :func:`skew`). :func:`unskew` and :func:`band_part` are the inverse (a
+tile's dS into band chunks), for the positional queries' and the table's gradients.
+
+Masks: a key's slot may be empty anywhere (a per-key bias of 0 or -inf, one vector per tile); the causal rule, the
+window and "a query always reads itself" concern only the memory + segment stream's tiles that straddle the diagonal
+or the window's edge (:func:`memory_blocks`, :func:`memory_queries` say which), so every other tile is scored
+without a (BLOCK_M, BLOCK_N) mask.
 """
 
-import os
-
-import torch
-
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    # Triton compiles for GPUs only; without one its interpreter runs the kernels (on NumPy), so that they can be
-    # tested on CPU. It must be chosen before the first kernel below is decorated.
-    os.environ["TRITON_INTERPRET"] = "1"
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import triton
+import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)  # scores are kept in base 2: exp2 is the GPU's native exponential
 
@@ -37,22 +37,35 @@ def dense(ptr, bh, n_rows, dh):
 
 
 @triton.jit
-def load_rows(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
-    """Rows row0 .. row0 + ROWS of a (n_rows, dh) matrix as a (ROWS, D) tile; rows outside [0, n_rows) and columns
-    past dh read as 0 (never out of bounds)."""
+def row_block(row0, n_rows, dh, ROWS: tl.constexpr, D: tl.constexpr):
+    """Offsets (rows, columns) and the in-bounds mask of rows row0 .. row0 + ROWS of a (n_rows, dh) matrix."""
     rows = row0 + tl.arange(0, ROWS)
     cols = tl.arange(0, D)
     mask = ((rows >= 0) & (rows < n_rows))[:, None] & (cols < dh)[None, :]
-    return tl.load(ptr + rows[:, None].to(tl.int64) * stride_row + cols[None, :], mask=mask, other=0.0)
+    return rows[:, None].to(tl.int64), cols[None, :], mask
+
+
+@triton.jit
+def load_rows(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
+    """Rows row0 .. row0 + ROWS of a (n_rows, dh) matrix as a (ROWS, D) tile; rows outside [0, n_rows) and columns
+    past dh read as 0 (never out of bounds)."""
+    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
+    return tl.load(ptr + rows * stride_row + cols, mask=mask, other=0.0)
 
 
 @triton.jit
 def store_rows(ptr, value, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
     """Store a (ROWS, D) tile as rows row0 .. of a (n_rows, dh) matrix, skipping rows and columns outside it."""
-    rows = row0 + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
-    mask = ((rows >= 0) & (rows < n_rows))[:, None] & (cols < dh)[None, :]
-    tl.store(ptr + rows[:, None].to(tl.int64) * stride_row + cols[None, :], value.to(ptr.dtype.element_ty), mask=mask)
+    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
+    tl.store(ptr + rows * stride_row + cols, value.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def add_rows(ptr, value, row0, n_rows, dh, ROWS: tl.constexpr, D: tl.constexpr):
+    """Atomically add a (ROWS, D) fp32 tile to rows row0 .. of a contiguous (n_rows, dh) fp32 matrix (rows outside
+    it dropped): the table gradient, which the programs of all query blocks and batch rows add to."""
+    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
+    tl.atomic_add(ptr + rows * dh + cols, value, mask=mask, sem="relaxed")
 
 
 @triton.jit
@@ -68,86 +81,218 @@ def mma(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def band_to_tile(band, scratch, BLOCK: tl.constexpr, BAND: tl.constexpr):
-    """(BLOCK, BAND) band -> (BLOCK, BLOCK) tile: out[a, c] = band[a, c + BLOCK - 1 - a]. The first barrier keeps
-    the store from overwriting what another thread has not yet read from the previous use of the scratch."""
-    a = tl.arange(0, BLOCK)[:, None]
-    tl.debug_barrier()
-    tl.store(scratch + a * BAND + tl.arange(0, BAND)[None, :], band)
-    tl.debug_barrier()
-    c = tl.arange(0, BLOCK)[None, :]
-    return tl.load(scratch + a * BAND + c + (BLOCK - 1) - a)
+def take(src, index, like, N_SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """out[a, c] = src.flat[index[a, c]] for a (ROWS, COLS) result: ``tl.gather`` on the flattened tensors, which
+    Triton lowers to one store of src to shared memory, a barrier and one load per element. ``like`` (ROWS, COLS),
+    a tensor from the tensor cores, lends the index (and so the result) its register layout, so that no layout
+    conversion surrounds the gather; where ``like`` is NaN, position 0 is read (never out of bounds)."""
+    idx = tl.where(like == like, index, 0)
+    out = tl.gather(tl.reshape(src, [N_SRC]), tl.reshape(idx, [ROWS * COLS]), 0)
+    return tl.reshape(out, [ROWS, COLS])
 
 
 @triton.jit
-def tile_to_band(tile, scratch, BLOCK: tl.constexpr, BAND: tl.constexpr):
-    """The inverse of :func:`band_to_tile`: (BLOCK, BLOCK) tile -> (BLOCK, BAND) band, zero off the tile's
-    diagonals: out[a, t] = tile[a, t - (BLOCK - 1 - a)] where that column exists."""
-    a = tl.arange(0, BLOCK)[:, None]
-    tl.debug_barrier()
-    tl.store(scratch + a * BLOCK + tl.arange(0, BLOCK)[None, :], tile)
-    tl.debug_barrier()
-    c = tl.arange(0, BAND)[None, :] - (BLOCK - 1) + a
-    return tl.load(scratch + a * BLOCK + c, mask=(c >= 0) & (c < BLOCK), other=0.0)
+def tile_rows(BLOCK_M: tl.constexpr):
+    return tl.arange(0, BLOCK_M)[:, None]
 
 
 @triton.jit
-def logits(qu, qp, k, band, scratch, PREC: tl.constexpr, BLOCK: tl.constexpr, BAND: tl.constexpr):
-    """Scores of one tile in base 2: (qu . k + qp . table[m(i, n)]) * log2(e), (BLOCK, BLOCK) fp32."""
-    s = mma(qu, tl.trans(k), PREC)
-    pos = mma(qp, tl.trans(band), PREC)  # (BLOCK, BAND): every query against every band row
-    return (s + band_to_tile(pos, scratch, BLOCK, BAND)) * LOG2E
+def band_column(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """j = c + BLOCK_M - 1 - a: the band column of tile element (a, c), (BLOCK_M, BLOCK_N)."""
+    return tl.arange(0, BLOCK_N)[None, :] + (BLOCK_M - 1) - tile_rows(BLOCK_M)
 
 
 @triton.jit
-def allowed(kv_ptr, i, n, key0, n_keys, T, M, win, MEM: tl.constexpr):
-    """Which keys n (stream positions, (BLOCK,)) queries i ((BLOCK,)) may read: valid slots of the stream starting
-    at key slot key0; in the memory + segment stream (MEM) also causal and at most ``win`` back, and always the
-    query itself."""
-    valid = tl.load(kv_ptr + key0 + n, mask=n < n_keys, other=0) != 0
-    ok = valid[None, :] & (i < T)[:, None]
-    if MEM:
-        dist = M + i[:, None] - n[None, :]  # (BLOCK, BLOCK)
-        ok = (ok & (dist >= 0) & (dist <= win)) | ((dist == 0) & (i < T)[:, None])
-    return ok
+def chunk(qp, tab, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+          D: tl.constexpr):  # fmt: skip
+    """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N, in qp's dtype (the positional
+    scores a bf16 bias would hold), each row of the product moved to where the tiles read it:
+    out[a, c] = qp[a] . tab[row0 + (j mod BLOCK_N)], j = c + BLOCK_M - 1 - a. A tile takes column c of row a from
+    the chunk holding band column j (:func:`next_chunks`)."""
+    rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D)
+    prod = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BLOCK_N)
+    index = tile_rows(BLOCK_M) * BLOCK_N + band_column(BLOCK_M, BLOCK_N) % BLOCK_N
+    return take(prod, index, prod, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def band_row0(n0, i0, T, BLOCK: tl.constexpr):
-    """The first table row of the band of the tile (queries i0.., keys n0..)."""
-    return n0 - i0 + T - BLOCK
+def band_row0(n0, i0, T, BLOCK_M: tl.constexpr):
+    """The first table row of the band of the tile (queries i0.., keys n0..): chunk p starts BLOCK_N p rows later."""
+    return n0 - i0 + T - BLOCK_M
 
 
 @triton.jit
-def query_program(SCR, K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK: tl.constexpr):
-    """A program of a (query block, b * H + h) grid: its first row i0 (the rows with the most keys first), bh, its
-    own shift scratch, and the heads of its keys and values and its batch row of key_valid."""
-    nq = tl.num_programs(0)
-    i0 = (nq - 1 - tl.program_id(0)) * BLOCK
+def first_chunks(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """What a walk's first tile (key block n0) needs besides its newest chunk, as :func:`next_chunks` carries it:
+    (head, old), old the chunk before the newest, head the band columns before the last BLOCK_N (R == 2: the two
+    chunks before the newest, combined; R == 1: a copy of old)."""
+    row0 = band_row0(n0, i0, T, BLOCK_M)
+    old = chunk(qp, tab, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+    head = old
+    if R == 2:
+        older = chunk(qp, tab, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+        head = tl.where(band_column(BLOCK_M, BLOCK_N) < BLOCK_N, older, old)
+    return head, old
+
+
+@triton.jit
+def next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
+    """The positional scores of tile (i0, n0) from what the tile before carried over and one new chunk, and what to
+    carry to the next tile. Everything carried is computed in the tile before from its own inputs (a value passed on
+    unchanged for two tiles would keep Triton's pipeliner from overlapping the loads)."""
+    new = chunk(qp, tab, band_row0(n0, i0, T, BLOCK_M) + R * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+    j = band_column(BLOCK_M, BLOCK_N)
+    if R == 2:  # band columns < 2 BLOCK_N from head, the rest from the new chunk
+        pos = tl.where(j < 2 * BLOCK_N, head, new)
+        head = tl.where(j < BLOCK_N, old, new)
+    else:
+        pos = tl.where(j < BLOCK_N, old, new)
+    return pos, head, new
+
+
+@triton.jit
+def band_scores(qp, like, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr):  # fmt: skip
+    """The positional scores of tile (i0, n0) from one product with its whole band (BAND >= BLOCK_M + BLOCK_N - 1
+    rows), for a walk over query blocks, whose tiles share no band rows' products (the queries change). like: the
+    tile's content scores (their layout)."""
+    rows = load_rows(tab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, BAND, D)
+    band = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BAND)
+    index = tile_rows(BLOCK_M) * BAND + band_column(BLOCK_M, BLOCK_N)
+    return take(band, index, like, BLOCK_M * BAND, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def unskew(ds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A tile's dS moved into band columns modulo BLOCK_N: out[a, t] = ds[a, c] for the column c whose band column
+    j = c + BLOCK_M - 1 - a is congruent to t; :func:`band_part` cuts out the chunks."""
+    a = tile_rows(BLOCK_M)
+    c = (tl.arange(0, BLOCK_N)[None, :] + a + 1 - BLOCK_M + 2 * BLOCK_N) % BLOCK_N
+    return take(ds, a * BLOCK_N + c, ds, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)  # in ds's dtype
+
+
+@triton.jit
+def band_part(z, q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Chunk q of a tile's dS in the band layout, from :func:`unskew`'s z: band columns q BLOCK_N .. (q + 1)
+    BLOCK_N, zero where no tile column lands."""
+    c = q * BLOCK_N + tl.arange(0, BLOCK_N)[None, :] - (BLOCK_M - 1) + tile_rows(BLOCK_M)
+    return tl.where((c >= 0) & (c < BLOCK_N), z, 0.0)
+
+
+@triton.jit
+def scores(content, pos, kv, i, n, key0, n_keys, T, M, win, MASK: tl.constexpr):
+    """Base-2 scores of one tile, (qu . k + positional) log2(e), with -inf where a key may not be read: an empty
+    slot (every tile, as a bias per key); with MASK (memory + segment tiles on the diagonal or the window's edge)
+    also a future key or one farther back than ``win``, except that a query always reads itself."""
+    raw = (content + pos) * LOG2E
+    valid = tl.load(kv + key0 + n, mask=n < n_keys, other=0) != 0
+    if MASK:
+        dist = M + i[:, None] - n[None, :]
+        ok = (valid[None, :] & (dist >= 0) & (dist <= win)) | ((dist == 0) & (i < T)[:, None])
+        s = tl.where(ok, raw, float("-inf"))
+    else:
+        s = raw + tl.where(valid, 0.0, float("-inf"))[None, :]
+    return s
+
+
+@triton.jit
+def key_tile(
+    head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
+    MASK: tl.constexpr,
+):  # fmt: skip
+    """Key block n0 (key slots key0 + n0 ..) of a query block's walk over one stream: its keys, values and the tile's
+    base-2 scores, and the band chunks to carry to the next key block."""
+    k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
+    v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
+    content = mma(qu, tl.trans(k), PREC)
+    pos, head, old = next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    i = i0 + tl.arange(0, BLOCK_M)
+    s = scores(content, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, MASK)
+    return k, v, s, head, old
+
+
+@triton.jit
+def online_softmax(m_i, l_i, acc, s, v, PREC: tl.constexpr):
+    """Add one tile of base-2 scores s and its values v to a query block's running max m_i, sum l_i and output acc;
+    a row with nothing allowed yet stays at max -inf and sum 0."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m_i - m_use)
+    p = tl.math.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, PREC)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def split(lo, full_lo, full_hi, hi):
+    """[lo, hi) cut at b1 <= b2 so that [b1, b2) is where the fully allowed blocks start (``full_lo``, ``full_hi``
+    on the blocks' lattice): the loops run [lo, b1) masked, [b1, b2) unmasked, [b2, hi) masked."""
+    b1 = tl.minimum(tl.maximum(full_lo, lo), hi)
+    b2 = tl.minimum(tl.maximum(full_hi, b1), hi)
+    return b1, b2
+
+
+@triton.jit
+def memory_blocks(i0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The memory + segment key blocks (stream positions) that queries i0 .. i0 + BLOCK_M may read, lo .. hi, and the
+    cuts b1 <= b2 between them: blocks before b1 cross the window's edge, blocks from b2 the diagonal, and the
+    blocks between are read whole by every query (each key at a distance in [1, win])."""
+    last = tl.minimum(i0 + BLOCK_M, T) - 1  # the block's last real query
+    lo = tl.maximum(M + i0 - win, 0) // BLOCK_N * BLOCK_N
+    hi = tl.minimum(M + T, M + i0 + BLOCK_M)
+    full_lo = (tl.maximum(M + last - win, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N  # no key beyond any query's window
+    full_hi = (M + i0) // BLOCK_N * BLOCK_N  # key blocks ending at or before the first query: all strictly earlier
+    b1, b2 = split(lo, full_lo, full_hi, hi)
+    return lo, b1, b2, hi
+
+
+@triton.jit
+def memory_queries(n0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The query blocks that read some key of the memory + segment block n0 .. n0 + BLOCK_N, lo .. hi, with the cuts
+    b1 <= b2 as in :func:`memory_blocks`: blocks before b1 cross the diagonal, blocks from b2 the window's edge."""
+    last = tl.minimum(n0 + BLOCK_N, M + T) - 1  # the block's last real key
+    lo = tl.maximum(n0 - M, 0) // BLOCK_M * BLOCK_M
+    hi = tl.minimum(T, last - M + win + 1)
+    full_lo = (tl.maximum(last - M + 1, 0) + BLOCK_M - 1) // BLOCK_M * BLOCK_M  # every key strictly earlier
+    full_hi = tl.maximum(n0 - M + win + 1, 0) // BLOCK_M * BLOCK_M  # every key within every query's window
+    b1, b2 = split(lo, full_lo, full_hi, hi)
+    return lo, b1, b2, hi
+
+
+@triton.jit
+def query_program(K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK_M: tl.constexpr):
+    """A program of a (query block, b * H + h) grid: its first row i0 (the rows with the most keys first), bh, h,
+    and the heads of its keys and values and its batch row of key_valid."""
+    i0 = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
-    scratch = SCR + (bh.to(tl.int64) * nq + tl.program_id(0)) * (2 * BLOCK * BLOCK)
     kp, vp, kv = head(K, b, h, sk_b, sk_h), head(V, b, h, sv_b, sv_h), KV + b.to(tl.int64) * skv_b
-    return i0, bh, h, scratch, kp, vp, kv
+    return i0, bh, h, kp, vp, kv
 
 
 @triton.jit
-def memory_keys(i0, T, M, win, BLOCK: tl.constexpr):
-    """The memory + segment key blocks that queries i0 .. i0 + BLOCK may read: from the oldest within the window
-    (rounded down to a block) to past the newest (causal)."""
-    return tl.maximum(M + i0 - win, 0) // BLOCK * BLOCK, tl.minimum(M + T, M + i0 + BLOCK)
+def query_rows(ptr, bh, i0, T, dh, BLOCK_M: tl.constexpr, D: tl.constexpr):
+    """Rows i0 .. i0 + BLOCK_M of head bh of a contiguous (B, H, T, dh) query-shaped tensor."""
+    return load_rows(dense(ptr, bh, T, dh), i0, T, dh, dh, BLOCK_M, D)
 
 
 @triton.jit
-def key_block(
-    qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh, scratch,
-    BLOCK: tl.constexpr, D: tl.constexpr, PREC: tl.constexpr, MEM: tl.constexpr,
-):  # fmt: skip
-    """Key block n0 of a stream (key slots key0 + n0 ..) against queries i0 ..: its keys, values and table band,
-    the tile's base-2 scores and which of them are allowed."""
-    k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK, D)
-    v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK, D)
-    band = load_rows(tab, band_row0(n0, i0, T, BLOCK), n_rows, st_t, dh, 2 * BLOCK, D)
-    s = logits(qu, qp, k, band, scratch, PREC, BLOCK, 2 * BLOCK)
-    ok = allowed(kv, i0 + tl.arange(0, BLOCK), n0 + tl.arange(0, BLOCK), key0, n_keys, T, M, win, MEM)
-    return k, v, band, s, ok
+def row_stats(LSE, DI, bh, i0, T, BLOCK_M: tl.constexpr):
+    """The saved base-2 log-sum-exp and rowsum(dO * O) of rows i0 .. i0 + BLOCK_M; rows past T get +inf and 0, so
+    that their probabilities and score gradients are exactly 0."""
+    i = i0 + tl.arange(0, BLOCK_M)
+    lse = tl.load(LSE + bh * T + i, mask=i < T, other=float("inf"))
+    di = tl.load(DI + bh * T + i, mask=i < T, other=0.0)
+    return lse, di
+
+
+@triton.jit
+def probs_and_dscores(s, do, v, lse, di, PREC: tl.constexpr):
+    """P (from the saved base-2 log-sum-exp) and dS = P * (dO v^T - rowsum(dO * O)) of one tile."""
+    p = tl.math.exp2(s - lse[:, None])
+    dp = mma(do, tl.trans(v), PREC)
+    return p, p * (dp - di[:, None])

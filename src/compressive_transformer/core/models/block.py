@@ -14,7 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from compressive_transformer.core.attention import AttentionOutput, Kernel, KeyMask, RelativeAttention, Tables
+from compressive_transformer.core.attention import (
+    AttentionOutput,
+    Kernel,
+    KeyMask,
+    KeyValueStore,
+    RelativeAttention,
+    Tables,
+)
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.models.io import dropout
 
@@ -59,11 +66,11 @@ class Block(nn.Module):
         self.gate2 = GRUGate(d, cfg.gate_bias) if cfg.gating else None
 
     def forward(
-        self, h: Tensor, memory_kv: Sequence[tuple[Tensor, Tensor]], tables: Tables, mask: KeyMask, kernel: Kernel
+        self, h: Tensor, memory: Sequence[Tensor] | KeyValueStore, tables: Tables, mask: KeyMask, kernel: Kernel
     ) -> BlockOutput:
-        """h: (B, T, d); memory_kv, tables, mask, kernel: see :meth:`RelativeAttention.forward`."""
+        """h: (B, T, d); memory, tables, mask, kernel: see :meth:`RelativeAttention.forward`."""
         attn_in = self.attn_input(h)
-        attn = self.attn(attn_in, memory_kv, tables, mask, kernel)
+        attn = self.attn(attn_in, memory, tables, mask, kernel)
         return BlockOutput(h=self.finish(h, attn.y), attn_in=attn_in, attn=attn)
 
     def attn_input(self, h: Tensor) -> Tensor:

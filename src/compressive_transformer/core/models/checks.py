@@ -62,16 +62,35 @@ def check_inputs(cfg: ModelConfig, inputs: Tensor, targets: Tensor | None, input
     check_token_ids(cfg, inputs if cfg.input_dim == 0 else None, targets)
 
 
-def check_token_ids(cfg: ModelConfig, inputs: Tensor | None, targets: Tensor | None) -> None:
+def check_token_ids(cfg: ModelConfig, inputs: Tensor | None, targets: Tensor | None, *, name: str = "inputs") -> None:
     """Input ids in [0, vocab) and targets in [0, vocab) or -100, for tensors whose values are on the host (one
     reduction each; call it before moving a batch or a prompt to a device)."""
     V = cfg.vocab_size
-    if inputs is not None and bool(((inputs < 0) | (inputs >= V)).any()):
-        raise ValueError(f"inputs: token ids must be in [0, {V}), got min {int(inputs.min())}, max {int(inputs.max())}")
+    if inputs is not None and inputs.numel() and bool(((inputs < 0) | (inputs >= V)).any()):
+        raise ValueError(f"{name}: token ids must be in [0, {V}), got min {int(inputs.min())}, max {int(inputs.max())}")
     if targets is not None and V > 0 and bool((((targets < 0) & (targets != IGNORE_INDEX)) | (targets >= V)).any()):
         raise ValueError(
             f"targets: token ids must be in [0, {V}) or {IGNORE_INDEX} (ignored), got min {int(targets.min())}, max {int(targets.max())}"
         )
+
+
+def check_step_tokens(cfg: ModelConfig, tokens: object, *, batch_size: int, device: torch.device) -> None:
+    """A decoder step's input: one integer token id per memory row, shape (B,) or (B, 1), on the model's device,
+    ids in [0, vocab) (checked where the values are on the host)."""
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens: expected a torch.Tensor of {batch_size} token ids, got {type(tokens).__name__}")
+    shape = tuple(tokens.shape)
+    if tokens.numel() != batch_size or tokens.dim() not in (1, 2) or (tokens.dim() == 2 and shape[1] != 1):
+        raise ValueError(
+            f"tokens: expected one token id per memory row, shape ({batch_size},), got shape {shape}; a decoder "
+            f"steps the {batch_size} rows of the memory it was made from (model.init_memory(B) for another B)"
+        )
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise ValueError(f"tokens: token ids must be an integer tensor (torch.long), got {tokens.dtype}")
+    if tokens.device.type != device.type:
+        raise ValueError(f"tokens: are on {tokens.device}, the model on {device}; move them with tokens.to(device)")
+    if not _tracing() and tokens.device.type == "cpu":
+        check_token_ids(cfg, tokens, None, name="tokens")
 
 
 def check_batch_size(batch_size: object) -> None:

@@ -1,8 +1,7 @@
-"""The table of model kinds: which class a ``ModelConfig`` builds, and what each kind answers for its configs (its
-config check, its name in tables, its context-length and temporal-range formulas, its decoder). Adding a model is one module that
-defines it (implementing :class:`~compressive_transformer.core.models.protocol.MemoryModel`) and calls
-:func:`register_model`. The table itself lives in :mod:`compressive_transformer.core.registry`, below the config, so
-that ``ModelConfig`` can run the kind's check."""
+"""Building a model from its config: the kind ``model.kind`` names, looked up in the table of model kinds
+(:data:`~compressive_transformer.core.registry.MODEL_KINDS`, where the built-in kinds are listed as rows). Adding a
+model is one module that defines it (implementing :class:`~compressive_transformer.core.models.protocol.MemoryModel`)
+plus one row: :func:`register_model` from the user's module, or a row in the table for a built-in kind."""
 
 from __future__ import annotations
 
@@ -10,41 +9,46 @@ from typing import Any, Callable
 
 from compressive_transformer.core.config import ModelConfig
 from compressive_transformer.core.models.protocol import MemoryModel
-from compressive_transformer.core.registry import MODEL_KINDS, ModelKind, find_model_kind, model_kind
+from compressive_transformer.core.registry import (
+    MODEL_KINDS,
+    ModelKind,
+    find_model_kind,
+    model_kind,
+    register_model_kind,
+)
 
 
 def register_model(
     name: str,
-    build: Callable[[ModelConfig], MemoryModel],
-    applies: Callable[[ModelConfig], bool],
+    build: Callable[[ModelConfig], MemoryModel] | str,
     *,
-    check: Callable[[ModelConfig], None] | None = None,
-    label: Callable[[ModelConfig], str] | None = None,
-    context_length: Callable[[ModelConfig], Any] | None = None,
-    temporal_range: Callable[[ModelConfig], Any] | None = None,
+    check: Callable[[ModelConfig], None] | str | None = None,
+    label: Callable[[ModelConfig], str] | str | None = None,
+    context_length: Callable[[ModelConfig], Any] | str | None = None,
+    temporal_range: Callable[[ModelConfig], Any] | str | None = None,
     fixed_memory: str = "",
-    decoder: Callable[..., Any] | None = None,
+    decoder: Callable[..., Any] | str | None = None,
 ) -> ModelKind:
-    """Make ``build`` the model of every config ``applies`` accepts; kinds registered later are asked first, so a
-    more specific kind registers after the general one. A name registered again is replaced."""
-    MODEL_KINDS.pop(name, None)
-    MODEL_KINDS[name] = kind = ModelKind(
-        name,
-        build,
-        applies,
-        check=check,
-        label=label or (lambda cfg: name),
-        context_length=context_length,
-        temporal_range=temporal_range,
-        fixed_memory=fixed_memory,
-        decoder=decoder,
+    """Make ``build`` the model of every config with ``model.kind = name`` (each callable may also be given as
+    ``"package.module:attr"``, imported when first used); a name registered again is replaced. The kind shares the
+    common [model] keys; its own rules go in ``check``."""
+    return register_model_kind(
+        ModelKind(
+            name,
+            build,
+            check=check,
+            label=label,
+            context_length=context_length,
+            temporal_range=temporal_range,
+            fixed_memory=fixed_memory,
+            decoder=decoder,
+        )
     )
-    return kind
 
 
 def build_model(cfg: ModelConfig) -> MemoryModel:
-    """The model a configuration describes (Transformer-QL when ``scales`` is set, else the Compressive Transformer,
-    which is Transformer-XL when ``cmem_len = 0``, unless a registered kind claims it)."""
+    """The model ``cfg.kind`` names: the Compressive Transformer (Transformer-XL when ``memory.cmem_len = 0``),
+    Transformer-QL, WaveNet, or a kind registered by the user."""
     return model_kind(cfg).build(cfg)
 
 

@@ -7,25 +7,23 @@ side effects: memory comes in as a :class:`MemoryState` and the next one goes ou
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
 from compressive_transformer.core.attention import (
-    AttentionOutput,
+    Kernel,
+    KeyMask,
+    KeyValueStore,
     Positions,
     Tables,
     make_positions,
     share_positions,
 )
-from compressive_transformer.core.compression import (
-    ConvDecoder,
-    attention_reconstruction_loss,
-    autoencoder_loss,
-    build_compressor,
-)
+from compressive_transformer.core.compression import ConvDecoder, EvictionLoss, build_compressor
 from compressive_transformer.core.config import ModelConfig
+from compressive_transformer.core.dtypes import compute_dtype
 from compressive_transformer.core.kernels import plan
 from compressive_transformer.core.memory import (
     Eviction,
@@ -33,6 +31,7 @@ from compressive_transformer.core.memory import (
     MemoryState,
     compressed_for_attention,
     empty_layer,
+    plan_update,
     update_layer,
 )
 from compressive_transformer.core.models.block import Block, BlockOutput
@@ -53,25 +52,30 @@ class LMOutput:
     attentions: list[Tensor] | None = None  # per layer (B, H, T, C + M + T) over [cmem; mem; segment]
 
 
-class LayerCache(Protocol):
-    """A decoder's inference state for one layer (:class:`~compressive_transformer.core.models.decode.LayerCache`):
-    the positional tables it derived from the weights and the keys and values of the layer's memory slots."""
+class DecodingState(Protocol):
+    """A decoder's state for one token (:class:`~compressive_transformer.core.models.decode.Rings`): the kernel and
+    the mask over its keys, and per layer the store of keys and values the attention writes the token's into, the
+    positional terms, and the push of the layer's attention input into its memory."""
 
-    tables: Tables
-    parts: list[tuple[Tensor, Tensor]]  # keys and values (B, H, S, dh) of [cmem; mem] in slot order
+    kernel: Kernel
+    mask: KeyMask
 
-    def advance(self, attn: AttentionOutput, state: LayerMemory, eviction: Eviction | None, module) -> "LayerCache":
-        """The cache of ``state``, the memory that followed the step whose attention was ``attn``."""
+    def layer(self, i: int) -> tuple[KeyValueStore, Tables]:
+        """Layer ``i``'s keys and values and positional terms for this token."""
+        ...
+
+    def push(self, i: int, x: Tensor, weights: Tensor | None) -> None:
+        """Layer ``i``'s attention input x (B, 1, d) into its memory (Algorithm 1's update at T = 1); weights: its
+        attention weights where the compressor reads them (most_used)."""
         ...
 
 
 @dataclass
 class LayersOutput:
     h: Tensor  # (B, T, d) the last block's output
-    memory: MemoryState
-    aux: list[Tensor]  # per layer compression loss (when asked for)
+    memory: MemoryState | None  # None when decoding (the decoder's rings moved on in place)
+    aux: Tensor | None  # (n_layers,) the compression loss of each layer (when asked for and something was compressed)
     attentions: list[Tensor]  # per layer attention weights (when asked for)
-    caches: list[LayerCache] | None  # moved on with the memory, when given
 
 
 def label(cfg: ModelConfig) -> str:
@@ -110,6 +114,12 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         if group == "model":
             return [p for p in self.parameters() if id(p) not in compressor_ids]
         raise ValueError(f"unknown parameter group {group!r}; use 'model' or 'compressor'")
+
+    def full_precision_reads(self) -> list[nn.Parameter]:
+        """The weights the model reads outside a matmul, in full precision under autocast too: the key/value weights
+        the attention-reconstruction loss projects the compressed memory with (training keeps low-precision copies
+        of the other matmul weights, :mod:`compressive_transformer.training.low_precision`)."""
+        return [block.attn.qkv.weight for block in self.blocks] if self.compressors is not None else []
 
     def init_memory(
         self,
@@ -198,7 +208,7 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
             self.drop(self.input(inputs)), memory, input_mask.bool(), need_weights=need_weights, want_aux=want_aux
         )
         h, logits, loss = self.output(out.h, targets)
-        aux_losses = torch.stack(out.aux) if out.aux else h.new_zeros(cfg.n_layers)
+        aux_losses = out.aux if out.aux is not None else h.new_zeros(cfg.n_layers)
         return LMOutput(
             logits=logits,
             loss=loss,
@@ -212,56 +222,69 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
     def layers(
         self,
         h: Tensor,
-        memory: MemoryState,
-        input_mask: Tensor,
+        memory: MemoryState | None,
+        input_mask: Tensor | None,
         *,
         need_weights: bool = False,
         want_aux: bool = False,
-        caches: Sequence[LayerCache] | None = None,
+        decoding: DecodingState | None = None,
     ) -> LayersOutput:
         """The blocks over their memories and Algorithm 1's update of each: what :meth:`forward` and the
         token-by-token :class:`~compressive_transformer.core.models.decode.Decoder` share. h: (B, T, d) embedded
-        inputs; caches: a decoder's per-layer positional tables and memory keys/values (None: made from the weights
-        and the memory, as training does), returned moved on with the memory."""
-        cfg, first = self.cfg, memory.layers[0]
-        p = cfg.positions
-        window = first.mem_len - p.same_length_self if p.same_length else 0
-        kernel, mask = plan(
-            cfg, input_mask, first, window=window, h=h, need_weights=need_weights, training=self.training
-        )
-        positions = self.positions(first, h.shape[1], device=h.device, dtype=h.dtype) if caches is None else None
-        bptt = cfg.compression.bptt_horizon if compression_loss_spec(cfg.compression.loss).bptt else 0
-        new_layers, new_caches, aux, attentions = [], [], [], []
-        for i, block in enumerate(self.blocks):
-            state = memory.layers[i]
-            compress = self.compressors[i] if self.compressors is not None else None
-            if caches is None:
-                tables = block.attn.tables(positions)
-                kv = [block.attn.keys_values(torch.cat([compressed_for_attention(state, compress), state.mem], dim=1))]
-            else:
-                tables, kv = caches[i].tables, caches[i].parts
-            out = block(h, kv, tables, mask, kernel)
-            usage = self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None
-            new_state, eviction = update_layer(
-                state,
-                out.attn_in,
+        inputs; decoding: a decoder's state for one token (its keys, values, tables and memory rings, moved on in
+        place; ``memory`` and ``input_mask`` are then unused). The mask arithmetic of the keys and of the memory
+        update is done once per segment: every layer pushes the same positions and resets the same rows."""
+        cfg = self.cfg
+        if decoding is None:
+            first = memory.layers[0]
+            p = cfg.positions
+            window = first.mem_len - p.same_length_self if p.same_length else 0
+            kernel, mask = plan(
+                cfg, input_mask, first, window=window, h=h, need_weights=need_weights, training=self.training
+            )
+            positions = self.positions(first, h.shape[1], device=h.device, dtype=compute_dtype(h.device, h.dtype))
+            slots = plan_update(
+                first,
                 input_mask,
                 compression_rate=cfg.compression.rate,
                 extra_width=cfg.compression.extra_width,
-                compress=compress,
-                attn_usage=usage,
-                bptt_horizon=bptt,
+                compressing=first.cmem_len > 0 and self.compressors is not None,
             )
-            new_layers.append(new_state)
-            if caches is not None:
-                new_caches.append(caches[i].advance(out.attn, new_state, eviction, block.attn))
-            if want_aux:
-                aux.append(self._compression_loss(i, out, input_mask, eviction, state.cmem_len))
+        else:
+            kernel, mask = decoding.kernel, decoding.mask
+        bptt = cfg.compression.bptt_horizon if compression_loss_spec(cfg.compression.loss).bptt else 0
+        new_layers, evictions, attentions = [], [], []
+        for i, block in enumerate(self.blocks):
+            compress = self.compressors[i] if self.compressors is not None else None
+            if decoding is not None:
+                store, tables = decoding.layer(i)
+                out = block(h, store, tables, mask, kernel)
+                decoding.push(i, out.attn_in, out.attn.weights)
+            else:
+                state = memory.layers[i]
+                cmem = compressed_for_attention(state, compress)
+                out = block(h, [cmem, state.mem], block.attn.tables(positions), mask, kernel)
+                usage = self._usage(out.attn.weights, input_mask, state) if state.usage is not None else None
+                new_state, eviction = update_layer(
+                    state,
+                    out.attn_in,
+                    input_mask,
+                    compression_rate=cfg.compression.rate,
+                    extra_width=cfg.compression.extra_width,
+                    compress=compress,
+                    attn_usage=usage,
+                    bptt_horizon=bptt,
+                    plan=slots,
+                )
+                new_layers.append(new_state)
+                if want_aux:
+                    evictions.append(self._evicted(out, eviction, state.cmem_len))
             if need_weights:
                 attentions.append(out.attn.weights)
             h = out.h
-            del out, eviction  # this layer's attention buffers are not kept while the next layer runs
-        return LayersOutput(h, MemoryState(tuple(new_layers)), aux, attentions, new_caches if caches else None)
+            del out  # this layer's attention buffers are not kept while the next layer runs
+        aux = self._compression_losses(evictions, input_mask) if want_aux and decoding is None else None
+        return LayersOutput(h, MemoryState(tuple(new_layers)) if decoding is None else None, aux, attentions)
 
     def positions(self, first: LayerMemory, seg_len: int, *, device, dtype) -> Positions:
         """The relative positions of a ``seg_len``-query segment over memories shaped as ``first``."""
@@ -284,29 +307,36 @@ class CompressiveTransformerLM(DeclaresWrites, nn.Module):
         valid_q = input_mask[:, None, :, None].to(weights.dtype)  # (B, 1, T, 1)
         return ((weights[..., C : C + M] * valid_q).sum(2) / valid_q.sum(2).clamp(min=1)).mean(1).detach()
 
-    def _compression_loss(
-        self, i: int, out: BlockOutput, input_mask: Tensor, eviction: Eviction | None, n_cm: int
-    ) -> Tensor:
-        cfg = self.cfg
-        loss = compression_loss_spec(cfg.compression.loss)
-        if eviction is None or not loss.local:
-            return out.h.new_zeros(())
-        group_mask = eviction.compressed_mask.repeat_interleave(cfg.compression.rate, dim=1)  # (B, G*c)
-        old_mask = eviction.old_mask & group_mask
-        if not loss.decoder:  # the attention reconstruction
-            first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values
-            old = slice(first, first + eviction.old.shape[1])
-            attn = self.blocks[i].attn
-            return attention_reconstruction_loss(
-                out.attn.q,
-                input_mask,
-                out.attn.k[:, :, old],
-                out.attn.v[:, :, old],
-                old_mask,
-                eviction.compressed,
-                eviction.compressed_mask,
-                attn.w_k,
-                attn.w_v,
+    def _evicted(self, out: BlockOutput, eviction: Eviction | None, n_cm: int) -> tuple | None:
+        """What the compression loss reads of one layer's eviction (None when nothing was compressed or the loss is
+        not local): its queries, the evicted slots' keys and values, the eviction."""
+        if eviction is None or not compression_loss_spec(self.cfg.compression.loss).local:
+            return None
+        first = n_cm + eviction.start  # the evicted slots' place in this step's [cmem; mem; x] keys/values
+        old = slice(first, first + eviction.old.shape[1])
+        return out.attn.q, out.attn.k[:, :, old], out.attn.v[:, :, old], eviction
+
+    def _compression_losses(self, evicted: list[tuple | None], input_mask: Tensor) -> Tensor | None:
+        """The local compression loss of every layer, (n_layers,), computed for all layers at once (every layer
+        evicts the same positions and shares the masks); None when no layer compressed anything this segment."""
+        if not evicted or evicted[0] is None:
+            return None
+        loss = compression_loss_spec(self.cfg.compression.loss)
+        queries, keys, values, evictions = zip(*evicted)
+        first, n = evictions[0], self.blocks[0].attn.n_heads * self.blocks[0].attn.d_head
+        weights = torch.stack([block.attn.qkv.weight for block in self.blocks])  # (L, 3 H d_h, d)
+        return loss.compute(
+            EvictionLoss(
+                queries=torch.stack(queries),
+                query_mask=input_mask,
+                old=torch.stack([e.old for e in evictions]),
+                old_keys=torch.stack(keys),
+                old_values=torch.stack(values),
+                old_mask=first.group_mask,  # the evicted states of whole valid groups
+                compressed=torch.stack([e.compressed for e in evictions]),
+                compressed_mask=first.compressed_mask,
+                w_k=weights[:, n : 2 * n],
+                w_v=weights[:, 2 * n :],
+                decoders=list(self.decoders) if loss.decoder else None,
             )
-        decoded = self.decoders[i](eviction.compressed)  # autoencoder
-        return autoencoder_loss(eviction.old, old_mask, decoded)
+        )

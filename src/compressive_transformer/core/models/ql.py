@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from compressive_transformer.core.attention import make_positions, share_positions
 from compressive_transformer.core.config import ModelConfig, require
+from compressive_transformer.core.dtypes import compute_dtype
 from compressive_transformer.core.kernels import plan
 from compressive_transformer.core.memory import LayerMemory, MemoryState, empty_layer, update_layer
 from compressive_transformer.core.models.block import Block
@@ -47,6 +48,10 @@ def ql_scales(*, seg_len: int, mem_len: int, compression_rate: int, n_scales: in
         seg = min(window // c, scales[-1].seg)
         scales.append(Scale(seg=seg, mem=window - seg, shift=seg_len // c**i, span=c**i))
     return scales
+
+
+def label(cfg: ModelConfig) -> str:
+    return "Transformer-QL"
 
 
 def check_config(cfg: ModelConfig) -> None:
@@ -297,7 +302,7 @@ class TransformerQL(DeclaresWrites, nn.Module):
             d_model=self.cfg.d_model,
             clamp_len=self.cfg.positions.clamp_len,
             device=x.device,
-            dtype=x.dtype,
+            dtype=compute_dtype(x.device, x.dtype),
         )
         window = first.mem_len if self.cfg.positions.same_length else 0
         kernel, mask = plan(
@@ -305,8 +310,7 @@ class TransformerQL(DeclaresWrites, nn.Module):
         )
         for li in layers:
             state, attn = states[li], self.blocks[li].attn
-            kv = [attn.keys_values(torch.cat([state.cmem, state.mem], dim=1))]
-            out = self.blocks[li](x, kv, attn.tables(positions), mask, kernel)
+            out = self.blocks[li](x, [state.cmem, state.mem], attn.tables(positions), mask, kernel)
             states[li], _ = update_layer(
                 state, out.attn_in[:, :shift], x_mask[:, :shift], compression_rate=1, extra_width=0, compress=None
             )

@@ -26,6 +26,10 @@ from compressive_transformer.core.models.lm import LMOutput
 from compressive_transformer.core.models.weight_watch import DeclaresWrites
 
 
+def label(cfg: ModelConfig) -> str:
+    return "WaveNet"
+
+
 def check_config(cfg: ModelConfig) -> None:
     """WaveNet's rules for a config (run by ``ModelConfig`` through the kinds table)."""
     p, n = "model.", len(cfg.wavenet.dilations)
@@ -35,7 +39,6 @@ def check_config(cfg: ModelConfig) -> None:
         "give one dilation per layer, each >= 1 (e.g. [1, 2, 4, 8])",
     )
     require(cfg.n_layers == n, p + "n_layers", f"WaveNet has one layer per dilation; set n_layers = {n}")
-    require(not cfg.is_ql, p + "ql", "a model is WaveNet or Transformer-QL; remove [model.ql] or [model.wavenet]")
     require(
         cfg.memory.mem_len == 0 and cfg.memory.cmem_len == 0,
         p + "memory.mem_len",

@@ -15,15 +15,13 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.core.registry import CorpusFormat
 from compressive_transformer.data.download import Source
-from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.mulaw import mulaw_encode
 from compressive_transformer.data.readers import RawSplit, existing_path, split_directory
 from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, downmix_note, read_audio_channels
 
 
-def audio_files(cfg: DataConfig, split: str) -> list[Path]:
+def files(cfg: DataConfig, split: str) -> list[Path]:
     """The sound files of ``split``, without reading them."""
     root = existing_path(cfg)
     if root.is_file():
@@ -46,15 +44,17 @@ def encode_file(path: Path, sample_rate: int) -> tuple[bytes, int]:
     return mulaw_encode(samples).tobytes(), channels
 
 
-def read_audio_split(cfg: DataConfig, split: str) -> RawSplit:
-    files = audio_files(cfg, split)
-    read = [encode_file(f, cfg.sample_rate) for f in tqdm(files, desc=f"read {split} audio", unit="file", disable=None)]
-    docs = [codes for codes, _ in read]
-    note = downmix_note(files, [channels for _, channels in read])
+def read(cfg: DataConfig, split: str) -> RawSplit:
+    paths = files(cfg, split)
+    encoded = [
+        encode_file(f, cfg.sample_rate) for f in tqdm(paths, desc=f"read {split} audio", unit="file", disable=None)
+    ]
+    docs = [codes for codes, _ in encoded]
+    note = downmix_note(paths, [channels for _, channels in encoded])
     if note is not None:
         print(note, file=sys.stderr)
-    names = [str(f.relative_to(existing_path(cfg))) for f in files]
-    return RawSplit(split, list(docs), names, 0, tuple(files))
+    names = [str(f.relative_to(existing_path(cfg))) for f in paths]
+    return RawSplit(split, list(docs), names, 0, tuple(paths))
 
 
 # LibriSpeech dev-clean (OpenSLR 12, CC BY 4.0): 5.4 hours of read English speech, 16 kHz FLAC, 40 speakers.
@@ -68,15 +68,4 @@ LIBRISPEECH_DEV_CLEAN = Source(
     target="LibriSpeech/dev-clean",
 )
 
-register_format(
-    CorpusFormat(
-        "audio",
-        audio_files,
-        read_audio_split,
-        sources={"librispeech-dev-clean": LIBRISPEECH_DEV_CLEAN},
-        tokenizers=("bytes",),
-        tokenizer_reason="audio is modelled one 8-bit μ-law sample per token (byte ids 0..255)",
-        settings=("sample_rate",),
-        token_unit="sample",
-    )
-)
+SOURCES = {"librispeech-dev-clean": LIBRISPEECH_DEV_CLEAN}

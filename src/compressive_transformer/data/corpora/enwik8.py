@@ -8,16 +8,14 @@ import zipfile
 from pathlib import Path
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.core.registry import CorpusFormat
 from compressive_transformer.data.download import Source
-from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.readers import SPLIT_FRACTIONS, RawSplit, count_words, existing_path
 
 ENWIK8_SIZE = 100_000_000
 ENWIK8_SPLIT = (90_000_000, 95_000_000)  # train | validation | test boundaries of the standard split
 
 
-def _read_enwik8(cfg: DataConfig, split: str) -> RawSplit:
+def read(cfg: DataConfig, split: str) -> RawSplit:
     path = _enwik8_file(cfg)
     data = _enwik8_bytes(path)
     n = len(data)
@@ -35,6 +33,11 @@ def _read_enwik8(cfg: DataConfig, split: str) -> RawSplit:
     lo, hi = {"train": (0, c1), "validation": (c1, c2), "test": (c2, n)}[split]
     doc = data[lo:hi]
     return RawSplit(split, [doc], [split], count_words(doc), (path,))
+
+
+def files(cfg: DataConfig, split: str) -> list[Path]:
+    """Every split reads the one enwik8 file."""
+    return [_enwik8_file(cfg)]
 
 
 def _enwik8_file(cfg: DataConfig) -> Path:
@@ -67,22 +70,13 @@ def _enwik8_bytes(path: Path) -> bytes:
 
 
 # download size and sha256 as recorded by the HuggingFace ``datasets`` checksums of the same URL
-register_format(
-    CorpusFormat(
-        "enwik8",
-        lambda cfg, split: [_enwik8_file(cfg)],
-        _read_enwik8,
-        sources={
-            "enwik8": Source(
-                url="http://mattmahoney.net/dc",
-                filename="enwik8.zip",
-                size=36_445_475,
-                sha256="547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc",
-                members={"enwik8": 100_000_000},
-                target="enwik8",
-            ),
-        },
-        tokenizers=("bytes",),
-        tokenizer_reason="enwik8 is modelled byte by byte (it is not all valid UTF-8)",
-    )
-)
+SOURCES = {
+    "enwik8": Source(
+        url="http://mattmahoney.net/dc",
+        filename="enwik8.zip",
+        size=36_445_475,
+        sha256="547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc",
+        members={"enwik8": 100_000_000},
+        target="enwik8",
+    ),
+}

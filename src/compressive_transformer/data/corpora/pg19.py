@@ -7,9 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.core.registry import CorpusFormat
 from compressive_transformer.data.download import Source
-from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.readers import Document, RawSplit, count_words, decode, existing_path
 
 
@@ -21,15 +19,15 @@ class Pg19Book:
     url: str
 
 
-def _read_pg19(cfg: DataConfig, split: str) -> RawSplit:
-    books = _pg19_books(cfg, split)
+def read(cfg: DataConfig, split: str) -> RawSplit:
+    books = files(cfg, split)
     docs: list[Document] = []
     for f in books:
         docs.append(decode(f.read_bytes(), f, cfg))
     return RawSplit(split, docs, [f.stem for f in books], sum(map(count_words, docs)), tuple(books))
 
 
-def _pg19_books(cfg: DataConfig, split: str) -> list[Path]:
+def files(cfg: DataConfig, split: str) -> list[Path]:
     root = existing_path(cfg)
     directory = root / split
     if not directory.is_dir():
@@ -57,11 +55,4 @@ def read_pg19_metadata(directory: str | Path) -> dict[str, Pg19Book]:
     return books
 
 
-register_format(
-    CorpusFormat(
-        "pg19",
-        _pg19_books,
-        _read_pg19,
-        sources={"pg19": Source(url="https://storage.googleapis.com", bucket="deepmind-gutenberg", target="pg19")},
-    )
-)
+SOURCES = {"pg19": Source(url="https://storage.googleapis.com", bucket="deepmind-gutenberg", target="pg19")}

@@ -23,8 +23,6 @@ import sysconfig
 from pathlib import Path
 
 from compressive_transformer.core.config import DataConfig
-from compressive_transformer.core.registry import CorpusFormat
-from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.readers import RawSplit, count_words
 
 NAME = "python-source"
@@ -90,12 +88,9 @@ def read_python_source(root: Path, split: str) -> RawSplit:
     return RawSplit(split, docs, names, sum(map(count_words, docs)), tuple(sources))
 
 
-def _files(cfg: DataConfig, split: str) -> list[Path]:
+def files(cfg: DataConfig, split: str) -> list[Path]:
     return python_files(stdlib_root(), split)
 
 
-def _read(cfg: DataConfig, split: str) -> RawSplit:
+def read(cfg: DataConfig, split: str) -> RawSplit:
     return read_python_source(stdlib_root(), split)
-
-
-register_format(CorpusFormat(NAME, _files, _read, needs_path=False))

@@ -7,8 +7,6 @@ import logging
 from pathlib import Path
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.core.registry import CorpusFormat
-from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.readers import (
     SPLIT_FRACTIONS,
     Document,
@@ -23,7 +21,7 @@ from compressive_transformer.data.readers import (
 logger = logging.getLogger(__name__)
 
 
-def _read_text(cfg: DataConfig, split: str) -> RawSplit:
+def read(cfg: DataConfig, split: str) -> RawSplit:
     root = existing_path(cfg)
     if root.is_file():
         data = decode(root.read_bytes(), root, cfg)
@@ -36,7 +34,7 @@ def _read_text(cfg: DataConfig, split: str) -> RawSplit:
     return RawSplit(split, docs, [f.stem for f in files], sum(map(count_words, docs)), tuple(files))
 
 
-def _text_files(cfg: DataConfig, split: str) -> list[Path]:
+def files(cfg: DataConfig, split: str) -> list[Path]:
     root = existing_path(cfg)
     if root.is_file():
         return [root]
@@ -66,6 +64,3 @@ def _line_bounds(data: Document, path: Path) -> dict[str, tuple[int, int]]:
             "use a longer file or a directory with train/ validation/ test/"
         )
     return bounds
-
-
-register_format(CorpusFormat("text", _text_files, _read_text))

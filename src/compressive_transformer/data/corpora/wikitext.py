@@ -6,15 +6,13 @@ import re
 from pathlib import Path
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.core.registry import CorpusFormat
 from compressive_transformer.data.download import Source
-from compressive_transformer.data.formats import register_format
 from compressive_transformer.data.readers import EOS, RawSplit, count_words, existing_path
 
 WIKITEXT_FILES = {"train": "wiki.train.tokens", "validation": "wiki.valid.tokens", "test": "wiki.test.tokens"}
 
 
-def _read_wikitext(cfg: DataConfig, split: str) -> RawSplit:
+def read(cfg: DataConfig, split: str) -> RawSplit:
     path = _wikitext_file(cfg, split)
     raw = path.read_bytes()
     try:
@@ -49,6 +47,10 @@ def count_wikitext_articles(lines: list[str]) -> int:
             after = i + 1 >= len(lines) or not lines[i + 1].strip()
             n += before and after
     return n
+
+
+def files(cfg: DataConfig, split: str) -> list[Path]:
+    return [_wikitext_file(cfg, split)]
 
 
 def _wikitext_file(cfg: DataConfig, split: str) -> Path:
@@ -92,19 +94,11 @@ def _wikitext_source(name: str, size: int, sha256: str) -> Source:
     )
 
 
-register_format(
-    CorpusFormat(
-        "wikitext",
-        lambda cfg, split: [_wikitext_file(cfg, split)],
-        _read_wikitext,
-        sources={
-            "wikitext-103": _wikitext_source(
-                "wikitext-103", 190_229_076, "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"
-            ),
-            "wikitext-2": _wikitext_source(
-                "wikitext-2", 4_475_746, "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"
-            ),
-        },
-        train_file=True,
-    )
-)
+SOURCES = {
+    "wikitext-103": _wikitext_source(
+        "wikitext-103", 190_229_076, "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"
+    ),
+    "wikitext-2": _wikitext_source(
+        "wikitext-2", 4_475_746, "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"
+    ),
+}

@@ -33,6 +33,8 @@ from compressive_transformer.core.config import (
 from compressive_transformer.core.models import build_model
 from compressive_transformer.data.readers import UNK
 from compressive_transformer.data.tokenizers import WordTokenizer
+from compressive_transformer.runs.budget import IMPORT_BYTES, check_model_size
+from compressive_transformer.runs.checkpoint import non_finite
 from compressive_transformer.runs.export import write_export
 from compressive_transformer.runs.interop.safe_pickle import load_plain
 from compressive_transformer.runs.loading import Run
@@ -290,10 +292,17 @@ def import_transfo_xl(
     if raw.get("model_type", "transfo-xl") != "transfo-xl":
         raise ConfigError(f"transfo-xl: {path} describes a {raw['model_type']!r} model, not 'transfo-xl'")
     mcfg = model_config(raw, seg_len=seg_len, empty_memory=empty_memory)
+    check_model_size(mcfg, device=torch.device("cpu"), bytes_per_parameter=IMPORT_BYTES, key=f"transfo-xl: {path}")
     words = read_vocab(src, Path(vocab) if vocab is not None else None)
     if len(words) != mcfg.vocab_size:
         raise ConfigError(f"transfo-xl: the vocabulary has {len(words)} words, config.json says {mcfg.vocab_size}")
     tensors = read_tensors(src)
+    bad = non_finite(tensors)
+    if bad is not None:
+        raise ConfigError(
+            f"transfo-xl weights: {bad} are NaN or infinite; the checkpoint is damaged or from a diverged run, and a "
+            "model with them predicts nothing: import a good one"
+        )
     model = build_model(mcfg)
     load_weights(model, tensors)
     model.eval()

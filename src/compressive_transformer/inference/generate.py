@@ -17,7 +17,7 @@ from compressive_transformer.core.dtypes import autocast
 from compressive_transformer.core.memory import MemoryState
 from compressive_transformer.core.models.checks import check_token_ids
 from compressive_transformer.core.models.decode import unsupported
-from compressive_transformer.core.registry import find_model_kind
+from compressive_transformer.core.registry import model_kind
 
 
 def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
@@ -94,8 +94,9 @@ def sample_next(
 @dataclass(frozen=True)
 class SamplingConfig:
     """How each next token is drawn, checked when made: ``temperature`` (0 is greedy), ``top_k`` (0 keeps every
-    token), ``top_p`` (nucleus mass; 1 keeps every token). The library's ``generate``/``generate_text``/``generate_run``
-    and the ``generate`` command all pass one of these down."""
+    token), ``top_p`` (nucleus mass; 1 keeps every token). The one way sampling settings enter: ``generate``,
+    ``generate_text``, ``generate_run`` and the audio generation each take one (``sampling=``), and the ``generate``
+    command builds it from its flags."""
 
     temperature: float = 1.0
     top_k: int = 0
@@ -120,14 +121,33 @@ class Generation:
     next_logits: torch.Tensor | None = None  # with return_memory: (V,) the logits the next token would be drawn from
 
 
-def _decoder(model: torch.nn.Module, memory: MemoryState, compile: bool) -> Any:
+def _decoder(model: torch.nn.Module, memory: MemoryState, compile: bool | None) -> Any:
     """The model kind's token-by-token decoder over ``memory``, or None (then each step runs ``model.forward``). On a
-    GPU its steps replay as CUDA graphs (a token is then one launch rather than a few hundred)."""
-    kind = find_model_kind(model.cfg)
-    make = kind.decoder if kind is not None and unsupported(model) is None else None
+    GPU its steps are compiled (unless ``compile`` is False) and replayed as CUDA graphs: a token is one launch of
+    fused kernels rather than a few hundred small ones."""
+    make = model_kind(model.cfg).decoder if unsupported(model) is None else None
     if make is None:
         return None
-    return make(model, memory, compile=compile, cuda_graphs=memory.layers[0].mem.device.type == "cuda" and not compile)
+    cuda = memory.layers[0].mem.device.type == "cuda"
+    return make(model, memory, compile=cuda if compile is None else compile, cuda_graphs=cuda)
+
+
+def prompt_ids(prompt: Any) -> list[int]:
+    """A prompt as a list of token ids: a sequence of whole numbers, or a tensor of integers holding one prompt
+    ((P,) or (1, P)); anything else (text, floats, a batch of prompts) is a one-line ``ValueError``."""
+    if isinstance(prompt, torch.Tensor):
+        if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
+            raise ValueError(f"prompt: token ids must be integers (torch.long), got {prompt.dtype}")
+        if prompt.dim() > 2 or (prompt.dim() == 2 and prompt.shape[0] != 1):
+            raise ValueError(f"prompt: expected one prompt of shape (P,) or (1, P), got shape {tuple(prompt.shape)}")
+        return [int(x) for x in prompt.reshape(-1).tolist()]
+    if isinstance(prompt, (str, bytes)):
+        raise ValueError("prompt: expected token ids, got text; encode it first (run.encode(text))")
+    items = list(prompt)
+    bad = next((x for x in items if isinstance(x, bool) or not isinstance(x, numbers.Integral)), None)
+    if bad is not None:
+        raise ValueError(f"prompt: token ids must be whole numbers, got {bad!r}; encode text with run.encode(text)")
+    return [int(x) for x in items]
 
 
 @torch.no_grad()
@@ -136,38 +156,35 @@ def generate(
     prompt: list[int],
     *,
     max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
+    sampling: SamplingConfig | None = None,
     seed: int | None = None,
     seg_len: int | None = None,
     mem_len: int | None = None,
     cmem_len: int | None = None,
-    keep_logits: bool = False,
-    compile: bool = False,
     memory: MemoryState | None = None,
     next_logits: torch.Tensor | None = None,
     on_token: Callable[[int], bool] | None = None,
+    keep_logits: bool = False,
     return_memory: bool = False,
+    compile: bool | None = None,
     amp: str | torch.dtype | None = None,
-    sampling: SamplingConfig | None = None,
 ) -> Generation:
-    """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens, carrying memory throughout. ``compile``: run the
-    decoder's step under ``torch.compile`` (worth it for long generations on a CPU: the first tokens wait for the
-    compilation, one graph per memory fill; ignored for models without a decoder).
+    """Continue ``prompt`` (token ids) by ``max_new_tokens`` tokens drawn as ``sampling`` says (default: the model's
+    distribution as it is, temperature 1), carrying memory throughout; ``seed`` makes the draws reproducible.
 
-    To continue an earlier generation, pass its ``memory`` and ``next_logits`` (from ``return_memory=True``): the
-    prompt, which may then be empty, is read after that state. ``on_token`` sees each token as it is drawn and
-    stops the generation by returning False.
-
-    ``amp``: the autocast precision (a resolved name such as "bf16", a dtype, or None for fp32). ``sampling``, when
-    given, replaces ``temperature``, ``top_k`` and ``top_p``."""
+    The prompt is read in segments of ``seg_len`` (default the model's) with memories of ``mem_len`` and
+    ``cmem_len`` slots (default the model's). To continue an earlier generation, pass its ``memory`` and
+    ``next_logits`` (from ``return_memory=True``): the prompt, which may then be empty, is read after that state.
+    ``on_token`` sees each token as it is drawn and stops the generation by returning False; ``keep_logits`` keeps
+    the logits each token was drawn from. ``compile``: the decoder's step under ``torch.compile`` (the first tokens
+    wait for the compilation of its two graphs; ignored for models without a decoder); None: on a GPU, where the
+    compiled step is also replayed as a CUDA graph, and not on a CPU. ``amp``: the autocast precision (a resolved
+    name such as "bf16", a dtype, or None for fp32)."""
+    prompt = prompt_ids(prompt)
     if not prompt and (memory is None or next_logits is None):
         raise ConfigError("prompt: is empty; give at least one character to start from")
     check_sampling(max_tokens=max_new_tokens)
-    sampling = sampling or SamplingConfig(temperature, top_k, top_p)
-    cfg = model.cfg
-    seg_len = seg_len or cfg.seg_len
+    sampling = sampling if sampling is not None else SamplingConfig()
     device = next(model.parameters()).device
     generator = torch.Generator(device=device)
     generator.manual_seed(seed if seed is not None else secrets.randbits(63))  # leaves the global RNG alone
@@ -176,20 +193,12 @@ def generate(
     try:
         with autocast(device, amp):  # the prompt, the decoder's steps and their buffers in the run's precision
             if memory is None:
-                memory = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len, device=device)
-                last = None
+                memory, last = model.init_memory(1, mem_len=mem_len, cmem_len=cmem_len, device=device), None
             else:
                 memory = memory.to(device)
                 last = next_logits.to(device).reshape(1, -1) if next_logits is not None else None
-            ids = torch.tensor([prompt], dtype=torch.long)  # (1, P)
-            if cfg.input_dim == 0:
-                check_token_ids(cfg, ids, None)  # on the host, before the device sees them
-            ids = ids.to(device)
-            for start in range(0, ids.size(1), seg_len):
-                out = model(ids[:, start : start + seg_len], memory=memory)
-                memory = out.memory
-                last = out.logits[:, -1]  # (1, V)
-            decoder = _decoder(model, memory, compile)
+            memory, last = _read_prompt(model, prompt, memory, last, seg_len or model.cfg.seg_len)
+            steps = _Steps(model, memory, _decoder(model, memory, compile))
             result = Generation(prompt=list(prompt), tokens=[])
             for i in range(max_new_tokens):
                 token = sampling.sample(last, generator)
@@ -200,16 +209,45 @@ def generate(
                 done = stopped or i + 1 == max_new_tokens
                 if done and not return_memory:
                     break
-                if decoder is not None:  # T = 1: constant cost per token
-                    last = decoder.step(token.view(1))
-                else:
-                    out = model(token.view(1, 1), memory=memory)
-                    memory, last = out.memory, out.logits[:, -1]
+                last = steps(token)
                 if done:
                     break
             if return_memory:
-                result.memory = decoder.memory() if decoder is not None else memory
-                result.next_logits = last[0].float()
+                result.memory, result.next_logits = steps.memory(), last[0].float()
             return result
     finally:
         model.train(was_training)
+
+
+def _read_prompt(
+    model: torch.nn.Module, prompt: list[int], memory: MemoryState, last: torch.Tensor | None, seg_len: int
+) -> tuple[MemoryState, torch.Tensor | None]:
+    """Run the prompt through the model in segments of ``seg_len``: the memory after it and the last logits (1, V)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt], dtype=torch.long)  # (1, P)
+    if model.cfg.input_dim == 0:
+        check_token_ids(model.cfg, ids, None)  # on the host, before the device sees them
+    ids = ids.to(device)
+    for start in range(0, ids.size(1), seg_len):
+        out = model(ids[:, start : start + seg_len], memory=memory)
+        memory, last = out.memory, out.logits[:, -1]
+    return memory, last
+
+
+class _Steps:
+    """One new token at a time (T = 1, constant cost per token): through the model kind's decoder where it has one,
+    else through ``model.forward`` with the memory carried."""
+
+    def __init__(self, model: torch.nn.Module, memory: MemoryState, decoder: Any) -> None:
+        self.model, self.state, self.decoder = model, memory, decoder
+
+    def __call__(self, token: torch.Tensor) -> torch.Tensor:
+        """The logits (1, V) after ``token`` (a 0-d or (1,) id tensor)."""
+        if self.decoder is not None:
+            return self.decoder.step(token.view(1))
+        out = self.model(token.view(1, 1), memory=self.state)
+        self.state = out.memory
+        return out.logits[:, -1]
+
+    def memory(self) -> MemoryState:
+        return self.decoder.memory() if self.decoder is not None else self.state

@@ -17,9 +17,16 @@ import torch
 from compressive_transformer.core.config import ConfigError, to_dict
 from compressive_transformer.core.memory import MemoryState
 from compressive_transformer.core.modality import TEXT, require_modality
+from compressive_transformer.inference.generate import (
+    Generation,
+    SamplingConfig,
+    check_sampling,
+    clean_prompt,
+    generate,
+)
+from compressive_transformer.runs.checkpoint import non_finite
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import generation_amp
-from compressive_transformer.training.generate import Generation, SamplingConfig, check_sampling, clean_prompt, generate
 
 MEMORY_FORMAT = "compressive-transformer-memory-v1"
 
@@ -61,6 +68,9 @@ def load_memory(path: str | Path, run: Run) -> tuple[MemoryState, torch.Tensor]:
         raise ConfigError(f"--load-memory: {path} is not a memory file written by --save-memory")
     if meta.get("model") != model_fingerprint(run):
         raise ConfigError(f"--load-memory: {path} was written by another model; continue it with the run that wrote it")
+    bad = non_finite(tensors)
+    if bad is not None:
+        raise ConfigError(f"--load-memory: {path} holds non-finite values in {bad}; it cannot be continued")
     logits = tensors.pop("next_logits")
     return MemoryState.from_tensors(tensors).to(run.device), logits.to(run.device)
 
@@ -134,26 +144,22 @@ def generate_text(
     prompt: str,
     *,
     max_tokens: int = 200,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
+    sampling: SamplingConfig | None = None,
     seed: int | None = None,
-    compile: bool = False,
+    compile: bool | None = None,
     mem_len: int | None = None,
     cmem_len: int | None = None,
     stop: Sequence[str] = (),
     stream: IO[str] | None = None,
     memory: tuple[MemoryState, torch.Tensor] | None = None,
     return_memory: bool = False,
-    sampling: SamplingConfig | None = None,
 ) -> TextGeneration:
     """Continue ``prompt``, streaming the text to ``stream`` as it is produced and ending at the first ``stop``
-    string. ``memory`` (from :func:`load_memory`) continues an earlier generation; the prompt may then be empty.
-    Sampling settings (``sampling``, else ``temperature``/``top_k``/``top_p``) are checked before any work; bytes of
-    ``prompt`` that are not UTF-8 become U+FFFD."""
+    string, each token drawn as ``sampling`` says (default temperature 1). ``memory`` (from :func:`load_memory`)
+    continues an earlier generation; the prompt may then be empty. Bytes of ``prompt`` that are not UTF-8 become
+    U+FFFD."""
     require_modality(run.modality, TEXT, "the prompt", "continue an audio run with generate_audio (--prime FILE)")
     check_sampling(max_tokens=max_tokens)
-    sampling = sampling or SamplingConfig(temperature, top_k, top_p)
     prompt = clean_prompt(prompt)
     ids = run.encode(prompt) if prompt else []
     if memory is None and not ids:

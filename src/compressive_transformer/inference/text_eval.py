@@ -17,10 +17,10 @@ from compressive_transformer.core.fileio import require_writable
 from compressive_transformer.core.modality import AUDIO, TEXT, format_modality, require_modality, token_unit
 from compressive_transformer.data.readers import Document, decode_file, read_split
 from compressive_transformer.data.units import texts_size
+from compressive_transformer.inference.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.runs.failures import EVALUATION_REMEDY, evaluation_sizes, sizes_to_lower
 from compressive_transformer.runs.loading import Run
 from compressive_transformer.runs.precision import inference_amp
-from compressive_transformer.training.evaluate import EvalResult, evaluate, write_eval_record
 
 TextInput = str | Path | Sequence[str | Path]
 # what may change when scoring a user's text; anything else would be ignored, so it is refused
@@ -83,7 +83,7 @@ def corpus_source(run: Run, directory: str | Path, fmt: str, split: str) -> Text
     """One split of a corpus in any supported format (``data.format`` values), read with the run's tokenizer settings."""
     path = Path(directory).expanduser().resolve()
     remedy = "give --format audio and a folder of sound files" if run.modality == AUDIO else "give a text format"
-    require_modality(run.modality, format_modality(fmt), f"--data with --format {fmt}", remedy)
+    require_modality(run.modality, format_modality(fmt), f"--data DIR --format {fmt}", remedy)
     try:
         data = dataclasses.replace(run.config.data, format=fmt, path=str(path), train_file="", cache_dir="")
     except ConfigError as e:
@@ -166,6 +166,7 @@ def score_documents(
         tokenizer_kind=run.tokenizer.kind,
         token_unit=token_unit(run.modality),
         amp_dtype=amp_dtype(inference_amp(run.config, next(run.model.parameters()).device)),
+        unknown_id=getattr(run.tokenizer, "unk_id", None),
     )
 
 
@@ -174,6 +175,20 @@ def fresh_result_path(run_dir: Path, name: str) -> Path:
     path, n = run_dir / f"eval_{name}.json", 2
     while path.exists():
         path, n = run_dir / f"eval_{name}-{n}.json", n + 1
+    return path
+
+
+def result_path(run_dir: Path | None, name: str, out: str | Path | None) -> Path:
+    """Where a result is written: ``out`` (which must not exist: a result never replaces a file), else
+    :func:`fresh_result_path` in the run; checked writable before any work."""
+    if out is not None and Path(out).exists():
+        raise ConfigError(f"--out: {out} exists; choose a new file (a result never replaces one)")
+    if out is None and run_dir is None:
+        raise ConfigError(
+            "evaluate: results are written into a run directory; load a run written by `train` or pass --out FILE"
+        )
+    path = Path(out) if out is not None else fresh_result_path(Path(run_dir), name)
+    require_writable(path)
     return path
 
 
@@ -192,12 +207,7 @@ def evaluate_source(
 ) -> tuple[EvalResult, Path]:
     """Score ``source`` and write ``RUN_DIR/eval_<name>.json`` under a name no earlier result holds (or ``out``);
     where that cannot be written it stops before computing anything."""
-    if run.run_dir is None and out is None:
-        raise ConfigError(
-            "evaluate: results are written into a run directory; load a run written by `train` or pass --out FILE"
-        )
-    path = Path(out) if out is not None else fresh_result_path(run.run_dir, source.name)
-    require_writable(path)
+    path = result_path(run.run_dir, source.name, out)
     with sizes_to_lower("evaluating", evaluation_sizes(run.config), EVALUATION_REMEDY):
         result = score_documents(run, source.documents, name=source.name, progress=progress)
     write_eval_record(path, run_record(run, result, source.description))
@@ -223,5 +233,6 @@ __all__ = [
     "evaluate_text",
     "evaluate_source",
     "fresh_result_path",
+    "result_path",
     "check_text_overrides",
 ]

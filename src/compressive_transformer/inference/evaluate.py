@@ -53,6 +53,9 @@ class EvalResult:
     cmem_len: int
     tokenizer: str = ""
     token_unit: str = ""  # what a token is when it is not text ("sample" for audio), from the corpus format
+    unknown_tokens: int = (
+        0  # targets that are the tokenizer's <unk> (a word vocabulary lacks the word): scored as <unk>
+    )
 
     def per_unit(self, prefix: str = "") -> dict[str, float]:
         """``nats_per_sample`` and ``bits_per_sample`` (for audio; nothing for text), keys after ``prefix``."""
@@ -83,7 +86,17 @@ class EvalResult:
         if self.token_unit:  # one token is one sample: per-character units and word perplexity mean nothing
             u = self.token_unit
             return f"{self.split}{part}: {self.loss:.4f} nats/{u}, {self.bits_per_token:.4f} bits/{u} over {self.tokens:,} {u}s"
-        return f"{self.split}{part}: {summary_line(self.units)} over {self.tokens:,} tokens"
+        return f"{self.split}{part}: {summary_line(self.units)} over {self.tokens:,} tokens{self._unknown_note()}"
+
+    def _unknown_note(self) -> str:
+        """How many scored tokens were ``<unk>``: the score counts predicting ``<unk>`` there, not the words."""
+        if not self.unknown_tokens:
+            return ""
+        share = self.unknown_tokens / max(self.tokens, 1)
+        return (
+            f" ({self.unknown_tokens:,} of them, {share:.1%}, <unk>: words the vocabulary lacks, scored as <unk>, "
+            "not as the words)"
+        )
 
 
 @torch.no_grad()
@@ -103,42 +116,35 @@ def evaluate(
     size: TextSize | None = None,
     tokenizer_kind: str | None = None,
     token_unit: str | None = None,
+    unknown_id: int | None = None,
 ) -> EvalResult:
     """Total NLL over every target of ``corpus`` (or the first ``max_batches`` batches), with memory carried.
     ``size`` and ``tokenizer_kind`` (default: the corpus's own) turn it into bits per character / byte and word
     perplexity; ``token_unit`` (default: the corpus format's, "sample" for audio) names what a token is where it is
-    not text, and then those per-text units are left out."""
+    not text, and then those per-text units are left out. ``unknown_id``: the tokenizer's ``<unk>`` id, whose
+    targets are counted (``unknown_tokens``)."""
     cfg = model.cfg
     _, mem_len, cmem_len = eval_lengths(cfg, mem_len=mem_len, cmem_len=cmem_len)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     batcher = StreamBatcher(corpus, batch_size=batch_size, seg_len=seg_len, shuffle=False, repeat=False)
     total = len(batcher) if not max_batches else min(max_batches, len(batcher))
     complete = total == len(batcher)
-    total_nll = torch.zeros((), dtype=torch.float64, device=device)  # summed on the device: no sync per segment
-    tokens = torch.zeros((), dtype=torch.long, device=device)
-    segments = 0
     start = time.perf_counter()
     bar = tqdm(total=total, desc=f"eval {split}", unit="seg", disable=not progress, leave=False)
-    batches = itertools.islice(batcher, total)
     steps = stream(
-        model, batches, batch_size=batch_size, mem_len=mem_len, cmem_len=cmem_len, device=device, amp_dtype=amp_dtype
+        model,
+        itertools.islice(batcher, total),
+        batch_size=batch_size,
+        mem_len=mem_len,
+        cmem_len=cmem_len,
+        device=device,
+        amp_dtype=amp_dtype,
     )
     try:
-        for step in steps:
-            targets = step.batch.targets.to(device)
-            nll = F.cross_entropy(
-                step.out.logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-            )
-            total_nll += nll
-            tokens += (targets != IGNORE_INDEX).sum()
-            segments += 1
-            bar.update(1)
-            if progress and segments % 16 == 1:  # the running figure, read from the device now and then
-                bar.set_postfix(bits_per_token=f"{float(total_nll) / max(int(tokens), 1) / LN2:.3f}")
+        total_nll, tokens, unknown, segments = _sums(steps, device, unknown_id, bar)
     finally:
         steps.close()
         bar.close()
-    total_nll, tokens = float(total_nll), int(tokens)
     unit = _token_unit(corpus) if token_unit is None else token_unit
     size = size if size is not None else getattr(corpus, "size", None)
     if size is None or unit:  # one token is one sample: characters, bytes and words of it mean nothing
@@ -165,7 +171,29 @@ def evaluate(
         cmem_len=cmem_len,
         tokenizer=kind,
         token_unit=unit,
+        unknown_tokens=unknown,
     )
+
+
+def _sums(steps: Any, device: torch.device, unknown_id: int | None, bar: Any) -> tuple[float, int, int, int]:
+    """The summed NLL, targets, ``<unk>`` targets and segments of a stream of steps (summed on the device: no host
+    synchronisation per segment; the bar shows the running figure now and then)."""
+    total_nll = torch.zeros((), dtype=torch.float64, device=device)
+    tokens = torch.zeros((), dtype=torch.long, device=device)
+    unknown = torch.zeros((), dtype=torch.long, device=device)
+    segments = 0
+    for step in steps:
+        targets = step.batch.targets.to(device)
+        logits = step.out.logits.float().flatten(0, 1)
+        total_nll += F.cross_entropy(logits, targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+        tokens += (targets != IGNORE_INDEX).sum()
+        if unknown_id is not None:
+            unknown += (targets == unknown_id).sum()
+        segments += 1
+        bar.update(1)
+        if not bar.disable and segments % 16 == 1:
+            bar.set_postfix(bits_per_token=f"{float(total_nll) / max(int(tokens), 1) / LN2:.3f}")
+    return float(total_nll), int(tokens), int(unknown), segments
 
 
 def _token_unit(corpus: Any) -> str:

@@ -1,0 +1,42 @@
+"""benchmarks/kernel_compile.py: the fused kernels compiled for sm_90 without a GPU, and the tile-product counts of
+the designs it compares."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("triton.backends.nvidia.compiler")
+kernel_compile = pytest.importorskip("benchmarks.kernel_compile")
+
+SHAPE = dict(B=16, H=8, T=512, dh=64, C=512, M=515)
+
+
+def _forward(launches):
+    return next(launch for launch in launches if "forward" in launch.fn.__name__)
+
+
+def test_the_current_forward_is_software_pipelined_with_fewer_barriers_per_tile_than_the_first():
+    """Compiled as a CUDA call at the `gpu` shape would run it: the first kernel's shift through a global scratch
+    buffer between barriers (num_stages=1: no asynchronous copies); the current one's in registers, its loads
+    pipelined, with fewer block-wide barriers per tile."""
+    first = _forward(kernel_compile.record_first(SHAPE))
+    current = _forward(kernel_compile.record_current(SHAPE))
+    old = kernel_compile.compile_one(first, first.configs[0])
+    new = kernel_compile.compile_one(current, current.configs[0])
+    assert old["num_stages"] == 1 and old["cp_async"] == 0
+    assert new["num_stages"] >= 2 and new["cp_async"] > 0
+    assert new["tile_barriers"][1] < old["tile_barriers"][0]
+    assert "SCR" in first.fn.arg_names and "SCR" not in current.fn.arg_names  # no scratch buffer to pass
+    assert 0 < new["shared_bytes"] <= 228 * 1024 and new["registers"] <= 255
+
+
+def test_tile_products_per_head_fall_and_the_table_pass_is_gone():
+    first = kernel_compile.first_design_products(SHAPE)
+    current = kernel_compile.current_design_products(SHAPE, 64, 64)
+    total = lambda p: p["forward"] + p["key pass"] + p["query pass"] + p["table pass"]  # noqa: E731
+    assert current["table pass"] == 0 < first["table pass"]
+    assert total(current) < 0.7 * total(first)
+    useful = kernel_compile.useful_flops(SHAPE)
+    assert useful < total(current)  # recomputation and whole-tile products cost more than the useful work
+    # the first kernel's forward: 4 products per tile, 24 tiles per query block at the last (causal) one
+    assert first["tiles"]["query"] == sum(8 + -(-min(515 + 512, 515 + i0 + 64) // 64) for i0 in range(0, 512, 64))
