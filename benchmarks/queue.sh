@@ -5,10 +5,12 @@
 #
 #   setsid nohup bash benchmarks/queue.sh > queue.log 2>&1 &
 #
-# 1. agents: Adam against IMPALA's learner on the control (learner.toml; decides the learner), then
-# 2. speech: the transformers' learning-rate sweep (lr-sweep.toml, and lr-sweep-extra.toml where the rule asks), then
-#    the three arms at their tuned rates (tuned.toml, 5 seeds, more where the rule asks), then
-# 3. agents: the reach study with IMPALA's learner (reach-impala.toml).
+# 1. agents: Adam against IMPALA's learner on the control (learner.toml), then Adam made stable: its pilot
+#    (learner-adam-pilot.toml) and its comparison against learner.toml's Adam runs (learner-stable.toml), which
+#    decides the learner of the reach study;
+# 2. speech: the transformers' learning-rate sweep (lr-sweep.toml, and lr-sweep-extra.toml where the rule asks);
+# 3. agents: the reach study with the decided learner (reach-stable.toml or reach-adam.toml), then
+# 4. speech: the three arms at their tuned rates (tuned.toml, 5 seeds, more where the rule asks) and their comparison.
 # With COMMIT=1, each stage's results are committed under its study's name as it finishes (paths given explicitly,
 # so nothing else in the work tree is committed).
 set -euo pipefail
@@ -41,12 +43,33 @@ speech() {  # speech SPEC OUT
 
 [ -f benchmarks/agents/learner/cost.json ] || "${NICE[@]}" "$PY" -m benchmarks.agents.cost \
     benchmarks/agents/learner.toml --models txl-adam txl-impala ct4-adam ct4-impala --out benchmarks/agents/learner
-agents learner.toml
+finished() {  # finished NAME: the study's runs are all done and committed (its report is not rewritten)
+    git ls-files --error-unmatch "benchmarks/agents/$1/results.json" > /dev/null 2>&1 &&
+        "$PY" -m benchmarks.agents.run "benchmarks/agents/$1.toml" --check-finished > /dev/null 2>&1
+}
+finished learner || agents learner.toml
+finished learner-adam-pilot || agents learner-adam-pilot.toml
+agents learner-stable.toml
 
 speech lr-sweep.toml lr-sweep
 if "$PY" -m benchmarks.speech.tune extra | grep -q 'lr-sweep-extra.toml$'; then
     speech lr-sweep-extra.toml lr-sweep-extra
 fi
+
+# The reach study's learner, by "Adam made stable"'s rule (3): the stable learner only if its runs stay solved more
+# often (one-sided Fisher p < 0.05) with no more drops in all than Adam's.
+reach=$("$PY" - <<'PY'
+import json
+pooled = json.load(open("benchmarks/agents/learner-stable/results.json"))["pooled"][0]
+decided = pooled["p_fisher"] is not None and pooled["p_fisher"] < 0.05 and pooled["drops"][0] <= pooled["drops"][1]
+print("reach-stable" if decided else "reach-adam")
+PY
+)
+echo "the reach study's learner: $reach"
+[ -f "benchmarks/agents/$reach/cost.json" ] || "${NICE[@]}" "$PY" -m benchmarks.agents.cost \
+    "benchmarks/agents/$reach.toml" --out "benchmarks/agents/$reach"
+agents "$reach.toml"
+
 [ -f benchmarks/speech/tuned.toml ] || "$PY" -m benchmarks.speech.tune tuned
 [ -f benchmarks/speech/tuned/cost.json ] || "${NICE[@]}" "$PY" -m benchmarks.speech.cost \
     benchmarks/speech/tuned.toml --updates 20 60 --out benchmarks/speech/tuned
@@ -55,8 +78,4 @@ speech tuned.toml tuned
 speech tuned.toml tuned  # the added seeds, if the rule asked for any (nothing to do otherwise)
 "$PY" -m benchmarks.speech.compare benchmarks/speech/tuned --design tuned --split test
 commit "speech tuned: judged comparisons" benchmarks/speech/tuned/comparisons.*
-
-[ -f benchmarks/agents/reach-impala/cost.json ] || "${NICE[@]}" "$PY" -m benchmarks.agents.cost \
-    benchmarks/agents/reach-impala.toml --out benchmarks/agents/reach-impala
-agents reach-impala.toml
 echo "queue finished"

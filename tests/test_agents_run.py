@@ -97,6 +97,11 @@ def test_an_arm_reused_from_another_study_reads_its_runs_and_trains_nothing(tmp_
     assert "train.lr=1e-2" not in agents_run.arm_overrides(spec, "txl"), "the other study's overrides, not these"
     assert "train.lr=1e-2" in agents_run.arm_overrides(spec, "txl-fast")
     assert result["pooled"][0]["runs"] == 2
+    assert agents_run.main([str(second), "--check-finished"]) == 0
+    (tmp_path / "third.toml").write_text(second.read_text().replace("seeds = [0, 1]", "seeds = [0, 1, 2]"))
+    written = sorted(tmp_path.rglob("*"))
+    assert agents_run.main([str(tmp_path / "third.toml"), "--check-finished"]) == 1, "txl-fast's seed 2 never ran"
+    assert sorted(tmp_path.rglob("*")) == written, "checking writes nothing"
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 Transformer at c = 4 and c = 1 on "select nonmatching object", several seeds, intervals, one plot.
 
     python -m benchmarks.agents.run benchmarks/agents/pilot.toml [--out DIR] [--parallel N] [--report-only]
+        [--check-finished]
 
 Runs go seed by seed (every model of seed 0 first), one thread each, and resume: a finished run is skipped, a run
 with a checkpoint continues from it (to the spec's steps, should they have grown). Whatever has finished is
@@ -353,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="default: the spec's folder / the spec's name")
     p.add_argument("--parallel", type=int, default=1, help="runs at a time (one thread each)")
     p.add_argument("--report-only", action="store_true", help="summarize what has finished, train nothing")
+    p.add_argument(
+        "--check-finished", action="store_true", help="exit 0 if every run has finished, else 1; write nothing"
+    )
     args = p.parse_args(argv)
     try:
         spec = resolve_reused(load_toml(args.spec), args.spec)
@@ -360,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         p.exit(2, f"error: {e}\n")
     out = args.out or args.spec.parent / args.spec.stem
     jobs = [(m, s) for s in spec["seeds"] for m in spec["models"]]
+    if args.check_finished:
+        return int(not all(_done(arm_run_dir(spec, out, m, s), spec["env_steps"]) for m, s in jobs))
     unfinished = [arm_run_dir(spec, out, m, s) for m, s in jobs if "reuse" in spec["models"][m]]
     unfinished = [d for d in unfinished if not _done(d, spec["env_steps"])]
     if unfinished and not args.report_only:
