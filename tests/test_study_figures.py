@@ -304,3 +304,20 @@ def test_learner_gradient_scale_and_twin_cores_as_quoted() -> None:
         apart.append(f"{steps[0] / 1e3:.0f} k" if steps else "never")
     said = ", ".join(apart[:-1]) + " and " + apart[-1]
     assert f"first differs by more than 0.05 at {said} steps by seed" in readme
+
+
+STABLE_PILOT = "## Adam made stable (pilot, then pre-registered before any run of `learner-stable.toml`)"
+
+
+@pytest.mark.parametrize("eps", ["1e-3", "1e-4", "1e-5"])
+def test_stable_adam_pilot_table_as_quoted(eps: str) -> None:
+    def cell(core: str) -> str:
+        r = _stable("learner-adam-pilot", f"{core}-eps{eps}-seed100")
+        if r["solved_at"] is None:
+            return f"never, -, {r['final']:.3f}"
+        n = len(r["drops"])
+        return f"{r['solved_at'] / 1e3:.0f}, {n} drop{'' if n == 1 else 's'}, {r['final']:.3f}"
+
+    stays = sum(_stable("learner-adam-pilot", f"{c}-eps{eps}-seed100")["stays_solved"] for c in ("txl", "ct4"))
+    section = _section(_text(AGENTS / "README.md"), STABLE_PILOT)
+    assert _row(section, eps) == [eps, cell("txl"), cell("ct4"), f"{stays} of 2"]
