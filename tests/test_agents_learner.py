@@ -106,7 +106,12 @@ def test_a_run_logs_the_annealed_rate_and_resumes_exactly(tmp_path: Path) -> Non
 def test_a_run_config_from_before_the_learner_keys_means_adam_at_a_constant_rate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert LEGACY_LEARNER == {"optimizer": "adam", "adam_eps": 1e-8, "lr_schedule": "constant", "loss_reduction": "mean"}
+    assert LEGACY_LEARNER == {
+        "optimizer": "adam",
+        "adam_eps": 1e-8,
+        "lr_schedule": "constant",
+        "loss_reduction": "mean",
+    }
     saved = ROOT / "benchmarks" / "agents" / "control" / "runs" / "txl-seed0" / "config.toml"
     assert "optimizer" not in load_toml(saved)["train"]
     old = tmp_path / "old.toml"  # such a config, but the defaults' learner stated otherwise: the file's own keys win
