@@ -13,6 +13,7 @@ from cli_helpers import FAST, assert_one_line_error, cli_run
 
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.runs.rundir import build_config
+from compressive_transformer.training.schedule import learning_rate, schedule_too_short
 
 
 def _texts(root: Path, n: int = 4, *, words: str = "the quick brown fox jumps over the lazy dog. ") -> Path:
@@ -150,3 +151,32 @@ def test_generate_refuses_audio_options_on_a_text_run(finished_run: Path, capsys
     """--seconds and --prime-seconds were ignored by a text run (only --out and --prime were refused)."""
     code, _, err = cli_run(capsys, "generate", str(finished_run), "--prompt", "a", "--seconds", "5")
     assert_one_line_error(code, err, "--seconds", "this run models text", "--max-tokens")
+
+
+def test_a_warmup_as_long_as_the_run_is_said_when_training_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`--set train.steps=6` on a config with a 50-step warmup trained at a rate rising to an eighth of train.lr,
+    never reaching it, without a word."""
+    texts = _texts(tmp_path / "texts")
+    base = ["--config", "configs/text-cpu.toml", "--set", f"data.path={texts}", *FAST]
+    code, out, err = cli_run(capsys, "train", *base, "--run-dir", str(tmp_path / "short"))
+    assert code == 0, err
+    (line,) = [x for x in out.splitlines() if "warmup_steps" in x]
+    cfg = build_config("configs/text-cpu.toml", [f"data.path={texts}", "train.steps=6"]).train
+    last = learning_rate(cfg, 5)
+    assert last < cfg.lr / 8
+    assert line.startswith("note: train.warmup_steps = 50 is not below train.steps = 6") and f"{last:.2e}" in line
+    assert "--set train.warmup_steps=0" in line
+    code, out, err = cli_run(
+        capsys, "train", *base, "--set", "train.warmup_steps=2", "--run-dir", str(tmp_path / "peaks")
+    )
+    assert code == 0, err
+    assert "warmup_steps" not in out + err
+
+
+@pytest.mark.parametrize("warmup, steps", [(0, 1), (5, 6), (6, 6), (7, 6), (100, 3)])
+def test_the_note_appears_exactly_when_the_rate_never_reaches_lr(warmup: int, steps: int) -> None:
+    cfg = build_config(None, [f"train.warmup_steps={warmup}", f"train.steps={steps}"]).train
+    peak = max(learning_rate(cfg, s) for s in range(steps))
+    assert (schedule_too_short(cfg) is None) == (peak == cfg.lr)

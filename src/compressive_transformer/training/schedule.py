@@ -17,3 +17,16 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
     decay_steps = cfg.decay_steps or max(cfg.steps - cfg.warmup_steps, 1)
     progress = min((step - cfg.warmup_steps) / decay_steps, 1.0)
     return cfg.lr_final + (cfg.lr - cfg.lr_final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def schedule_too_short(cfg: TrainConfig) -> str | None:
+    """A one-line note where the warmup takes the whole run, so the rate never reaches ``lr`` (a run shortened by
+    ``--set train.steps=...`` keeps the config's warmup); None where the schedule reaches its peak."""
+    if cfg.warmup_steps < cfg.steps:
+        return None
+    last = learning_rate(cfg, cfg.steps - 1)
+    return (
+        f"note: train.warmup_steps = {cfg.warmup_steps} is not below train.steps = {cfg.steps}: the learning rate "
+        f"only rises, to {last:.2e} at the last update, never reaching train.lr = {cfg.lr:.2e}; lower "
+        f"train.warmup_steps (e.g. --set train.warmup_steps={cfg.steps // 10}) to train at the peak rate"
+    )

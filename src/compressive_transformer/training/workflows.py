@@ -30,7 +30,7 @@ from compressive_transformer.runs.setup import (
     write_new_run,
 )
 from compressive_transformer.training.distributed import DistInfo, barrier, init_distributed, local_device, shutdown
-from compressive_transformer.training.schedule import learning_rate
+from compressive_transformer.training.schedule import learning_rate, schedule_too_short
 from compressive_transformer.training.trainer import Trainer, TrainSummary
 
 
@@ -107,6 +107,8 @@ def _start(plan: TrainingPlan, info: DistInfo, log: Log, *, created: bool) -> tu
             log(
                 f"note: the test split has no text ({why}); training goes on, but `evaluate --split test` will have nothing to score"
             )
+        if new_main and (short := schedule_too_short(plan.cfg.train)) is not None:
+            log(short)
         if new_main:
             write_new_run(plan)
             barrier(info)  # the other processes may read the run now
