@@ -482,7 +482,9 @@ def candidates_report(rows: list[dict]) -> list[str]:
         "Tile configurations: each kernel's own (BLOCK_M x BLOCK_N; the key pass's BLOCK_M counts queries) and a grid "
         "of candidates, every variant compiled (key pass: MEM=False / MEM=True). The rule a configuration is tuned "
         "by: no spilled register stored or reloaded inside a tile loop, in any variant, and its pass's tensor-core "
-        f"work per (b, h) at most {MAX_WORK:.2f} x the 64 x 64 tiles'. wgmma: Hopper's warpgroup products in the "
+        f"work per (b, h) at most {MAX_WORK:.2f} x the 64 x 64 tiles'; the query pass's 64 x 64 tiles are tuned "
+        "against it (`TIMED_DESPITE_SPILLS`: their products are wgmma, the admitted tiles' mostly `mma.sync`, and "
+        "only timing can weigh that against their spills). wgmma: Hopper's warpgroup products in the "
         "PTX (0: every product is an `mma.sync`); warp-instructions per tile scaled to 64 x 64 tile elements.",
         "",
         "| kernel | tile | warps | stages | tuned | rule | wgmma | registers | spilled B | spill ld/st per tile | "
@@ -496,7 +498,8 @@ def candidates_report(rows: list[dict]) -> list[str]:
         tuned = ("first" if r["first"] else "yes") if r["tuned"] else ""
         lines.append(
             f"| {r['kernel']} | {r['BLOCK_M']} x {r['BLOCK_N']} | {r['num_warps']} | {r['num_stages']} | {tuned} | "
-            f"{'admits' if r['admitted'] else 'no'} | {each(lambda v: v['wgmma'])} | "
+            f"{'admits' if r['admitted'] else 'no (timed: wgmma)' if r['tuned'] else 'no'} | "
+            f"{each(lambda v: v['wgmma'])} | "
             f"{each(lambda v: v['registers'])} | {each(lambda v: v['spill_store_bytes'])} | "
             f"{each(lambda v: '{}/{}'.format(v['tile_spill_reloads'][1], v['tile_spill_stores'][1]))} | "
             f"{each(lambda v: round(v['shared_bytes'] / 1024))} | "
