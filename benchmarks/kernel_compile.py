@@ -17,6 +17,11 @@ loads), global atomics. Per design: the tile products each pass performs per (b,
 BLOCK_N, dh) matrix product, counted in FLOPs), against the useful work (the allowed (query, key) pairs times three
 products forward and eight backward), and the fp32 values added atomically.
 
+Which configurations each kernel is tuned over (``fused_triton``'s ``FORWARD_TILES``, ``KEY_TILES``,
+``QUERY_GRAD_TILES``) follows from the last table: each kernel, in all its variants, compiled with its own
+configurations and a grid of candidates (tiles, warps, stages), and judged by one rule (:func:`admitted`): no spilled
+register stored or reloaded inside a tile loop, and the pass's tensor-core work within 10% of its 64 x 64 tiles'.
+
 What this cannot show: time. Whether the registers' and barriers' savings become speed is measured on a GPU by
 ``benchmarks/fused_attention.py`` (``bash benchmarks/gpu_check.sh``).
 """
@@ -211,7 +216,8 @@ def loop_bodies(sass: str) -> list[str]:
 
 def per_tile(sass: str, warps: int) -> dict:
     """Per loop iteration (one tile), over the kernel's loops (masked and unmasked tiles): SASS instructions issued
-    by all warps together, block-wide barriers, shared-memory loads and stores, spilled registers reloaded."""
+    by all warps together, block-wide barriers, shared-memory loads and stores, spilled registers reloaded and
+    stored."""
     stats = []
     for body in loop_bodies(sass):
         count = lambda p, b=body: len(re.findall(p, b))  # noqa: E731
@@ -221,9 +227,10 @@ def per_tile(sass: str, warps: int) -> dict:
                 "barriers": count(r"\bBAR\.SYNC"),
                 "shared_accesses": count(r"\b(LDS|STS)(\.\S+)?\s"),
                 "spill_reloads": count(r"\bLDL\b"),
+                "spill_stores": count(r"\bSTL\b"),
             }
         )
-    keys = ("warp_instructions", "barriers", "shared_accesses", "spill_reloads")
+    keys = ("warp_instructions", "barriers", "shared_accesses", "spill_reloads", "spill_stores")
     return {f"tile_{k}": [min(s[k] for s in stats), max(s[k] for s in stats)] for k in keys} if stats else {}
 
 
@@ -299,31 +306,56 @@ def first_design_products(shape: dict, block: int = 64) -> dict:
     }
 
 
-def current_design_products(shape: dict, bm: int, bn: int) -> dict:
-    """The current kernels' tile products with (bm, bn) query-pass tiles and (bn, bm) key-pass tiles."""
-    T, C, M, dh = shape["T"], shape["C"], shape["M"], shape["dh"]
-    win = M + T
-    R = max(bm // bn, 1)
+def _query_walks(shape: dict, bm: int, bn: int) -> tuple[int, int]:
+    """The tiles of the query-block walks (forward, query pass) with (bm, bn) tiles, and their first chunks (R per
+    walk of a stream; the query pass also finishes R open chunks per walk)."""
+    T, C, M = shape["T"], shape["C"], shape["M"]
     tiles = chunks = 0
     for i0 in range(0, T, bm):
-        lo, hi = _memory_key_range(i0, T, M, win, bm, bn)
+        lo, hi = _memory_key_range(i0, T, M, M + T, bm, bn)
         for n in (C, max(hi - lo, 0)):
             if n > 0:
                 tiles += cdiv(n, bn)
-                chunks += R  # the walk's first chunks (forward, query pass); the last open ones (query pass)
-    key_tiles = cdiv(C, bm) * cdiv(T, bn)
-    for n0 in range(0, M + T, bm):
-        lo, hi = _memory_query_range(n0, T, M, win, bn, bm, first=False)
-        key_tiles += cdiv(max(hi - lo, 0), bn)
-    unit = 2 * bm * bn * dh
-    R_key = max(bn // bm, 1)
+                chunks += max(bm // bn, 1)
+    return tiles, chunks
+
+
+def forward_products(shape: dict, bm: int, bn: int) -> int:
+    """The forward's tensor-core FLOPs per (b, h) with (bm, bn) tiles: scores, one new band chunk, values per tile."""
+    tiles, chunks = _query_walks(shape, bm, bn)
+    return (tiles * 3 + chunks) * 2 * bm * bn * shape["dh"]
+
+
+def query_pass_products(shape: dict, bm: int, bn: int) -> tuple[int, int]:
+    """The query pass's tensor-core FLOPs per (b, h) with (bm, bn) tiles (scores, chunk, dP, dQ, dq_pos, d_table per
+    tile; the first and last chunks per walk), and the fp32 table-gradient values it adds atomically."""
+    tiles, chunks = _query_walks(shape, bm, bn)
+    return (tiles * 6 + 3 * chunks) * 2 * bm * bn * shape["dh"], (tiles + chunks) * bn * shape["dh"]
+
+
+def key_pass_products(shape: dict, bm: int, bn: int) -> tuple[int, int]:
+    """The key pass's tensor-core FLOPs per (b, h) with its own tiles, bm queries by bn keys (scores, the whole band
+    of next_power_of_2(bm + bn) rows, dP, dV, dK per tile), and its tiles."""
+    T, C, M = shape["T"], shape["C"], shape["M"]
+    tiles = cdiv(C, bn) * cdiv(T, bm)
+    for n0 in range(0, M + T, bn):
+        lo, hi = _memory_query_range(n0, T, M, M + T, bm, bn, first=False)
+        tiles += cdiv(max(hi - lo, 0), bm)
+    band = triton.next_power_of_2(bm + bn) // bn  # the band product in (bm, bn, dh) units
+    return tiles * (4 + band) * 2 * bm * bn * shape["dh"], tiles
+
+
+def current_design_products(shape: dict, bm: int, bn: int) -> dict:
+    """The current kernels' tile products with (bm, bn) query-pass tiles and (bn, bm) key-pass tiles."""
+    query, atomic_values = query_pass_products(shape, bm, bn)
+    key, key_tiles = key_pass_products(shape, bn, bm)
     return {
-        "forward": (tiles * 3 + chunks) * unit,  # scores, one new band chunk, values
-        "key pass": key_tiles * (5 + R_key) * unit,  # scores, the whole band (R + 1 chunks), dP, dV, dK
-        "query pass": (tiles * 6 + 3 * chunks) * unit,  # scores, chunk, dP, dQ, dq_pos, d_table; first/last chunks
+        "forward": forward_products(shape, bm, bn),
+        "key pass": key,
+        "query pass": query,
         "table pass": 0,
-        "atomic_values": (tiles + chunks) * bn * dh,  # one finished band chunk's table rows per tile
-        "tiles": {"query": tiles, "key": key_tiles},
+        "atomic_values": atomic_values,  # one finished band chunk's table rows per tile
+        "tiles": {"query": _query_walks(shape, bm, bn)[0], "key": key_tiles},
     }
 
 
@@ -350,10 +382,23 @@ def useful_flops(shape: dict) -> int:
     return pairs * 2 * shape["dh"] * USEFUL_PRODUCTS
 
 
+def tuned_design_products(shape: dict) -> tuple[str, dict]:
+    """The current kernels' tile products with each pass's first tuned tiles (those small shapes run with)."""
+    (fm, fn), (km, kn), (qm, qn) = (
+        (k.configs[0].block_m, k.configs[0].block_n) for k in (current.FORWARD, current.KEY_GRADS, current.QUERY_GRADS)
+    )
+    query, atomic_values = query_pass_products(shape, qm, qn)
+    key, key_tiles = key_pass_products(shape, km, kn)
+    name = f"current, first tuned: forward {fm} x {fn}, key pass {km} x {kn}, query pass {qm} x {qn}"
+    products = {"forward": forward_products(shape, fm, fn), "key pass": key, "query pass": query, "table pass": 0}
+    return name, {**products, "atomic_values": atomic_values, "tiles": {"key": key_tiles}}
+
+
 def analysis(shape: dict) -> list[dict]:
     rows = [("first kernel, 64 x 64", first_design_products(shape))]
     for bm, bn in ((64, 64), (128, 64)):
         rows.append((f"current, {bm} x {bn} (key pass {bn} x {bm})", current_design_products(shape, bm, bn)))
+    rows.append(tuned_design_products(shape))
     rows.append(("one backward kernel (FA-2 shape), 64 x 64", one_kernel_products(shape)))
     useful = useful_flops(shape)
     out = []
@@ -370,6 +415,98 @@ def analysis(shape: dict) -> list[dict]:
             }
         )
     return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The configurations each kernel is tuned over: its own and a grid of candidates, compiled, and the rule that admits.
+
+CANDIDATE_TILES = ((64, 64), (64, 32), (32, 64), (32, 32), (16, 32))  # each kernel's own (BLOCK_M, BLOCK_N)
+CANDIDATE_WARPS = (4, 8)
+CANDIDATE_STAGES = (2, 3)
+MAX_WORK = 1.10  # a pass's tensor-core work per (b, h), against the same pass with 64 x 64 tiles
+PASS_WORK = {
+    "forward_kernel": forward_products,
+    "key_value_grad_kernel": lambda *a: key_pass_products(*a)[0],
+    "query_grad_kernel": lambda *a: query_pass_products(*a)[0],
+}
+
+
+def pass_work(shape: dict, kernel: str, bm: int, bn: int) -> float:
+    """The tensor-core work per (b, h) of ``kernel``'s pass with (bm, bn) tiles, against its 64 x 64 tiles'."""
+    work = PASS_WORK[kernel]
+    return work(shape, bm, bn) / work(shape, 64, 64)
+
+
+def admitted(variants: list[dict], work: float) -> bool:
+    """The rule a configuration is tuned by: compiled in every variant of its kernel (MEM, HAS_C), no spilled register
+    is stored or reloaded inside a tile loop (spills around the loops cost once per program, inside them on every
+    tile), and its pass's tensor-core work is at most MAX_WORK times the 64 x 64 tiles'."""
+    in_loops = sum(v["tile_spill_reloads"][1] + v["tile_spill_stores"][1] for v in variants)
+    return in_loops == 0 and work <= MAX_WORK
+
+
+def candidates(shape: dict, tiles: tuple = CANDIDATE_TILES) -> list[dict]:
+    """Each current kernel compiled, in all its variants, with every configuration it is tuned over and every
+    candidate of the grid (``tiles`` by warps by stages; no tiles: the tuned ones only); per configuration its pass's
+    work against 64 x 64 tiles and the rule's verdict."""
+    launches = record_current(shape)
+    rows = []
+    for name in dict.fromkeys(launch.fn.__name__ for launch in launches):
+        variants = [launch for launch in launches if launch.fn.__name__ == name]
+        tuned = [(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in variants[0].configs]
+        grid = [(bm, bn, w, st) for bm, bn in tiles for w in CANDIDATE_WARPS for st in CANDIDATE_STAGES]
+        for bm, bn, w, st in dict.fromkeys(tuned + grid):
+            config = dict(current.Tiles(bm, bn, w, st).kwargs, num_warps=w, num_stages=st)
+            compiled = [compile_one(launch, config) for launch in variants]
+            work = pass_work(shape, name, bm, bn)
+            rows.append(
+                {
+                    "kernel": name,
+                    "BLOCK_M": bm,
+                    "BLOCK_N": bn,
+                    "num_warps": w,
+                    "num_stages": st,
+                    "tuned": (bm, bn, w, st) in tuned,
+                    "first": (bm, bn, w, st) == tuned[0],  # the one small shapes and CUDA graph captures take
+                    "work": work,
+                    "admitted": admitted(compiled, work),
+                    "variants": compiled,
+                }
+            )
+    return rows
+
+
+def candidates_report(rows: list[dict]) -> list[str]:
+    lines = [
+        "",
+        "Tile configurations: each kernel's own (BLOCK_M x BLOCK_N; the key pass's BLOCK_M counts queries) and a grid "
+        "of candidates, every variant compiled (key pass: MEM=False / MEM=True). The rule a configuration is tuned "
+        "by: no spilled register stored or reloaded inside a tile loop, in any variant, and its pass's tensor-core "
+        f"work per (b, h) at most {MAX_WORK:.2f} x the 64 x 64 tiles'; the query pass's 64 x 64 tiles are tuned "
+        "against it (`TIMED_DESPITE_SPILLS`: their products are wgmma, the admitted tiles' mostly `mma.sync`, and "
+        "only timing can weigh that against their spills). wgmma: Hopper's warpgroup products in the "
+        "PTX (0: every product is an `mma.sync`); warp-instructions per tile scaled to 64 x 64 tile elements.",
+        "",
+        "| kernel | tile | warps | stages | tuned | rule | wgmma | registers | spilled B | spill ld/st per tile | "
+        "shared KiB | warp-instructions per 64 x 64 | work vs 64 x 64 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        vs = r["variants"]
+        each = lambda f, vs=vs: " / ".join(str(f(v)) for v in vs)  # noqa: E731
+        scale = 64 * 64 / (r["BLOCK_M"] * r["BLOCK_N"])
+        tuned = ("first" if r["first"] else "yes") if r["tuned"] else ""
+        lines.append(
+            f"| {r['kernel']} | {r['BLOCK_M']} x {r['BLOCK_N']} | {r['num_warps']} | {r['num_stages']} | {tuned} | "
+            f"{'admits' if r['admitted'] else 'no (timed: wgmma)' if r['tuned'] else 'no'} | "
+            f"{each(lambda v: v['wgmma'])} | "
+            f"{each(lambda v: v['registers'])} | {each(lambda v: v['spill_store_bytes'])} | "
+            f"{each(lambda v: '{}/{}'.format(v['tile_spill_reloads'][1], v['tile_spill_stores'][1]))} | "
+            f"{each(lambda v: round(v['shared_bytes'] / 1024))} | "
+            f"{each(lambda v, k=scale: '{:.0f}-{:.0f}'.format(*(x * k for x in v['tile_warp_instructions'])))} | "
+            f"{r['work']:.3f} |"
+        )
+    return lines
 
 
 def report(result: dict) -> str:
@@ -404,7 +541,7 @@ def report(result: dict) -> str:
             f"| {a['table pass_gflop']:.3f} | {a['total_gflop']:.3f} | {a['over_useful']:.2f} | "
             f"{a['atomic_values']:,} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + candidates_report(result["candidates"]))
 
 
 @contextmanager
@@ -424,6 +561,7 @@ def run(shape: dict) -> dict:
         for launch in record_floor(shape) + record_first(shape) + record_current(shape):
             for config in launch.configs:
                 kernels.append(compile_one(launch, config))
+        tuning = candidates(shape)
     version = subprocess.run([get_ptxas(90).path, "--version"], capture_output=True, text=True).stdout
     return {
         "triton": triton.__version__,
@@ -433,6 +571,7 @@ def run(shape: dict) -> dict:
         "dtype": "bfloat16",
         "kernels": _unique(kernels),
         "analysis": analysis(shape),
+        "candidates": tuning,
         "useful_gflop": useful_flops(shape) * 1e-9,
     }
 

@@ -8,6 +8,8 @@ import pytest
 pytest.importorskip("triton.backends.nvidia.compiler")
 kernel_compile = pytest.importorskip("benchmarks.kernel_compile")
 
+from compressive_transformer.core.kernels.fused_triton import TIMED_DESPITE_SPILLS  # noqa: E402
+
 SHAPE = dict(B=16, H=8, T=512, dh=64, C=512, M=515)
 
 
@@ -40,3 +42,28 @@ def test_tile_products_per_head_fall_and_the_table_pass_is_gone():
     assert useful < total(current)  # recomputation and whole-tile products cost more than the useful work
     # the first kernel's forward: 4 products per tile, 24 tiles per query block at the last (causal) one
     assert first["tiles"]["query"] == sum(8 + -(-min(515 + 512, 515 + i0 + 64) // 64) for i0 in range(0, 512, 64))
+
+
+def test_the_key_pass_work_counts_its_whole_power_of_two_band():
+    """A key-pass tile of bm queries by bn keys multiplies the queries by next_power_of_2(bm + bn) table rows: 64 x 32
+    tiles take a 128-row band (four 32-key units, against two for 64 x 64), 32 x 64 tiles a 128-row one (two)."""
+    flops, tiles = kernel_compile.key_pass_products(SHAPE, 64, 32)
+    assert flops == tiles * (4 + 4) * 2 * 64 * 32 * SHAPE["dh"]
+    flops, tiles = kernel_compile.key_pass_products(SHAPE, 32, 64)
+    assert flops == tiles * (4 + 2) * 2 * 32 * 64 * SHAPE["dh"]
+    assert kernel_compile.pass_work(SHAPE, "key_value_grad_kernel", 64, 32) > kernel_compile.MAX_WORK
+    assert kernel_compile.pass_work(SHAPE, "query_grad_kernel", 64, 64) == 1.0
+
+
+@pytest.mark.slow
+def test_every_tuned_configuration_keeps_spills_out_of_its_tile_loops_with_work_near_64_by_64_tiles():
+    """Every configuration the CUDA tuning may pick, compiled for sm_90 at the `gpu` shape in each variant of its
+    kernel, passes the rule the tuned sets are chosen by (``kernel_compile.admitted``)."""
+    rows = kernel_compile.candidates(SHAPE, tiles=())
+    assert {r["kernel"] for r in rows} == {"forward_kernel", "key_value_grad_kernel", "query_grad_kernel"}
+    assert sum(r["first"] for r in rows) == 3
+    failing = [(r["kernel"], r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"]) for r in rows]
+    failing = [name for name, r in zip(failing, rows) if not r["admitted"]]
+    kept = [("query_grad_kernel", t.block_m, t.block_n, t.warps, t.stages) for t in TIMED_DESPITE_SPILLS]
+    assert failing == kept, "only the query pass's wgmma tiles are tuned against the rule, and they are named so"
+    assert all(r["variants"][0]["wgmma"] > 0 for r in rows if r["tuned"] and not r["admitted"])

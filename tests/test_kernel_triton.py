@@ -19,9 +19,11 @@ pytest.importorskip("triton")
 
 from compressive_transformer.core.kernels.fused_triton import (  # noqa: E402
     FORWARD,
+    FORWARD_TILES,
     KEY_GRADS,
+    KEY_TILES,
+    QUERY_GRAD_TILES,
     QUERY_GRADS,
-    QUERY_TILES,
     TUNED_WORK,
     _configs_worth_timing,
     fused_relative_attention,
@@ -189,11 +191,16 @@ def test_any_shape_matches_the_reference_many_examples(**shape) -> None:
     check_any_shape(**shape)
 
 
+GPU_BLOCKS = {(t.block_m, t.block_n) for t in FORWARD_TILES + QUERY_GRAD_TILES} | {
+    (t.block_n, t.block_m) for t in KEY_TILES
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("tiles", sorted({(t.block_m, t.block_n) for t in QUERY_TILES}))
+@pytest.mark.parametrize("tiles", sorted(GPU_BLOCKS))
 def test_each_gpu_tile_configuration_matches_the_reference_in_the_interpreter(tiles) -> None:
-    """The blocks the GPU may be tuned to (the key pass takes them transposed), in the interpreter: several query
-    blocks, a window, every kind of key block."""
+    """The blocks each kernel may be tuned to on the GPU (a call's given blocks are the key pass's transposed), in
+    the interpreter: several query blocks, a window, every kind of key block."""
     tensors, key_valid = inputs(2, 1, 150, 40, 140, 32, p_invalid=0.2)
     assert_close_fp32(run_both(tensors, key_valid, 40, 100, tiles)[0])
 
