@@ -321,3 +321,98 @@ def test_stable_adam_pilot_table_as_quoted(eps: str) -> None:
     stays = sum(_stable("learner-adam-pilot", f"{c}-eps{eps}-seed100")["stays_solved"] for c in ("txl", "ct4"))
     section = _section(_text(AGENTS / "README.md"), STABLE_PILOT)
     assert _row(section, eps) == [eps, cell("txl"), cell("ct4"), f"{stays} of 2"]
+
+
+STABLE_RESULTS = "## Adam made stable: results (after the runs)"
+
+
+@pytest.mark.parametrize("core", TRANSFORMER_CORES)
+def test_stable_adam_table_as_quoted(core: str) -> None:
+    from benchmarks.agents.run import train_cpu
+
+    arm = f"{core}-stable"
+    runs = _runs("learner-stable", arm)
+    cpu = [train_cpu(AGENTS / "learner-stable" / "runs" / f"{arm}-seed{s}") for s in range(5)]
+    solve = ", ".join("-" if r["solved_at"] is None else f"{r['solved_at'] / 1e3:.0f}" for r in runs)
+    expected = [
+        f"`{arm}`",
+        f"{sum(r['solved_at'] is not None for r in runs)} of 5",
+        f"{sum(r['stays_solved'] for r in runs)} of 5",
+        str(sum(len(r["drops"]) for r in runs)),
+        f"{sum(r['final'] >= 0.9 for r in runs)} of 5",
+        solve,
+        f"{sum(cpu) / 5:.0f}",
+    ]
+    assert _row(_section(_text(AGENTS / "README.md"), STABLE_RESULTS), f"`{arm}`") == expected
+
+
+def test_stable_adam_decision_as_quoted() -> None:
+    from benchmarks.agents.run import train_cpu
+    from compressive_transformer.analysis.stats import permutation_test
+
+    stable, adam = _pool("learner-stable", "stable"), _pool("learner", "adam")
+    fisher = _fisher(stable, adam)
+    sign_flip = permutation_test(stable["drops"], adam["drops"], paired=True, alternative="less")
+    decided = json.loads(_text(AGENTS / "learner-stable" / "results.json"))["pooled"][0]
+    assert decided["p_fisher"] == pytest.approx(fisher) and decided["p_drops_sign_flip"] == pytest.approx(sign_flip)
+    ds, da = sum(stable["drops"]), sum(adam["drops"])
+    readme = _flat(_section(_text(AGENTS / "README.md"), STABLE_RESULTS))
+    for quoted in (
+        f"runs stay solved in {stable['stays']} of 20, `adam`'s in {adam['stays']} of 20 (one-sided Fisher p = "
+        f"{fisher:.3f}: **not decided**); drops after solving {ds} against {da} (paired sign-flip p = {sign_flip:.3f})",
+        f"solved at all {stable['solved']} of 20 against {adam['solved']} of 20, at a median "
+        f"{stable['median_solve'] / 1e3:.0f} k steps to the first windowed success >= 0.9 against "
+        f"{adam['median_solve'] / 1e3:.0f} k",
+        f"at the end {stable['ends']} of 20 against {adam['ends']} of 20",
+        f"at least once {stable['dropped']} of 20 against {adam['dropped']} of 20",
+        f"solves fewer runs ({stable['solved']} of 20, inside the predicted 12-17",
+        f"{stable['stays']} of 20 stay solved, below the predicted 10-15",
+        f"drop {ds / stable['solved']:.2f} times each ({ds} in {stable['solved']})",
+        f"against Adam's {da / adam['solved']:.2f} ({da} in {adam['solved']})",
+        f"cuts the drops per solved run by {(da / adam['solved']) / (ds / stable['solved']):.1f}x",
+    ):
+        assert quoted in readme, quoted
+    assert fisher >= 0.05 and ds / stable["solved"] < 1.0 and stable["solved"] < adam["solved"]
+    three = ("txl", "ct1", "ct4")
+    s3, a3 = _pool("learner-stable", "stable", three), _pool("learner", "adam", three)
+    assert f"{s3['stays']} of 15 against {a3['stays']} of 15 stay solved, {sum(s3['drops'])} drops" in readme
+    assert f"against {sum(a3['drops'])}" in readme
+    xl = ("txl", "txl48")
+    sx, ax = _pool("learner-stable", "stable", xl), _pool("learner", "adam", xl)
+    assert (
+        f"({sx['stays']} of 10 stay solved, {sum(sx['drops'])} drops, against Adam's {ax['stays']} of 10 and "
+        f"{sum(ax['drops'])} drops)" in readme
+    )
+    cpu = [
+        train_cpu(AGENTS / "learner-stable" / "runs" / f"{c}-stable-seed{s}")
+        for c in TRANSFORMER_CORES
+        for s in range(5)
+    ]
+    assert f"CPU: {min(cpu):.0f}-{max(cpu):.0f} s per run, {sum(cpu):,.0f} CPU s for the 20 runs" in readme
+
+
+def test_stable_adam_in_the_docs_as_quoted() -> None:
+    stable, adam = _pool("learner-stable", "stable"), _pool("learner", "adam")
+    fisher, ds, da = _fisher(stable, adam), sum(stable["drops"]), sum(adam["drops"])
+    per_s, per_a = f"{ds / stable['solved']:.2f}", f"{da / adam['solved']:.2f}"
+    med_s, med_a = f"{stable['median_solve'] / 1e3:.0f}", f"{adam['median_solve'] / 1e3:.0f}"
+    agents_doc = _flat(_text(ROOT / "docs" / "agents.md"))
+    assert (
+        f"cuts the drops per solved run from {per_a} to {per_s} but solves {stable['solved']} runs of 20 against "
+        f"{adam['solved']} (a median {med_s} k steps against {med_a} k) and keeps {stable['stays']} solved to the end "
+        f"against {adam['stays']}" in agents_doc
+    )
+    xl_s, xl_a = _pool("learner-stable", "stable", ("txl", "txl48")), _pool("learner", "adam", ("txl", "txl48"))
+    assert f"it kept {xl_s['stays']} of 10 against {xl_a['stays']}" in agents_doc
+    results = _flat(_text(ROOT / "docs" / "results.md"))
+    assert (
+        f"keeps {stable['stays']} of 20 runs solved to the end against Adam's {adam['stays']} (Fisher p = "
+        f"{fisher:.3f}, not decided), with {ds} drops after solving against {da}" in results
+    )
+    assert f"{per_s} drops per solved run against {per_a}, but it solves {stable['solved']} of 20 runs" in results
+    assert f"at a median {med_s} k steps against {med_a} k" in results
+    top = _flat(_text(ROOT / "README.md"))
+    assert (
+        f"{stable['stays']} of 20 (p = {fisher:.3f}), drops per solved run {per_s} against {per_a} but "
+        f"{stable['solved']} of 20 solve" in top
+    )
