@@ -197,12 +197,17 @@ def _fisher(a: dict[str, Any], b: dict[str, Any]) -> float:
     return float(fisher_exact(table, alternative="greater").pvalue)
 
 
-@pytest.mark.parametrize("arm", [f"{core}-{learner}" for core in ARMS for learner in ("adam", "impala")])
-def test_learner_table_as_quoted(arm: str) -> None:
+LEARNER_TABLES = [("learner", LEARNER_RESULTS, f"{core}-{learner}") for core in ARMS for learner in ("adam", "impala")]
+STABLE_RESULTS = "## Adam made stable: results (after the runs)"
+STABLE_TABLES = [("learner-stable", STABLE_RESULTS, f"{core}-stable") for core in TRANSFORMER_CORES]
+
+
+@pytest.mark.parametrize("study, section, arm", LEARNER_TABLES + STABLE_TABLES)
+def test_learner_tables_as_quoted(study: str, section: str, arm: str) -> None:
     from benchmarks.agents.run import train_cpu
 
-    runs = _runs("learner", arm)
-    cpu = [train_cpu(AGENTS / "learner" / "runs" / f"{arm}-seed{s}") for s in range(5)]
+    runs = _runs(study, arm)
+    cpu = [train_cpu(AGENTS / study / "runs" / f"{arm}-seed{s}") for s in range(5)]
     solve = ", ".join("-" if r["solved_at"] is None else f"{r['solved_at'] / 1e3:.0f}" for r in runs)
     expected = [
         f"`{arm}`",
@@ -213,7 +218,7 @@ def test_learner_table_as_quoted(arm: str) -> None:
         solve,
         f"{sum(cpu) / 5:.0f}",
     ]
-    assert _row(_section(_text(AGENTS / "README.md"), LEARNER_RESULTS), f"`{arm}`") == expected
+    assert _row(_section(_text(AGENTS / "README.md"), section), f"`{arm}`") == expected
 
 
 def test_learner_decision_as_quoted() -> None:
@@ -321,29 +326,6 @@ def test_stable_adam_pilot_table_as_quoted(eps: str) -> None:
     stays = sum(_stable("learner-adam-pilot", f"{c}-eps{eps}-seed100")["stays_solved"] for c in ("txl", "ct4"))
     section = _section(_text(AGENTS / "README.md"), STABLE_PILOT)
     assert _row(section, eps) == [eps, cell("txl"), cell("ct4"), f"{stays} of 2"]
-
-
-STABLE_RESULTS = "## Adam made stable: results (after the runs)"
-
-
-@pytest.mark.parametrize("core", TRANSFORMER_CORES)
-def test_stable_adam_table_as_quoted(core: str) -> None:
-    from benchmarks.agents.run import train_cpu
-
-    arm = f"{core}-stable"
-    runs = _runs("learner-stable", arm)
-    cpu = [train_cpu(AGENTS / "learner-stable" / "runs" / f"{arm}-seed{s}") for s in range(5)]
-    solve = ", ".join("-" if r["solved_at"] is None else f"{r['solved_at'] / 1e3:.0f}" for r in runs)
-    expected = [
-        f"`{arm}`",
-        f"{sum(r['solved_at'] is not None for r in runs)} of 5",
-        f"{sum(r['stays_solved'] for r in runs)} of 5",
-        str(sum(len(r["drops"]) for r in runs)),
-        f"{sum(r['final'] >= 0.9 for r in runs)} of 5",
-        solve,
-        f"{sum(cpu) / 5:.0f}",
-    ]
-    assert _row(_section(_text(AGENTS / "README.md"), STABLE_RESULTS), f"`{arm}`") == expected
 
 
 def test_stable_adam_decision_as_quoted() -> None:
