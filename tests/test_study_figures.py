@@ -398,3 +398,18 @@ def test_stable_adam_in_the_docs_as_quoted() -> None:
         f"{stable['stays']} of 20 (p = {fisher:.3f}), drops per solved run {per_s} against {per_a} but "
         f"{stable['solved']} of 20 solve" in top
     )
+
+
+def test_speech_sweep_as_quoted() -> None:
+    from benchmarks.speech import tune
+
+    section = _section(
+        _text(SPEECH / "README.md"),
+        "### Tuned transformers: sweep results (after the sweep, before any run of `tuned.toml`)",
+    )
+    for arm in ("compressive", "transformer-xl-wide"):
+        bits = tune.swept(arm)
+        cells = [f"{bits[lr]:.3f}" for lr in (3e-4, 1e-3, 3e-3, 1e-2)]
+        assert _row(section, f"`{arm}`") == [f"`{arm}`", *cells, tune.lr_name(tune.chosen(bits))]
+    ct, xl = tune.swept("compressive")[3e-3], tune.swept("transformer-xl-wide")[3e-3]
+    assert f"{ct - xl:.3f} bits per sample ahead" in _flat(section)
