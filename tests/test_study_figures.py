@@ -197,12 +197,17 @@ def _fisher(a: dict[str, Any], b: dict[str, Any]) -> float:
     return float(fisher_exact(table, alternative="greater").pvalue)
 
 
-@pytest.mark.parametrize("arm", [f"{core}-{learner}" for core in ARMS for learner in ("adam", "impala")])
-def test_learner_table_as_quoted(arm: str) -> None:
+LEARNER_TABLES = [("learner", LEARNER_RESULTS, f"{core}-{learner}") for core in ARMS for learner in ("adam", "impala")]
+STABLE_RESULTS = "## Adam made stable: results (after the runs)"
+STABLE_TABLES = [("learner-stable", STABLE_RESULTS, f"{core}-stable") for core in TRANSFORMER_CORES]
+
+
+@pytest.mark.parametrize("study, section, arm", LEARNER_TABLES + STABLE_TABLES)
+def test_learner_tables_as_quoted(study: str, section: str, arm: str) -> None:
     from benchmarks.agents.run import train_cpu
 
-    runs = _runs("learner", arm)
-    cpu = [train_cpu(AGENTS / "learner" / "runs" / f"{arm}-seed{s}") for s in range(5)]
+    runs = _runs(study, arm)
+    cpu = [train_cpu(AGENTS / study / "runs" / f"{arm}-seed{s}") for s in range(5)]
     solve = ", ".join("-" if r["solved_at"] is None else f"{r['solved_at'] / 1e3:.0f}" for r in runs)
     expected = [
         f"`{arm}`",
@@ -213,7 +218,7 @@ def test_learner_table_as_quoted(arm: str) -> None:
         solve,
         f"{sum(cpu) / 5:.0f}",
     ]
-    assert _row(_section(_text(AGENTS / "README.md"), LEARNER_RESULTS), f"`{arm}`") == expected
+    assert _row(_section(_text(AGENTS / "README.md"), section), f"`{arm}`") == expected
 
 
 def test_learner_decision_as_quoted() -> None:
@@ -323,29 +328,6 @@ def test_stable_adam_pilot_table_as_quoted(eps: str) -> None:
     assert _row(section, eps) == [eps, cell("txl"), cell("ct4"), f"{stays} of 2"]
 
 
-STABLE_RESULTS = "## Adam made stable: results (after the runs)"
-
-
-@pytest.mark.parametrize("core", TRANSFORMER_CORES)
-def test_stable_adam_table_as_quoted(core: str) -> None:
-    from benchmarks.agents.run import train_cpu
-
-    arm = f"{core}-stable"
-    runs = _runs("learner-stable", arm)
-    cpu = [train_cpu(AGENTS / "learner-stable" / "runs" / f"{arm}-seed{s}") for s in range(5)]
-    solve = ", ".join("-" if r["solved_at"] is None else f"{r['solved_at'] / 1e3:.0f}" for r in runs)
-    expected = [
-        f"`{arm}`",
-        f"{sum(r['solved_at'] is not None for r in runs)} of 5",
-        f"{sum(r['stays_solved'] for r in runs)} of 5",
-        str(sum(len(r["drops"]) for r in runs)),
-        f"{sum(r['final'] >= 0.9 for r in runs)} of 5",
-        solve,
-        f"{sum(cpu) / 5:.0f}",
-    ]
-    assert _row(_section(_text(AGENTS / "README.md"), STABLE_RESULTS), f"`{arm}`") == expected
-
-
 def test_stable_adam_decision_as_quoted() -> None:
     from benchmarks.agents.run import train_cpu
     from compressive_transformer.analysis.stats import permutation_test
@@ -416,3 +398,18 @@ def test_stable_adam_in_the_docs_as_quoted() -> None:
         f"{stable['stays']} of 20 (p = {fisher:.3f}), drops per solved run {per_s} against {per_a} but "
         f"{stable['solved']} of 20 solve" in top
     )
+
+
+def test_speech_sweep_as_quoted() -> None:
+    from benchmarks.speech import tune
+
+    section = _section(
+        _text(SPEECH / "README.md"),
+        "### Tuned transformers: sweep results (after the sweep, before any run of `tuned.toml`)",
+    )
+    for arm in ("compressive", "transformer-xl-wide"):
+        bits = tune.swept(arm)
+        cells = [f"{bits[lr]:.3f}" for lr in (3e-4, 1e-3, 3e-3, 1e-2)]
+        assert _row(section, f"`{arm}`") == [f"`{arm}`", *cells, tune.lr_name(tune.chosen(bits))]
+    ct, xl = tune.swept("compressive")[3e-3], tune.swept("transformer-xl-wide")[3e-3]
+    assert f"{ct - xl:.3f} bits per sample ahead" in _flat(section)
