@@ -37,6 +37,11 @@ agents() {  # agents SPEC: train every run, then commit the results and each fin
         "benchmarks/agents/$name"/runs/*/{config.toml,cpu_seconds.jsonl,metrics.jsonl.gz}
 }
 
+swept() {  # swept NAME: the sweep's committed report says every run finished (it is not run, nor reported, again)
+    git ls-files --error-unmatch "benchmarks/speech/$1/results.md" > /dev/null 2>&1 &&
+        grep -Eq '\*\*([0-9]+) of \1 runs finished\*\*' "benchmarks/speech/$1/results.md"
+}
+
 speech() {  # speech SPEC OUT
     "${STUDY[@]}" "benchmarks/speech/$1" --out "benchmarks/speech/$2" --parallel "${PARALLEL:-1}" --threads 1
     commit "speech $2: results" "benchmarks/speech/$2/results" "benchmarks/speech/$2"/results.* \
@@ -51,11 +56,11 @@ finished() {  # finished NAME: the study's runs are all done and committed (its 
 }
 finished learner || agents learner.toml
 finished learner-adam-pilot || agents learner-adam-pilot.toml
-agents learner-stable.toml
+finished learner-stable || agents learner-stable.toml
 
-speech lr-sweep.toml lr-sweep
+swept lr-sweep || speech lr-sweep.toml lr-sweep
 if "$PY" -m benchmarks.speech.tune extra | grep -q 'lr-sweep-extra.toml$'; then
-    speech lr-sweep-extra.toml lr-sweep-extra
+    swept lr-sweep-extra || speech lr-sweep-extra.toml lr-sweep-extra
 fi
 
 # The reach study's learner, by "Adam made stable"'s rule (3): the stable learner only if its runs stay solved more
