@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The long study runs, in their pre-registered order, one process at a time, niced; resumable: run it again after
-# any interruption and every finished run is skipped, a started one continues from its checkpoint. Pausing it
+# The long study runs, in their pre-registered order, niced, one run at a time unless PARALLEL says more; resumable:
+# run it again after any interruption and every finished run is skipped, a started one continues from its
+# checkpoint. Pausing it
 # (SIGSTOP/SIGCONT) is harmless: CPU time is counted per process, not by the clock.
 #
 #   setsid nohup bash benchmarks/queue.sh > queue.log 2>&1 &
@@ -11,8 +12,9 @@
 # 2. speech: the transformers' learning-rate sweep (lr-sweep.toml, and lr-sweep-extra.toml where the rule asks);
 # 3. agents: the reach study with the decided learner (reach-stable.toml or reach-adam.toml), then
 # 4. speech: the three arms at their tuned rates (tuned.toml, 5 seeds, more where the rule asks) and their comparison.
-# With COMMIT=1, each stage's results are committed under its study's name as it finishes (paths given explicitly,
-# so nothing else in the work tree is committed).
+# PARALLEL=N runs N runs at a time (one thread each; CPU seconds are counted per process, so results and costs do
+# not depend on it). With COMMIT=1, each stage's results are committed under its study's name as it finishes (paths
+# given explicitly, so nothing else in the work tree is committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-.venv/bin/python}"
@@ -29,14 +31,19 @@ commit() {  # commit MESSAGE PATH... (only with COMMIT=1; a failure to commit ne
 agents() {  # agents SPEC: train every run, then commit the results and each finished run's record
     local spec=$1 name
     name=$(basename "$spec" .toml)
-    "${NICE[@]}" "$PY" -m benchmarks.agents.run "benchmarks/agents/$spec" --parallel 1
+    "${NICE[@]}" "$PY" -m benchmarks.agents.run "benchmarks/agents/$spec" --parallel "${PARALLEL:-1}"
     commit "agents $name: results (metrics.jsonl.gz, config and CPU record of every run)" \
         "benchmarks/agents/$name"/results.* "benchmarks/agents/$name"/success.png \
         "benchmarks/agents/$name"/runs/*/{config.toml,cpu_seconds.jsonl,metrics.jsonl.gz}
 }
 
+swept() {  # swept NAME: the sweep's committed report says every run finished (it is not run, nor reported, again)
+    git ls-files --error-unmatch "benchmarks/speech/$1/results.md" > /dev/null 2>&1 &&
+        grep -Eq '\*\*([0-9]+) of \1 runs finished\*\*' "benchmarks/speech/$1/results.md"
+}
+
 speech() {  # speech SPEC OUT
-    "${STUDY[@]}" "benchmarks/speech/$1" --out "benchmarks/speech/$2" --parallel 1 --threads 1
+    "${STUDY[@]}" "benchmarks/speech/$1" --out "benchmarks/speech/$2" --parallel "${PARALLEL:-1}" --threads 1
     commit "speech $2: results" "benchmarks/speech/$2/results" "benchmarks/speech/$2"/results.* \
         "benchmarks/speech/$2"/*.png "benchmarks/speech/$1"
 }
@@ -49,11 +56,11 @@ finished() {  # finished NAME: the study's runs are all done and committed (its 
 }
 finished learner || agents learner.toml
 finished learner-adam-pilot || agents learner-adam-pilot.toml
-agents learner-stable.toml
+finished learner-stable || agents learner-stable.toml
 
-speech lr-sweep.toml lr-sweep
+swept lr-sweep || speech lr-sweep.toml lr-sweep
 if "$PY" -m benchmarks.speech.tune extra | grep -q 'lr-sweep-extra.toml$'; then
-    speech lr-sweep-extra.toml lr-sweep-extra
+    swept lr-sweep-extra || speech lr-sweep-extra.toml lr-sweep-extra
 fi
 
 # The reach study's learner, by "Adam made stable"'s rule (3): the stable learner only if its runs stay solved more
