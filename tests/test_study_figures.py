@@ -413,3 +413,71 @@ def test_speech_sweep_as_quoted() -> None:
         assert _row(section, f"`{arm}`") == [f"`{arm}`", *cells, tune.lr_name(tune.chosen(bits))]
     ct, xl = tune.swept("compressive")[3e-3], tune.swept("transformer-xl-wide")[3e-3]
     assert f"{ct - xl:.3f} bits per sample ahead" in _flat(section)
+
+
+REACH_RESULTS = "## Reach with the decided learner: results (after the runs)"
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_reach_table_as_quoted(arm: str) -> None:
+    from benchmarks.agents.run import train_cpu
+
+    result = json.loads(_text(AGENTS / "reach-adam" / "results.json"))["models"][arm]
+    runs = _runs("reach-adam", arm)
+    cpu = [train_cpu(AGENTS / "reach-adam" / "runs" / f"{arm}-seed{s}") for s in range(5)]
+    keys = json.loads(_text(AGENTS / "reach-adam" / "cost.json"))["models"][arm]["keys_per_query"]
+    expected = [
+        f"`{arm}`",
+        f"{result['parameters']['total']:,}",
+        "-" if keys is None else str(keys),
+        f"{sum(r['solved_at'] is not None for r in runs)} of 5",
+        str(sum(len(r["drops"]) for r in runs)),
+        ", ".join(f"{r['final']:.3f}" for r in runs),
+        ", ".join("-" if r["solved_at"] is None else f"{r['solved_at'] / 1e3:.0f}" for r in runs),
+        f"{sum(cpu) / 5:.0f}",
+    ]
+    assert _row(_section(_text(AGENTS / "README.md"), REACH_RESULTS), f"`{arm}`") == expected
+    stays = [f"{arm} seed {s}" for s, r in enumerate(runs) if r["stays_solved"]]
+    assert stays == (["lstm40 seed 4"] if arm == "lstm40" else []), "One run of the 30 stays solved, `lstm40` seed 4"
+
+
+def test_reach_decisions_as_quoted() -> None:
+    section = _section(_text(AGENTS / "README.md"), REACH_RESULTS)
+    contrasts = json.loads(_text(AGENTS / "reach-adam" / "results.json"))["contrasts"]
+    p = {(c["a"], c["b"], c["metric"], c["shift"]): c["p_permutation"] for c in contrasts}
+    rows = {
+        "1. `txl48` above `txl`": p[("txl48", "txl", "windowed", 0.0)],
+        "2. `ct4` above `ct1`": p[("ct4", "ct1", "windowed", 0.0)],
+        "3. `lstm40` above `lstm`": p[("lstm40", "lstm", "windowed", 0.0)],
+        "4. `ct4` + 0.1 above `txl48` (non-inferiority)": p[("ct4", "txl48", "windowed", 0.1)],
+        "4. `txl48` above `ct4`": p[("txl48", "ct4", "windowed", 0.0)],
+    }
+    for first, value in rows.items():
+        row = _row(section, first)
+        assert row[1] == f"{value:.3f}" and row[2] == ("yes" if value < 0.05 else "no"), first
+    speed = _row(section, "time to solve, `txl48` sooner than `ct4` (reported)")
+    assert speed[1] == f"{p[('txl48', 'ct4', 'solve_speed', 0.0)]:.3f}"
+    flat = _flat(section)
+    ct4, txl48 = _runs("reach-adam", "ct4"), _runs("reach-adam", "txl48")
+    at_chance = lambda runs: sum(r["final"] < 0.6 for r in runs)  # noqa: E731
+    assert f"catches `ct4` at chance on {at_chance(ct4)} seeds of 5 and `txl48` on {at_chance(txl48)}" in flat
+    d4, d48 = sum(len(r["drops"]) for r in ct4), sum(len(r["drops"]) for r in txl48)
+    assert f"({d4} and {d48} drops after solving)" in flat
+    s4, s48 = [r["solved_at"] / 1e3 for r in ct4], [r["solved_at"] / 1e3 for r in txl48]
+    assert f"at {min(s4):.0f}-{max(s4):.0f} k and {min(s48):.0f}-{max(s48):.0f} k steps" in flat
+
+
+def test_reach_in_the_docs_as_quoted() -> None:
+    contrasts = json.loads(_text(AGENTS / "reach-adam" / "results.json"))["contrasts"]
+    p = {(c["a"], c["b"], c["shift"]): c["p_permutation"] for c in contrasts if c["metric"] == "windowed"}
+    results = _flat(_text(ROOT / "docs" / "results.md"))
+    for quoted in (
+        f"`txl48` above `txl` is decided (p = {p[('txl48', 'txl', 0.0)]:.3f})",
+        f"`ct4` above `ct1` is not (p = {p[('ct4', 'ct1', 0.0)]:.3f})",
+        f"not (p = {p[('ct4', 'txl48', 0.1)]:.3f}), and `lstm40` above `lstm` is (p = {p[('lstm40', 'lstm', 0.0)]:.3f}",
+    ):
+        assert quoted in results, quoted
+    ct4 = _runs("reach-adam", "ct4")
+    held = sum(r["final"] >= 0.9 for r in ct4)
+    assert all(r["solved_at"] is not None for r in ct4) and all(r["drops"] for r in ct4)
+    assert f"so at the end c = 4 holds it on {held} seed of 5" in _flat(_text(ROOT / "README.md"))
