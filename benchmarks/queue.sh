@@ -16,6 +16,7 @@
 # not depend on it). With COMMIT=1, each stage's results are committed under its study's name as it finishes (paths
 # given explicitly, so nothing else in the work tree is committed).
 set -euo pipefail
+shopt -s nullglob  # a stage without a cost pilot or a plot commits the rest
 cd "$(dirname "$0")/.."
 PY="${PY:-.venv/bin/python}"
 NICE=(nice -n 19)
