@@ -16,6 +16,7 @@
 # not depend on it). With COMMIT=1, each stage's results are committed under its study's name as it finishes (paths
 # given explicitly, so nothing else in the work tree is committed).
 set -euo pipefail
+shopt -s nullglob  # a stage without a cost pilot or a plot commits the rest
 cd "$(dirname "$0")/.."
 PY="${PY:-.venv/bin/python}"
 NICE=(nice -n 19)
@@ -33,7 +34,7 @@ agents() {  # agents SPEC: train every run, then commit the results and each fin
     name=$(basename "$spec" .toml)
     "${NICE[@]}" "$PY" -m benchmarks.agents.run "benchmarks/agents/$spec" --parallel "${PARALLEL:-1}"
     commit "agents $name: results (metrics.jsonl.gz, config and CPU record of every run)" \
-        "benchmarks/agents/$name"/results.* "benchmarks/agents/$name"/success.png \
+        "benchmarks/agents/$name"/results.* "benchmarks/agents/$name"/success.png "benchmarks/agents/$name"/cost.* \
         "benchmarks/agents/$name"/runs/*/{config.toml,cpu_seconds.jsonl,metrics.jsonl.gz}
 }
 
@@ -45,7 +46,7 @@ swept() {  # swept NAME: the sweep's committed report says every run finished (i
 speech() {  # speech SPEC OUT
     "${STUDY[@]}" "benchmarks/speech/$1" --out "benchmarks/speech/$2" --parallel "${PARALLEL:-1}" --threads 1
     commit "speech $2: results" "benchmarks/speech/$2/results" "benchmarks/speech/$2"/results.* \
-        "benchmarks/speech/$2"/*.png "benchmarks/speech/$1"
+        "benchmarks/speech/$2"/*.png "benchmarks/speech/$2"/cost.* "benchmarks/speech/$1"
 }
 
 [ -f benchmarks/agents/learner/cost.json ] || "${NICE[@]}" "$PY" -m benchmarks.agents.cost \
