@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import AGENT_TINY
 from safetensors.torch import load_file
 
 pytest.importorskip("gymnasium")
@@ -28,18 +29,7 @@ from compressive_transformer.runs.metrics import read_metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "agents" / "nonmatching.toml"
-TINY = [
-    "train.n_envs=2",
-    "train.unroll=4",
-    "train.env_steps=64",  # 8 updates
-    "train.log_every=1",
-    "train.checkpoint_every=4",
-    "env.delay=4",
-    "model.d_model=16",
-    "model.d_ff=16",
-    "model.mem_len=4",
-    "model.cmem_len=2",
-]
+TINY = [*AGENT_TINY, "train.log_every=1"]  # a record at every one of its 8 updates
 IMPALA = ['train.optimizer="rmsprop"', 'train.lr_schedule="linear"', "train.lr=0.004"]
 
 
