@@ -102,8 +102,6 @@ def _done(run_dir: Path, steps: int) -> bool:
 def run_one(spec: dict[str, Any], model: str, seed: int, run_dir: Path) -> float:
     """Train (or finish) one run; returns its wall-clock seconds in this call."""
     start = time.perf_counter()
-    if "reuse" in spec["models"][model]:  # another study's finished run (checked in main): read, never written
-        return 0.0
     if not _done(run_dir, spec["env_steps"]):
         cfg = load_rl_config(spec["config"], _overrides(spec, model, seed))
         ckpt = latest_checkpoint(run_dir)
@@ -366,13 +364,14 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(m, s) for s in spec["seeds"] for m in spec["models"]]
     if args.check_finished:
         return int(not all(_done(arm_run_dir(spec, out, m, s), spec["env_steps"]) for m, s in jobs))
-    unfinished = [arm_run_dir(spec, out, m, s) for m, s in jobs if "reuse" in spec["models"][m]]
-    unfinished = [d for d in unfinished if not _done(d, spec["env_steps"])]
+    reused = [arm_run_dir(spec, out, m, s) for m, s in jobs if "reuse" in spec["models"][m]]
+    unfinished = [d for d in reused if not _done(d, spec["env_steps"])]
     if unfinished and not args.report_only:
         p.exit(2, f"error: {unfinished[0]} is not finished; run the study it belongs to first\n")
+    trained = [(m, s) for m, s in jobs if "reuse" not in spec["models"][m]]  # another study's runs are only read
     if not args.report_only:
         with ProcessPoolExecutor(max_workers=args.parallel) as pool:
-            futures = {(m, s): pool.submit(run_one, spec, m, s, arm_run_dir(spec, out, m, s)) for m, s in jobs}
+            futures = {(m, s): pool.submit(run_one, spec, m, s, arm_run_dir(spec, out, m, s)) for m, s in trained}
             for (m, s), f in futures.items():
                 seconds = f.result()
                 print(f"{m} seed {s}: {seconds:.0f} s", flush=True)
