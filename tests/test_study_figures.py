@@ -93,7 +93,7 @@ def test_agent_drops_and_windowed_ends_as_quoted() -> None:
 
 
 def test_agent_parameter_counts_as_quoted() -> None:
-    from benchmarks.agents.run import arm_parameters
+    arm_parameters = pytest.importorskip("benchmarks.agents.run").arm_parameters  # needs the [rl] extra
     from compressive_transformer.core.config import load_toml
 
     spec = load_toml(AGENTS / "control.toml")
@@ -204,7 +204,7 @@ STABLE_TABLES = [("learner-stable", STABLE_RESULTS, f"{core}-stable") for core i
 
 @pytest.mark.parametrize("study, section, arm", LEARNER_TABLES + STABLE_TABLES)
 def test_learner_tables_as_quoted(study: str, section: str, arm: str) -> None:
-    from benchmarks.agents.run import train_cpu
+    train_cpu = pytest.importorskip("benchmarks.agents.run").train_cpu  # needs the [rl] extra
 
     runs = _runs(study, arm)
     cpu = [train_cpu(AGENTS / study / "runs" / f"{arm}-seed{s}") for s in range(5)]
@@ -329,7 +329,7 @@ def test_stable_adam_pilot_table_as_quoted(eps: str) -> None:
 
 
 def test_stable_adam_decision_as_quoted() -> None:
-    from benchmarks.agents.run import train_cpu
+    train_cpu = pytest.importorskip("benchmarks.agents.run").train_cpu  # needs the [rl] extra
     from compressive_transformer.analysis.stats import permutation_test
 
     stable, adam = _pool("learner-stable", "stable"), _pool("learner", "adam")
@@ -420,7 +420,7 @@ REACH_RESULTS = "## Reach with the decided learner: results (after the runs)"
 
 @pytest.mark.parametrize("arm", ARMS)
 def test_reach_table_as_quoted(arm: str) -> None:
-    from benchmarks.agents.run import train_cpu
+    train_cpu = pytest.importorskip("benchmarks.agents.run").train_cpu  # needs the [rl] extra
 
     result = json.loads(_text(AGENTS / "reach-adam" / "results.json"))["models"][arm]
     runs = _runs("reach-adam", arm)
