@@ -329,6 +329,9 @@ def test_parallel_runs_give_the_sequential_results(tmp_path: Path, spec: Path) -
     run_study(spec, tmp_path / "two", threads=2, parallel=2, log=quiet)
     assert results_of(tmp_path / "one") == results_of(tmp_path / "two")
     assert (tmp_path / "two" / "logs" / "ct-seed-0.log").read_text().count("wrote") == 1
+    said: list[str] = []  # more runs at once than threads in all: the study says it runs fewer, and how to fix it
+    run_study(spec, tmp_path / "two", threads=1, parallel=2, log=said.append)
+    assert "1 at a time with 1 thread(s) each (parallel 2 capped by 1 thread(s) in all: raise threads" in said[0]
 
 
 @pytest.mark.slow
