@@ -54,7 +54,9 @@ def run_study(
     lanes, per_job = split_threads(total, asked)
     jobs = study_jobs(study, out, threads=per_job, progress=lanes == 1)
     todo = _jobs_to_run(study, jobs, out)
-    capped = f" (parallel {asked} capped by {total} thread(s) in all: raise threads to run more)" if lanes < asked else ""
+    capped = (
+        f" (parallel {asked} capped by {total} thread(s) in all: raise threads to run more)" if lanes < asked else ""
+    )
     log(
         f"study {study.path}: {len(study.configs)} variants x {len(s.seeds)} seeds; {len(jobs) - len(todo)} done, "
         f"{len(todo)} to run, {lanes} at a time with {per_job} thread(s) each{capped}"
