@@ -167,6 +167,37 @@ def test_agent_run_config(agent_run_copy: Path, marker: Path, capsys: pytest.Cap
     check(code, err, marker, must_fail=True)
 
 
+@pytest.fixture(scope="module")
+def agent_run_with_best(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny agent run whose window (2 episodes) fills, so it keeps a best policy (``<run>/best``)."""
+    from conftest import AGENT_TINY
+
+    from compressive_transformer import cli
+
+    pytest.importorskip("gymnasium")
+    run_dir = tmp_path_factory.mktemp("agent-best") / "run"
+    sets = [a for s in [*AGENT_TINY, "train.window=2", "train.log_every=1"] for a in ("--set", s)]
+    assert (
+        cli.main(["rl", "train", "configs/agents/nonmatching.toml", *sets, "--no-progress", "--run-dir", str(run_dir)])
+        == 0
+    )
+    return run_dir
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "state.json", "config.toml", "manifest.json"])
+def test_agent_best_policy_files(
+    name: str, agent_run_with_best: Path, tmp_path: Path, marker: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(agent_run_with_best, run)
+    (best,) = list_checkpoints(run / "best")
+    plant(best / name, marker)
+    code, _, err = cli_run(capsys, "rl", "evaluate", str(run), "--best", "--episodes", "2", "--no-progress")
+    check(code, err, marker, must_fail=name != "config.toml")  # the weights' config is the run's, not this copy
+    code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(run), "--resume", "--no-progress")
+    check(code, err, marker, must_fail=name in ("state.json", "manifest.json"))  # resuming reads the best's record
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # an imported Transformer-XL checkpoint, results files
 

@@ -42,8 +42,13 @@ class Episodes:
         self.count += len(finished)
 
     @property
+    def successes(self) -> int:
+        """Episodes of the window won (a positive return)."""
+        return sum(r > 0 for r in self.returns)
+
+    @property
     def success_rate(self) -> float:
-        return float(np.mean([r > 0 for r in self.returns])) if self.returns else math.nan
+        return self.successes / len(self.returns) if self.returns else math.nan
 
     @property
     def mean_return(self) -> float:
@@ -62,6 +67,38 @@ class Unroll:
     versions: list[int] = field(default_factory=list)
 
 
+@dataclass
+class Step:
+    """One step of every environment, as :func:`act` took it."""
+
+    read: Any  # the memory the step read (what the learner replays)
+    dist: torch.distributions.Categorical  # the policy it sampled from
+    action: torch.Tensor  # (B,)
+    reward: np.ndarray  # (B,)
+    done: np.ndarray  # (B,) bool: the episode ended with this step
+    ended: list[tuple[int, float]]  # (environment, return) of each episode that ended
+
+
+@torch.no_grad()
+def act(agent: ActorCritic, envs: Any, actors: ActorState) -> Step:
+    """Sample an action for every environment from the policy, step them and carry the actors to the next step."""
+    out, read = agent.step(actors.obs, actors.first, actors.memory)
+    require_finite_logits(out.logits)
+    dist = torch.distributions.Categorical(logits=out.logits)
+    action = dist.sample()
+    next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
+    done = terminated | truncated
+    actors.episode_return += reward
+    ended = []
+    for i in np.flatnonzero(done):
+        ended.append((int(i), float(actors.episode_return[i])))
+        actors.episode_return[i] = 0.0
+    actors.memory = out.state
+    actors.obs = torch.as_tensor(next_obs, dtype=torch.float32)
+    actors.first = torch.as_tensor(done)
+    return Step(read, dist, action, reward, done, ended)
+
+
 @torch.no_grad()
 def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> tuple[Rollout, CoreState, list[float]]:
     """Step every environment ``unroll`` times; returns the rollout, the memory it started from and the returns of
@@ -70,26 +107,15 @@ def collect(agent: ActorCritic, envs: Any, actors: ActorState, unroll: int) -> t
     obs, first = [actors.obs], [actors.first]
     actions, logps, rewards, dones, reads, finished = [], [], [], [], [], []
     for _ in range(unroll):
-        out, read = agent.step(actors.obs, actors.first, actors.memory)
-        reads.append(read)
-        require_finite_logits(out.logits)
-        dist = torch.distributions.Categorical(logits=out.logits)
-        action = dist.sample()
-        next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
-        done = terminated | truncated
-        actors.episode_return += reward
-        for i in np.flatnonzero(done):
-            finished.append(float(actors.episode_return[i]))
-            actors.episode_return[i] = 0.0
-        actors.memory = out.state
-        actors.obs = torch.as_tensor(next_obs, dtype=torch.float32)
-        actors.first = torch.as_tensor(done)
+        step = act(agent, envs, actors)
+        reads.append(step.read)
+        finished.extend(r for _, r in step.ended)
         obs.append(actors.obs)
         first.append(actors.first)
-        actions.append(action)
-        logps.append(dist.log_prob(action))
-        rewards.append(torch.as_tensor(reward, dtype=torch.float32))
-        dones.append(torch.as_tensor(done))
+        actions.append(step.action)
+        logps.append(step.dist.log_prob(step.action))
+        rewards.append(torch.as_tensor(step.reward, dtype=torch.float32))
+        dones.append(torch.as_tensor(step.done))
     if agent.can_replay:  # the memory the bootstrap step reads
         reads.append(agent.core.read_state(actors.memory, actors.first))
     roll = Rollout(
@@ -169,7 +195,9 @@ def join_unrolls(parts: list[Unroll]) -> Unroll:
 __all__ = [
     "ActorState",
     "Episodes",
+    "Step",
     "Unroll",
+    "act",
     "actor_data",
     "collect",
     "join_unrolls",

@@ -37,6 +37,10 @@ LOSS_REDUCTIONS = ("mean", "sum")
 LEGACY_LEARNER = {"optimizer": "adam", "adam_eps": 1e-8, "lr_schedule": "constant", "loss_reduction": "mean"}
 
 
+EVAL_SEED = 1_000_003  # `rl evaluate`'s environments' first seed: far from training's (train.seed + environment index)
+EVAL_EPISODES = 200  # `rl evaluate`'s episodes by default
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     name: str = "nonmatching"

@@ -40,6 +40,7 @@ from compressive_transformer.agents.acting import (
 )
 from compressive_transformer.agents.actor_critic import ActorCritic, Losses, Rollout, vtrace_losses
 from compressive_transformer.agents.actors import ActorPool
+from compressive_transformer.agents.best import BestPolicy, keep_if_best, read_best
 from compressive_transformer.agents.config import RLConfig, RLTrainConfig, load_saved_config
 from compressive_transformer.agents.core import CoreState, detach_state
 from compressive_transformer.agents.health import AgentDiverged, diverged, require_finite, require_finite_weights
@@ -75,6 +76,7 @@ class AgentSummary:
     mean_return: float
     checkpoint: Path
     seconds: float
+    best: BestPolicy | None = None  # the best window's weights (``<run>/best``), none before a window is full
 
 
 def config_text(cfg: RLConfig) -> str:
@@ -296,10 +298,12 @@ def _save(run_dir: Path, cfg: RLConfig, learner: Learner, actors: Actors) -> Pat
 def _train(
     cfg: RLConfig, run_dir: Path, learner: Learner, actors: Actors, progress: bool, last: Path | None
 ) -> Path | None:
-    """The learner's loop: an unroll of every environment, an update, the weights published; metrics and
-    checkpoints on schedule. Returns the last checkpoint written, else ``last`` (the one the run resumed from). A
-    value that stops being finite ends it in one line (:class:`AgentDiverged`)."""
+    """The learner's loop: an unroll of every environment, an update, the weights published; metrics, the best
+    policy (:mod:`~compressive_transformer.agents.best`, at each metrics line) and checkpoints on schedule. Returns
+    the last checkpoint written, else ``last`` (the one the run resumed from). A value that stops being finite ends
+    it in one line (:class:`AgentDiverged`)."""
     tc = cfg.train
+    best = read_best(run_dir)
     metrics = MetricsLogger(run_dir)  # TensorBoard too where it is installed
     metrics.truncate_after(learner.update)
     per_update = tc.n_envs * tc.unroll
@@ -307,6 +311,7 @@ def _train(
     bar = tqdm(total=total * per_update, initial=learner.update * per_update, unit="step", disable=not progress)
     since_log: list[float] = []
     lags: list[int] | None = [] if tc.actors else None
+    text = config_text(cfg)
     clock = cputime.Clock(run_dir, learner.update)
     try:
         while learner.update < total:
@@ -325,6 +330,7 @@ def _train(
                 record = _record(step, step * per_update, learner.episodes, since_log, losses, grad_norm, lags)
                 record["lr"] = learner.optimizer.param_groups[0]["lr"]  # the last update's (train.lr_schedule)
                 metrics.log(record)
+                best = keep_if_best(run_dir, step, step * per_update, learner.agent, learner.episodes, text, best)
                 since_log, lags = [], ([] if lags is not None else None)
                 bar.set_postfix(ret=f"{record['mean_return']:.2f}", success=f"{record['success_rate']:.2f}")
             if learner.update % tc.checkpoint_every == 0 or learner.update == total:
@@ -389,6 +395,7 @@ def _train_locked(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: 
         mean_return=episodes.mean_return,
         checkpoint=path,
         seconds=time.perf_counter() - start_time,
+        best=read_best(run_dir),
     )
 
 

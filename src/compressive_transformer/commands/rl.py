@@ -1,14 +1,19 @@
-"""``compressive-transformer rl train CONFIG``: train an agent (or continue one with ``--resume``)."""
+"""``compressive-transformer rl train CONFIG``: train an agent (or continue one with ``--resume``);
+``rl evaluate RUN``: play fresh episodes with its policy (the newest checkpoint's, or with ``--best`` the best
+window's)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+from dataclasses import asdict
 from pathlib import Path
 
-from compressive_transformer.agents.config import load_rl_config
+from compressive_transformer.agents.config import EVAL_EPISODES, EVAL_SEED, load_rl_config
 from compressive_transformer.commands.options import add_overrides
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.install import install_hint
 from compressive_transformer.runs.rundir import fresh_run_dir
 
@@ -19,19 +24,61 @@ DESCRIPTION = "Train an agent whose core is a Transformer-XL, a Compressive Tran
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="rl_command", required=True, metavar="ACTION", help="what to do: train")
+    sub = parser.add_subparsers(dest="rl_command", required=True, metavar="ACTION", help="train or evaluate")
     p = sub.add_parser("train", help="train an agent with a memory core", description="Train an IMPALA-style agent.")
     p.add_argument("config", type=Path, nargs="?", help="TOML with [env], [core], [model], [train] (see configs/)")
     add_overrides(p, "override a key, e.g. --set train.env_steps=100000 (repeatable)")
     p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/rl-<config>-<time>")
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e = sub.add_parser(
+        "evaluate",
+        help="play fresh episodes with a trained agent's policy",
+        description="Play fresh episodes (seeded apart from training's) with an agent run's policy; report the "
+        "success rate with an exact 95%% interval and the mean return.",
+    )
+    e.add_argument("run_dir", type=Path, help="the run directory of `rl train`")
+    e.add_argument("--best", action="store_true", help="the best window's weights (<run>/best), not the newest")
+    e.add_argument("--episodes", type=int, default=EVAL_EPISODES, help=f"episodes to play (default {EVAL_EPISODES})")
+    e.add_argument("--envs", type=int, help="environments played at once (default: the run's train.n_envs)")
+    e.add_argument("--seed", type=int, default=EVAL_SEED, help=f"the environments' first seed (default {EVAL_SEED})")
+    e.add_argument("--json", type=Path, help="also write the result to this JSON file")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def main(args: argparse.Namespace) -> None:
     missing = [name for name in RL_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigError(f"rl needs the rl extra ({missing[0]} is missing): {install_hint('rl')}")
+    if args.rl_command == "evaluate":
+        evaluate(args)
+    else:
+        train(args)
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    from compressive_transformer.agents.evaluate import evaluate_agent  # needs the extra (gymnasium)
+
+    result = evaluate_agent(
+        args.run_dir,
+        best=args.best,
+        episodes=args.episodes,
+        n_envs=args.envs,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    low, high = result.interval
+    print(
+        f"{result.episodes} episodes with the weights of update {result.step} ({result.checkpoint}): success rate "
+        f"{result.success_rate:.3f} (95% interval {low:.3f}-{high:.3f}), mean return {result.mean_return:.3f}"
+    )
+    if args.json is not None:
+        write_text_atomic(
+            args.json, json.dumps({**asdict(result), "checkpoint": str(result.checkpoint)}, indent=1) + "\n"
+        )
+
+
+def train(args: argparse.Namespace) -> None:
     from compressive_transformer.agents.train import train_agent  # needs the extra (gymnasium, torchrl)
 
     if args.resume:
@@ -49,3 +96,9 @@ def main(args: argparse.Namespace) -> None:
         f"success rate {summary.success_rate:.3f}, mean return {summary.mean_return:.3f}"
     )
     print(f"run directory: {run_dir} (checkpoint {summary.checkpoint})")
+    if summary.best is not None:
+        b = summary.best
+        print(
+            f"best policy: success rate {b.success_rate:.3f}, mean return {b.mean_return:.3f} over the {b.window} "
+            f"episodes before update {b.step} ({b.path}; `rl evaluate {run_dir} --best` plays it)"
+        )

@@ -429,6 +429,16 @@ def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
         ) from None
 
 
+def checkpoint_extra(path: str | Path) -> dict[str, Any]:
+    """The ``extra`` record a checkpoint was saved with, after verifying its weights and state.json (what a reader
+    of a weights-only checkpoint needs, without building a model)."""
+    path = Path(path)
+    verify_checkpoint(path, ("model.safetensors", "state.json"))
+    state = _read_json(path / "state.json")
+    extra = state.get("extra") if isinstance(state, dict) else None
+    return extra if isinstance(extra, dict) else {}
+
+
 def load_checkpoint(
     path: str | Path,
     *,

@@ -1,0 +1,143 @@
+"""The best policy a run keeps (``<run>/best``) and `rl evaluate`: the best full window is the one kept, with the
+weights of that update; a better window replaces it whatever its update; evaluation plays the same number of
+episodes in every environment, reproducibly, without touching the caller's random state."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("gymnasium")
+pytest.importorskip("torchrl")
+
+from compressive_transformer.agents.acting import Episodes  # noqa: E402
+from compressive_transformer.agents.best import BEST_DIR, keep_if_best, read_best  # noqa: E402
+from compressive_transformer.agents.config import load_rl_config  # noqa: E402
+from compressive_transformer.agents.evaluate import evaluate_agent  # noqa: E402
+from compressive_transformer.agents.train import train_agent  # noqa: E402
+from compressive_transformer.core.config import ConfigError  # noqa: E402
+from compressive_transformer.runs.checkpoint import list_checkpoints, load_weights  # noqa: E402
+from compressive_transformer.runs.metrics import read_metrics  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [  # 3 environments, 4 steps an unroll, a window of 3 episodes, a metrics line (a chance for a best) each update
+    "train.n_envs=3",
+    "train.unroll=4",
+    "train.env_steps=240",
+    "train.log_every=1",
+    "train.checkpoint_every=10",
+    "train.window=3",
+    "env.delay=1",
+    "env.show_steps=1",
+    "model.d_model=16",
+    "model.d_ff=16",
+    "model.mem_len=4",
+    "model.cmem_len=2",
+]
+
+
+def _config(*extra: str):
+    return load_rl_config(ROOT / "configs/agents/nonmatching.toml", [*TINY, *extra])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.set_num_threads(1)
+    run_dir = tmp_path_factory.mktemp("best") / "run"
+    train_agent(_config(), run_dir, progress=False)
+    return run_dir
+
+
+def _expected_best(records: list[dict]) -> dict:
+    """The first metrics line with the highest (success rate, mean return) among those whose window was full."""
+    full = [r for r in records if r["episodes"] >= 3]
+    top = max((r["success_rate"], r["mean_return"]) for r in full)
+    return next(r for r in full if (r["success_rate"], r["mean_return"]) == top)
+
+
+def test_the_best_full_window_is_kept_with_the_weights_of_its_update(run: Path, tmp_path: Path) -> None:
+    records = read_metrics(run)
+    want = _expected_best(records)
+    best = read_best(run)
+    assert best is not None and [p.name for p in list_checkpoints(run / BEST_DIR)] == [best.path.name]
+    assert (best.step, best.env_steps, best.window) == (want["step"], want["env_steps"], 3)
+    assert (best.success_rate, best.mean_return) == (want["success_rate"], want["mean_return"])
+    assert best.step < records[-1]["step"]  # else the weights check below would only compare the final ones
+    # the same run stopped at that update (in-process acting replays exactly) ends with the kept weights
+    short = tmp_path / "short"
+    train_agent(_config(f"train.env_steps={best.env_steps}"), short, progress=False)
+    final = list_checkpoints(short)[-1] / "model.safetensors"
+    assert (best.path / "model.safetensors").read_bytes() == final.read_bytes()
+
+
+def test_only_a_full_window_that_does_better_replaces_the_best(tmp_path: Path) -> None:
+    model = torch.nn.Linear(2, 2)
+    episodes = Episodes(deque(maxlen=4))
+
+    def offer(step: int, returns: list[float], best):
+        episodes.returns.clear()
+        episodes.add(returns)
+        with torch.no_grad():
+            model.weight.fill_(step)
+        return keep_if_best(tmp_path, step, 10 * step, model, episodes, "", best)
+
+    assert offer(5, [1.0, 1.0, 1.0], None) is None  # 3 of a window of 4: not yet a window
+    best = offer(6, [1.0, 0.0, 0.0, 0.0], None)
+    assert best is not None and (best.step, best.success_rate) == (6, 0.25)
+    assert offer(7, [0.0, 0.0, 1.0, 0.0], best) == best  # as good: the earlier stays
+    assert offer(8, [0.0, 0.0, 0.0, 0.0], best) == best
+    better = offer(9, [1.0, 0.5, 0.0, 0.0], best)  # the same success rate, a higher mean return
+    assert better is not None and better.step == 9
+    resumed = offer(3, [1.0, 1.0, 1.0, 0.0], better)  # a resumed run's better window at an earlier update
+    assert resumed is not None and resumed.step == 3 and read_best(tmp_path) == resumed
+    assert [p.name for p in list_checkpoints(tmp_path / BEST_DIR)] == ["step-00000003"]
+    reloaded = torch.nn.Linear(2, 2)
+    load_weights(resumed.path, reloaded)
+    assert torch.equal(reloaded.weight, torch.full((2, 2), 3.0))
+
+
+def test_evaluation_plays_every_environment_alike_and_reproducibly(run: Path) -> None:
+    torch.manual_seed(11)
+    before = torch.get_rng_state()
+    a = evaluate_agent(run, episodes=7, n_envs=3, progress=False)
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's random state is untouched
+    assert a.episodes == 9 and 0 <= a.successes <= 9  # 7 rounded up to 3 per environment
+    assert a.success_rate == a.successes / 9 and a.interval[0] <= a.success_rate <= a.interval[1]
+    assert a.checkpoint == list_checkpoints(run)[-1] and a.step == read_metrics(run)[-1]["step"]
+    assert evaluate_agent(run, episodes=7, n_envs=3, progress=False) == a
+    best = evaluate_agent(run, best=True, episodes=7, n_envs=3, progress=False)
+    assert best.checkpoint == read_best(run).path and best.step == read_best(run).step
+
+
+def test_evaluation_errors_are_one_line(run: Path, tmp_path: Path) -> None:
+    none_yet = tmp_path / "none"
+    train_agent(_config("train.env_steps=12", "train.window=200"), none_yet, progress=False)
+    assert read_best(none_yet) is None  # no window of 200 episodes in 12 steps
+    with pytest.raises(ConfigError, match="holds no best policy yet"):
+        evaluate_agent(none_yet, best=True)
+    with pytest.raises(ConfigError, match="does not hold an agent run"):
+        evaluate_agent(tmp_path)
+    with pytest.raises(ConfigError, match="--episodes 0: give at least 1"):
+        evaluate_agent(run, episodes=0)
+
+
+@pytest.mark.slow
+def test_rl_evaluate_in_a_fresh_process(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "eval.json"
+    cmd = [sys.executable, "-m", "compressive_transformer.cli", "rl", "evaluate", str(run), "--best"]
+    done = subprocess.run(
+        [*cmd, "--episodes", "6", "--no-progress", "--json", str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    best = read_best(run)
+    assert f"6 episodes with the weights of update {best.step}" in done.stdout
+    result = json.loads(out.read_text())
+    assert result["episodes"] == 6 and result["checkpoint"] == str(best.path)
+    bad = subprocess.run([*cmd[:-2], str(tmp_path / "nothing")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0 and "does not hold an agent run" in bad.stderr
