@@ -104,9 +104,11 @@ def test_only_a_full_window_that_does_better_replaces_the_best(tmp_path: Path) -
 
 def test_evaluation_plays_every_environment_alike_and_reproducibly(run: Path) -> None:
     torch.manual_seed(11)
+    torch.set_num_threads(2)
     before = torch.get_rng_state()
     a = evaluate_agent(run, episodes=7, n_envs=3, progress=False)
     assert torch.equal(torch.get_rng_state(), before)  # the caller's random state is untouched
+    assert torch.get_num_threads() == 2  # the run's train.threads while it played, the caller's after
     assert a.episodes == 9 and 0 <= a.successes <= 9  # 7 rounded up to 3 per environment
     assert a.success_rate == a.successes / 9 and a.interval[0] <= a.success_rate <= a.interval[1]
     assert a.checkpoint == list_checkpoints(run)[-1] and a.step == read_metrics(run)[-1]["step"]

@@ -481,3 +481,64 @@ def test_reach_in_the_docs_as_quoted() -> None:
     held = sum(r["final"] >= 0.9 for r in ct4)
     assert all(r["solved_at"] is not None for r in ct4) and all(r["drops"] for r in ct4)
     assert f"so at the end c = 4 holds it on {held} seed of 5" in _flat(_text(ROOT / "README.md"))
+
+
+KEPT_RESULTS = "## The best policy kept: results (after the runs)"
+
+
+def test_kept_policy_decisions_as_quoted() -> None:
+    """kept.json's evaluations (the weights are not committed: its per-run numbers are the record), its decision
+    recomputed from them, the stability from the committed metrics, and the README's sentences."""
+    kept = json.loads(_text(AGENTS / "kept" / "kept.json"))
+    runs, d = kept["runs"], kept["decision"]
+    held = lambda r, which: r[which]["success_rate"] >= 0.9  # noqa: E731
+    assert d["kept_solved"] == sum(held(r, "kept") for r in runs.values())
+    assert d["final_solved"] == sum(held(r, "final") for r in runs.values())
+    only_kept = [n for n, r in runs.items() if held(r, "kept") and not held(r, "final")]
+    assert d["only_kept"] == len(only_kept) and d["only_final"] == sum(
+        held(r, "final") and not held(r, "kept") for r in runs.values()
+    )
+    stable = {n: _stable("kept", n) for n in runs}
+    assert [n for n, r in runs.items() if r["solved"]] == [n for n, s in stable.items() if s["solved_at"] is not None]
+    optimism = [r["best_window"]["success_rate"] - r["kept"]["success_rate"] for r in runs.values()]
+    assert d["optimism"]["mean"] == pytest.approx(statistics.fmean(optimism))
+    flat = _flat(_section(_text(AGENTS / "README.md"), KEPT_RESULTS))
+    (only,) = only_kept
+    seed = only.rsplit("seed", 1)[1]
+    n = len(runs)
+    assert f"in {d['kept_solved']} of {n} runs, the final one in {d['final_solved']} of {n}" in flat
+    assert f"(`{only.rsplit('-seed', 1)[0]}` seed {seed}, whose final policy plays at" in flat
+    assert (
+        f"at {runs[only]['final']['success_rate']:.3f}, chance, and its kept one at {runs[only]['kept']['success_rate']:.3f}), p = {d['p_kept_more']:.1f}"
+        in flat
+    )
+    lows = [r["kept"]["success_rate"] for r in runs.values() if r["solved"]]
+    assert f"All {len(lows)} runs solved" in flat and f"evaluate at {min(lows):.3f}-{max(lows):.3f}" in flat
+    assert f"by {d['optimism']['mean']:+.3f} ± {d['optimism']['half_width']:.3f}" in flat
+    stays = sum(s["stays_solved"] for s in stable.values())
+    drops = sum(len(s["drops"]) for s in stable.values())
+    ends = sum(s["final"] >= 0.9 for s in stable.values())
+    assert f"{stays} of {n} runs stay solved ({drops} drops after solving), yet {ends} end solved" in flat
+    learner = [_stable("learner", f"{core}-adam-seed{s}") for core in TRANSFORMER_CORES for s in range(5)]
+    assert (
+        f"{sum(r['stays_solved'] for r in learner)} stay solved, {sum(len(r['drops']) for r in learner)} drops, "
+        f"{sum(r['final'] >= 0.9 for r in learner)} of 20 end with windowed success >= 0.9" in flat
+    )
+    below = []
+    for name in runs:
+        records = read_run_metrics(AGENTS / "kept" / "runs" / name)
+        after = [r for r in records if r["env_steps"] >= stable[name]["solved_at"]]
+        below.append(sum(r["success_rate"] < 0.9 for r in after) / len(after))
+    assert f"below 0.9 in {statistics.fmean(below):.0%} of its metrics records on average" in flat
+    assert (
+        f"({min(below):.0%} to {max(below):.0%} by run; {sum(b > 0.3 for b in below)} of the {n} runs above 30%)"
+        in flat
+    )
+    cpu = [
+        v
+        for core in TRANSFORMER_CORES
+        for v in json.loads(_text(AGENTS / "kept" / "results.json"))["models"][f"{core}-adam"][
+            "train_cpu_seconds"
+        ].values()
+    ]
+    assert f"(20 runs, {min(cpu):.0f}-{max(cpu):.0f} CPU s each" in flat

@@ -80,11 +80,13 @@ def decide(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     d = result["decision"]
+    episodes = next(iter(result["runs"].values()))["episodes"]
     lines = [
         f"# The best policy kept: {result['spec']}",
         "",
-        f"`{result['command']}`; {result['episodes']} fresh episodes per policy (seed {result['seed']}). "
-        f"Machine: {result['machine']['cpu']}.",
+        f"`{result['command']}`; {episodes} fresh episodes per policy ({result['episodes']} asked, rounded up to a "
+        f"multiple of the environments; seed {result['seed']}). Machine: {result['machine']['cpu']}, "
+        f"{result['machine']['cores']} cores (flags in kept.json).",
         "",
         "| run | solved | best window (steps, windowed success) | best: evaluated | final: evaluated |",
         "| --- | --- | --- | --- | --- |",

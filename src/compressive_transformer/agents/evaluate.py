@@ -97,9 +97,16 @@ def evaluate_agent(
     path, step = policy_checkpoint(run_dir, best, log)
     n_envs = min(n_envs or cfg.train.n_envs, episodes)
     per_env = math.ceil(episodes / n_envs)
-    with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
-        torch.manual_seed(seed)
-        returns = _play(cfg, path, n_envs, per_env, seed, progress)
+    threads = torch.get_num_threads()
+    # the run's torch threads, as it acted in training: an agent's steps are tiny, and more threads than cores
+    # free spin-wait (300 times slower on a busy 2-core machine); the caller's random state is left as it was
+    torch.set_num_threads(cfg.train.threads)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            returns = _play(cfg, path, n_envs, per_env, seed, progress)
+    finally:
+        torch.set_num_threads(threads)
     tally = Episodes(deque(returns))
     ci = binomtest(tally.successes, len(returns)).proportion_ci(0.95, method="exact")
     return AgentEvaluation(
