@@ -542,3 +542,26 @@ def test_kept_policy_decisions_as_quoted() -> None:
         ].values()
     ]
     assert f"(20 runs, {min(cpu):.0f}-{max(cpu):.0f} CPU s each" in flat
+    results, agents = _flat(_text(ROOT / "docs" / "results.md")), _flat(_text(ROOT / "docs" / "agents.md"))
+    assert (
+        f"in {d['kept_solved']} of {n} runs, the final one in {d['final_solved']} of {n} (p = {d['p_kept_more']:.1f})"
+        in results
+    )
+    assert (
+        f"(`{only.rsplit('-adam-seed', 1)[0]}` seed {seed}: final {runs[only]['final']['success_rate']:.3f}, kept {runs[only]['kept']['success_rate']:.3f})"
+        in results
+    )
+    assert f"below 0.9 in {statistics.fmean(below):.0%} of its records on average" in results
+    assert f"flatters its policy by {d['optimism']['mean']:+.3f} ± {d['optimism']['half_width']:.3f}" in results
+    assert (
+        f"at {min(lows):.3f}-{max(lows):.3f} on fresh episodes, its window's rate flattering it by {d['optimism']['mean']:+.3f}"
+        in agents
+    )
+    top = _flat(_text(ROOT / "README.md"))
+    assert (
+        f"the kept policy plays at {min(lows):.3f}-{max(lows):.3f} on fresh episodes in every run; the final one is solved in {d['final_solved']} of {n} too"
+        in top
+    )
+    assert f"so it saved {d['only_kept']} run (p = {d['p_kept_more']:.1f}," in top.replace(
+        "saved one run", "saved 1 run"
+    )
