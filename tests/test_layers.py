@@ -36,6 +36,7 @@ LAYERS = (
 OPTIONAL = {
     "compressive_transformer.harness.model": "lm_eval, the [lm-eval] extra",
     "compressive_transformer.agents.train": "gymnasium and torchrl, the [rl] extra",
+    "compressive_transformer.agents.evaluate": "gymnasium, the [rl] extra",
     "compressive_transformer.core.kernels.fused_triton": "triton, with CUDA (or the [triton] extra's interpreter)",
 }
 # Modules that import the package inside a function on purpose: the console entry point imports the command line (torch
