@@ -44,7 +44,7 @@ swept() {  # swept NAME: the sweep's committed report says every run finished (i
 }
 
 speech() {  # speech SPEC OUT
-    "${STUDY[@]}" "benchmarks/speech/$1" --out "benchmarks/speech/$2" --parallel "${PARALLEL:-1}" --threads 1
+    "${STUDY[@]}" "benchmarks/speech/$1" --out "benchmarks/speech/$2" --parallel "${PARALLEL:-1}" --threads "${PARALLEL:-1}"  # --threads is the total: one each
     commit "speech $2: results" "benchmarks/speech/$2/results" "benchmarks/speech/$2"/results.* \
         "benchmarks/speech/$2"/*.png "benchmarks/speech/$2"/cost.* "benchmarks/speech/$1"
 }
