@@ -145,7 +145,6 @@ def test_speech_fair_scores_as_quoted(cell: str) -> None:
 def test_speech_fair_differences_and_cpu_time_as_quoted() -> None:
     judged = json.loads(_text(SPEECH / "fair" / "comparisons.json"))["judged"]
     readme, results = _flat(_text(SPEECH / "README.md")), _flat(_text(ROOT / "docs" / "results.md"))
-    top = _flat(_text(ROOT / "README.md"))
     for d in judged:
         iv, seeds = d["interval"], ", ".join(f"{v:+.3f}" for v in d["per_seed"].values())
         quoted = f"= {iv['mean']:+.3f} ({seeds}), interval [{iv['low']:+.3f}, {iv['high']:+.3f}]"
@@ -154,8 +153,6 @@ def test_speech_fair_differences_and_cpu_time_as_quoted() -> None:
         assert quoted in readme, quoted
         assert f"({iv['mean']:+.3f}, [{iv['low']:+.3f}, {iv['high']:+.3f}])" in results or d["a"] == "compressive"
     ct = judged[0]["interval"]
-    minus = lambda x: f"{x:+.2f}".replace("-", "−")  # noqa: E731  (README.md's typographic minus)
-    assert f"{ct['mean']:+.3f} bits/sample, interval [{minus(ct['low'])}, {minus(ct['high'])}]" in top
     assert f"interval 0.{round((ct['high'] - ct['low']) * 100):02d} wide" in readme
     cpu = [
         json.loads(_text(p))["cpu_seconds"]["train"]["seconds"]
@@ -564,4 +561,76 @@ def test_kept_policy_decisions_as_quoted() -> None:
     )
     assert f"so it saved {d['only_kept']} run (p = {d['p_kept_more']:.1f}," in top.replace(
         "saved one run", "saved 1 run"
+    )
+
+
+TUNED_RESULTS = "### Tuned transformers: results (after the runs)"
+TUNED_ARMS = {  # the speech README's first cell -> variant, docs/results.md's name
+    "`compressive`, lr 3e-3": ("compressive", "Compressive Transformer, tuned"),
+    "`transformer-xl-wide`, lr 3e-3": ("transformer-xl-wide", "Transformer-XL, wider FFN, tuned"),
+    "`wavenet30`, lr 3e-3": ("wavenet30", "WaveNet, 30 layers, tuned"),
+}
+
+
+def _minus(x: float, digits: int) -> str:
+    return f"{x:+.{digits}f}".replace("-", "−")  # README.md's typographic minus
+
+
+@pytest.mark.parametrize("cell", TUNED_ARMS)
+def test_speech_tuned_scores_as_quoted(cell: str) -> None:
+    variant, doc_name = TUNED_ARMS[cell]
+    arm = json.loads(_text(SPEECH / "tuned" / "comparisons.json"))["arms"][variant]
+    bits = _speech_bits("tuned", variant)
+    assert {str(k): v for k, v in bits.items()} == arm["bits"] and sorted(bits) == list(range(7))
+    cpu = [
+        json.loads(_text(p))["cpu_seconds"]["train"]["seconds"]
+        for p in (SPEECH / "tuned" / "results" / variant).glob("seed-*.json")
+    ]
+    assert arm["train_cpu_seconds_mean"] == pytest.approx(statistics.fmean(cpu))
+    score = f"{arm['interval']['mean']:.4f} ± {arm['interval']['half_width']:.4f}"
+    row = _row(_section(_text(SPEECH / "README.md"), TUNED_RESULTS), cell)
+    assert row[1:5] == [
+        f"{arm['parameters']:,}",
+        str(arm["updates"]),
+        f"{arm['train_cpu_seconds_mean']:.0f}",
+        f"{arm['train_flops'] / 1e15:.3f}",
+    ]
+    assert row[5] == score and row[6] == ", ".join(f"{bits[s]:.4f}" for s in sorted(bits))
+    doc = _row(_section(_text(ROOT / "docs" / "results.md"), "## Speech"), doc_name)
+    assert doc[3] == f"{arm['train_cpu_seconds_mean']:.0f}" and doc[4] == score
+
+
+def test_speech_tuned_decisions_and_seeds_as_quoted() -> None:
+    from benchmarks.speech.tune import seeds_needed
+    from compressive_transformer.analysis.stats import mean_interval
+
+    tuned = json.loads(_text(SPEECH / "tuned" / "comparisons.json"))
+    judged, arms = tuned["judged"], tuned["arms"]
+    readme = _flat(_section(_text(SPEECH / "README.md"), TUNED_RESULTS))
+    results, top = _flat(_text(ROOT / "docs" / "results.md")), _flat(_text(ROOT / "README.md"))
+    for d in judged:
+        iv, seeds = d["interval"], ", ".join(f"{v:+.3f}" for v in d["per_seed"].values())
+        assert d["n"] == 7 and d["level"] == pytest.approx(1 - 0.05 / 3)
+        lead = f"(per seed {seeds})" if d["a"] == "compressive" else f"({seeds})"
+        assert f"= {iv['mean']:+.3f} {lead}, interval [{iv['low']:+.3f}, {iv['high']:+.3f}]" in readme
+    ct, wn_ct, wn_txl = (d["interval"] for d in judged)
+    assert ct["low"] < 0 < ct["high"] and ct["half_width"] <= 0.1  # "not distinguishable", "within +-0.1"
+    assert wn_ct["high"] < 0 and wn_txl["high"] < 0  # WaveNet ahead of both
+    assert f"-0.013, interval [{ct['low']:+.3f}, {ct['high']:+.3f}]" in results
+    assert f"{wn_ct['mean']:+.3f} ([{wn_ct['low']:+.3f}, {wn_ct['high']:+.3f}])" in results
+    assert f"{wn_txl['mean']:+.3f} ([{wn_txl['low']:+.3f}, {wn_txl['high']:+.3f}])" in results
+    five = list(judged[0]["per_seed"].values())[:5]  # the rule's look at seeds 0-4
+    at_five = mean_interval(five, level=1 - 0.05 / 3)
+    assert seeds_needed(five) == 7
+    assert f"half-width of {at_five.half_width:.3f} (per-seed SD {at_five.std:.3f})" in readme
+    share = arms["wavenet30"]["train_cpu_seconds_mean"] / arms["compressive"]["train_cpu_seconds_mean"]
+    wn, cpu = arms["wavenet30"]["train_cpu_seconds_mean"], arms["compressive"]["train_cpu_seconds_mean"]
+    assert (
+        f"with {share:.0%} of the Compressive Transformer's training CPU time ({wn:.0f} against {cpu:.0f} s" in readme
+    )
+    assert f"with {share:.0%} of the Compressive Transformer's CPU time" in results
+    assert (
+        f"({_minus(ct['mean'], 3)} bits/sample, interval [{_minus(ct['low'], 2)}, {_minus(ct['high'], 2)}])" in top
+        and f"({_minus(wn_ct['mean'], 3)} and {_minus(wn_txl['mean'], 3)} bits/sample at equal updates, with {share:.0%} of the CPU time)"
+        in top
     )
