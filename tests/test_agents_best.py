@@ -21,6 +21,7 @@ from compressive_transformer.agents.best import BEST_DIR, keep_if_best, read_bes
 from compressive_transformer.agents.config import load_rl_config  # noqa: E402
 from compressive_transformer.agents.evaluate import evaluate_agent  # noqa: E402
 from compressive_transformer.agents.train import train_agent  # noqa: E402
+from compressive_transformer.cli import main  # noqa: E402
 from compressive_transformer.core.config import ConfigError  # noqa: E402
 from compressive_transformer.runs.checkpoint import list_checkpoints, load_weights  # noqa: E402
 from compressive_transformer.runs.metrics import read_metrics  # noqa: E402
@@ -117,10 +118,13 @@ def test_evaluation_plays_every_environment_alike_and_reproducibly(run: Path) ->
     assert best.checkpoint == read_best(run).path and best.step == read_best(run).step
 
 
-def test_evaluation_errors_are_one_line(run: Path, tmp_path: Path) -> None:
+def test_evaluation_errors_are_one_line(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     none_yet = tmp_path / "none"
-    train_agent(_config("train.env_steps=12", "train.window=200"), none_yet, progress=False)
-    assert read_best(none_yet) is None  # no window of 200 episodes in 12 steps
+    sets = [a for s in [*TINY, "train.env_steps=12", "train.window=200"] for a in ("--set", s)]
+    args = ["rl", "train", str(ROOT / "configs/agents/nonmatching.toml"), *sets, "--no-progress"]
+    assert main([*args, "--run-dir", str(none_yet)]) == 0
+    assert read_best(none_yet) is None  # no window of 200 episodes in 12 steps, and the command says so
+    assert "no best policy kept yet: fewer than train.window episodes have ended" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="holds no best policy yet"):
         evaluate_agent(none_yet, best=True)
     with pytest.raises(ConfigError, match="does not hold an agent run"):

@@ -102,3 +102,5 @@ def train(args: argparse.Namespace) -> None:
             f"best policy: success rate {b.success_rate:.3f}, mean return {b.mean_return:.3f} over the {b.window} "
             f"episodes before update {b.step} ({b.path}; `rl evaluate {run_dir} --best` plays it)"
         )
+    else:
+        print("no best policy kept yet: fewer than train.window episodes have ended (train longer, or lower it)")
