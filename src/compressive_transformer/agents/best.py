@@ -77,8 +77,7 @@ def keep_if_best(
     score = (episodes.success_rate, episodes.mean_return)
     if best is not None and score <= best.score:
         return best
-    new = BestPolicy(Path(), step, env_steps, episodes.success_rate, episodes.mean_return, window)
-    extra = {"step": step, "env_steps": env_steps, "success_rate": new.success_rate, "mean_return": new.mean_return}
+    record = {"step": step, "env_steps": env_steps, "success_rate": score[0], "mean_return": score[1], "window": window}
     root = run_dir / BEST_DIR
     path = save_checkpoint(
         root,
@@ -88,13 +87,13 @@ def keep_if_best(
         memory=None,
         data_state=None,
         config_toml=config_toml,
-        extra={**extra, "window": window},
+        extra=record,
         keep=len(list_checkpoints(root)) + 1,  # nothing pruned by step: a resumed run's best may have a lower one
     )
     for other in list_checkpoints(root):
         if other != path:
             shutil.rmtree(other, ignore_errors=True)
-    return BestPolicy(path, step, env_steps, new.success_rate, new.mean_return, window)
+    return BestPolicy(path, **record)
 
 
 __all__ = ["BEST_DIR", "BestPolicy", "keep_if_best", "read_best"]
