@@ -25,7 +25,7 @@ for _var in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
 
 from compressive_transformer import evaluate_text, load_run  # noqa: E402
 from compressive_transformer.core.fileio import write_text_atomic  # noqa: E402
-from compressive_transformer.data.readers import _TITLE, wikitext_stream  # noqa: E402
+from compressive_transformer.data.corpora.wikitext import _TITLE, wikitext_stream  # noqa: E402
 from compressive_transformer.inference.workflows import evaluate_run  # noqa: E402
 from compressive_transformer.runs.machine import machine_info  # noqa: E402
 from compressive_transformer.runs.precision import describe  # noqa: E402

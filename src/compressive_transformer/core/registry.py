@@ -394,7 +394,10 @@ class CorpusFormat:
     """One corpus format (``data.format``).
 
     ``files(cfg, split)`` lists the files a split is read from without reading them (the token cache fingerprints
-    them); ``read(cfg, split)`` returns its :class:`~compressive_transformer.data.readers.RawSplit`. ``sources``:
+    them); ``read(cfg, split)`` returns its :class:`~compressive_transformer.data.readers.RawSplit`; ``stream(cfg,
+    split)``, where given, its :class:`~compressive_transformer.data.documents.SplitStream` (documents read piece by
+    piece, in bounded memory: what the token cache builds from; without it the cache encodes what ``read``
+    returns). ``sources``:
     download name -> :class:`~compressive_transformer.data.download.Source` (what ``data download NAME`` fetches),
     or where that mapping lives. ``needs_path``: ``data.path`` must be set. ``tokenizers``: the tokenizers that can
     read it (empty: any), with ``tokenizer_reason`` saying why. ``train_file``: it accepts ``data.train_file``
@@ -413,17 +416,21 @@ class CorpusFormat:
     train_file: bool = False
     settings: tuple[str, ...] = ()
     token_unit: str = ""
+    stream: Callable[[Any, str], Any] | str | None = None
 
     def __post_init__(self) -> None:
         _refs(self, "files", "read")
+        if self.stream is not None:
+            _refs(self, "stream")
         if isinstance(self.sources, str):
             object.__setattr__(self, "sources", RefMapping(self.sources))
 
 
 def _corpus(module: str, *, sources: bool = False) -> dict[str, Any]:
-    """The places of a built-in corpus module's ``files``, ``read`` (and ``SOURCES``)."""
+    """The places of a built-in corpus module's ``files``, ``read``, ``stream`` (and ``SOURCES``)."""
     where = f"compressive_transformer.data.corpora.{module}"
-    return {"files": f"{where}:files", "read": f"{where}:read"} | ({"sources": f"{where}:SOURCES"} if sources else {})
+    places = {"files": f"{where}:files", "read": f"{where}:read", "stream": f"{where}:stream"}
+    return places | ({"sources": f"{where}:SOURCES"} if sources else {})
 
 
 FORMATS: dict[str, CorpusFormat] = {

@@ -3,7 +3,8 @@
 from compressive_transformer.data.cache import Corpus, cache_dir_for, load_corpus, prepare_corpora
 from compressive_transformer.data.corpora.pg19 import Pg19Book, read_pg19_metadata
 from compressive_transformer.data.download import DownloadError, Source, download, sources
-from compressive_transformer.data.readers import SPLITS, RawSplit, count_words, read_documents, read_split
+from compressive_transformer.data.readers import SPLITS, RawSplit, count_words, read_documents, read_split, stream_split
+from compressive_transformer.data.sample import prepare_tokenizer, train_tokenizer
 from compressive_transformer.data.streams import IGNORE_INDEX, Batch, StreamBatcher
 from compressive_transformer.data.tokenizers import (
     ByteTokenizer,
@@ -12,7 +13,6 @@ from compressive_transformer.data.tokenizers import (
     WordTokenizer,
     build_tokenizer,
     load_tokenizer,
-    prepare_tokenizer,
 )
 
 __all__ = [
@@ -41,4 +41,6 @@ __all__ = [
     "read_documents",
     "read_pg19_metadata",
     "read_split",
+    "stream_split",
+    "train_tokenizer",
 ]

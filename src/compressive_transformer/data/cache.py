@@ -1,9 +1,14 @@
 """Encoded splits cached on disk as memory-mapped arrays, so a corpus is tokenized once per tokenizer.
 
 Per split three files share a stem: ``.tokens.bin`` (ids, ``uint16`` when they fit else ``int32``), ``.offsets.bin``
-(``int64``, document ``i`` is ``tokens[offsets[i]:offsets[i+1]]``) and ``.json`` (the fingerprint and counts). The
-JSON is removed first and written last, each file via temp file + ``os.replace``: an interrupted build leaves no
-JSON, hence no cache that looks valid.
+(``int64``, document ``i`` is ``tokens[offsets[i]:offsets[i+1]]``) and ``.json`` (the fingerprint, counts and the
+shards' hashes). A split is built from its stream in shards (:mod:`~compressive_transformer.data.shards`) in
+``<stem>.build/``, resumable after any interruption; when it is done the ids and offsets move into place and the
+JSON is written last: a cache is valid only once its JSON exists. Processes sharing a cache directory take turns
+(a lock on the directory): one builds, the others wait and then map what it built.
+
+The tokenizer a run trains is cached here too (``tokenizer-<key>/``, keyed by everything it learns from), so that
+``data prepare`` can train it and build the splits on one machine and ``train`` on another find both ready.
 """
 
 from __future__ import annotations
@@ -12,23 +17,26 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.fileio import exclusive, write_text_atomic
 from compressive_transformer.core.registry import corpus_format
-from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, read_split, source_files
-from compressive_transformer.data.tokenizers import Tokenizer, prepare_tokenizer
-from compressive_transformer.data.units import TextSize, texts_size
+from compressive_transformer.data.documents import SplitStream
+from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, source_files, stream_split
+from compressive_transformer.data.sample import UNTRAINED, prepare_tokenizer, train_tokenizer
+from compressive_transformer.data.shards import BATCH_BYTES, SHARD_BYTES, build_split, peak_rss_mib
+from compressive_transformer.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer
+from compressive_transformer.data.units import TextSize
 
 logger = logging.getLogger(__name__)
-CACHE_VERSION = 2  # 2: the split's characters and bytes are recorded (bits per character / byte)
+CACHE_VERSION = 3  # 3: built in shards from the split's stream, their hashes recorded
 
 
 @dataclass
@@ -40,6 +48,7 @@ class Corpus:
     doc_offsets: np.ndarray  # (num_docs + 1,) int64, starts at 0, ends at num_tokens
     num_words: int
     meta: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""  # the one-line summary of the build that made it, when this call built it
 
     @property
     def num_docs(self) -> int:
@@ -70,6 +79,13 @@ class Corpus:
         return self.tokens[self.doc_offsets[i] : self.doc_offsets[i + 1]]
 
 
+@dataclass(frozen=True)
+class BuildOptions:
+    progress: bool = True  # a bar per split and the summary line
+    shard_bytes: int = SHARD_BYTES
+    batch_bytes: int = BATCH_BYTES
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
 
@@ -90,8 +106,18 @@ def cache_key(cfg: DataConfig, split: str, tokenizer: Tokenizer) -> dict[str, An
     }
 
 
-def load_corpus(cfg: DataConfig, split: str, tokenizer: Tokenizer, cache_dir: str | Path) -> Corpus:
-    """The encoded split, from the cache when its fingerprint matches, else encoded now and cached."""
+def load_corpus(
+    cfg: DataConfig,
+    split: str,
+    tokenizer: Tokenizer,
+    cache_dir: str | Path,
+    *,
+    progress: bool = True,
+    shard_bytes: int = SHARD_BYTES,
+    batch_bytes: int = BATCH_BYTES,
+) -> Corpus:
+    """The encoded split, from the cache when its fingerprint matches, else encoded now (resuming an interrupted
+    build) and cached; a build's one-line summary is the corpus's ``summary`` (and on stderr, on a terminal)."""
     check_split(split)
     cache_dir = Path(cache_dir)
     key = cache_key(cfg, split, tokenizer)
@@ -101,10 +127,53 @@ def load_corpus(cfg: DataConfig, split: str, tokenizer: Tokenizer, cache_dir: st
         with exclusive(cache_dir):  # processes sharing a cache (a study's parallel runs) build each split once
             corpus = _open(stem, key)  # another process may have built it while this one waited
             if corpus is None:
-                _build(cfg, split, tokenizer, stem, key)
+                summary = _build(cfg, split, tokenizer, stem, key, BuildOptions(progress, shard_bytes, batch_bytes))
                 corpus = _open(stem, key)
-        assert corpus is not None, f"cache at {stem} unreadable right after writing it"
+                assert corpus is not None, f"cache at {stem} unreadable right after writing it"
+                corpus.summary = summary
     return corpus
+
+
+def tokenizer_key(cfg: DataConfig) -> dict[str, Any]:
+    """Everything a trained tokenizer depends on: the train split's files (size, mtime) and the settings."""
+    sources = [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in source_files(cfg, "train")]
+    settings = {k: getattr(cfg, k) for k in corpus_format(cfg.format).settings}
+    return settings | {
+        "version": 1,
+        "format": cfg.format,
+        "path": str(Path(data_root_path(cfg.path)).expanduser().resolve()) if cfg.path else "",
+        "train_file": cfg.train_file,
+        "tokenizer": cfg.tokenizer,
+        "vocab_size": cfg.subword_vocab_size if cfg.tokenizer in ("bpe", "unigram") else 0,
+        "min_freq": cfg.min_freq,
+        "sample": cfg.tokenizer_sample,
+        "seed": cfg.tokenizer_sample_seed,
+        "sources": sources,
+    }
+
+
+def cached_tokenizer(cfg: DataConfig, cache_dir: str | Path, *, progress: bool = True) -> Tokenizer:
+    """The tokenizer ``cfg`` trains, from ``cache_dir`` when one was trained there on the same files with the same
+    settings (by ``data prepare``, or another run), else trained now on a sample of the train stream and kept
+    there. Untrained tokenizers (bytes, pretrained) are made directly."""
+    if cfg.tokenizer in UNTRAINED:
+        return train_tokenizer(cfg, SplitStream("train", [], ()))
+    cache_dir = Path(cache_dir)
+    key = tokenizer_key(cfg)
+    where = cache_dir / f"tokenizer-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}"
+    if (where / TOKENIZER_FILE).is_file():
+        return load_tokenizer(where)
+    with exclusive(cache_dir):
+        if (where / TOKENIZER_FILE).is_file():  # trained by another process while this one waited
+            return load_tokenizer(where)
+        tok = train_tokenizer(cfg, stream_split(cfg, "train"), progress=progress)
+        tmp = where.with_name(where.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        tok.save(tmp)
+        write_text_atomic(tmp / "key.json", json.dumps(key))
+        os.replace(tmp, where)  # whole or not at all
+    return tok
 
 
 def cache_dir_for(cfg: DataConfig, run_dir: str | Path) -> Path:
@@ -113,12 +182,13 @@ def cache_dir_for(cfg: DataConfig, run_dir: str | Path) -> Path:
 
 
 def prepare_corpora(
-    cfg: DataConfig, run_dir: str | Path, splits: tuple[str, ...] = SPLITS
+    cfg: DataConfig, run_dir: str | Path, splits: tuple[str, ...] = SPLITS, *, progress: bool = True
 ) -> tuple[Tokenizer, dict[str, Corpus]]:
-    """What a run needs: its tokenizer (``<run_dir>/tokenizer.json``, trained once) and the encoded splits."""
+    """What a run needs: its tokenizer (``<run_dir>/tokenizer.json``, trained once on a sample of the train split)
+    and the encoded splits."""
     tokenizer = prepare_tokenizer(cfg, run_dir)
     cache_dir = cache_dir_for(cfg, run_dir)
-    return tokenizer, {split: load_corpus(cfg, split, tokenizer, cache_dir) for split in splits}
+    return tokenizer, {split: load_corpus(cfg, split, tokenizer, cache_dir, progress=progress) for split in splits}
 
 
 def _paths(stem: Path) -> tuple[Path, Path, Path]:
@@ -151,64 +221,62 @@ def _open(stem: Path, key: dict[str, Any]) -> Corpus | None:
     return Corpus(meta["split"], tokens, offsets, int(meta["num_words"]), meta)
 
 
-def _build(cfg: DataConfig, split: str, tokenizer: Tokenizer, stem: Path, key: dict[str, Any]) -> None:
-    raw = read_split(cfg, split)
-    size = texts_size(raw.documents)
+def _build(
+    cfg: DataConfig,
+    split: str,
+    tokenizer: Tokenizer,
+    stem: Path,
+    key: dict[str, Any],
+    options: BuildOptions,
+) -> str:
+    progress = options.progress
+    stream = stream_split(cfg, split)
     dtype = token_dtype(tokenizer.vocab_size)
     tokens_path, offsets_path, meta_path = _paths(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    offsets, names = [0], []
-    fd, tmp_tokens = tempfile.mkstemp(dir=stem.parent, prefix=tokens_path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            docs = tqdm(
-                zip(raw.documents, raw.names),
-                total=len(raw.documents),
-                desc=f"tokenize {split}",
-                unit="doc",
-                disable=None,
-            )
-            for doc, name in docs:
-                ids = tokenizer.encode_array(doc)
-                if len(ids) == 0:
-                    continue  # an empty document holds nothing to predict and would only add a reset
-                ids.astype(dtype).tofile(f)
-                offsets.append(offsets[-1] + len(ids))
-                names.append(name)
-        if offsets[-1] == 0:
-            raise ConfigError(
-                f"data.path: the {split} split of {cfg.format} corpus {cfg.path or 'pydoc'} is empty (0 tokens); give it some text"
-            )
-        fd2, tmp_offsets = tempfile.mkstemp(dir=stem.parent, prefix=offsets_path.name, suffix=".tmp")
-        with os.fdopen(fd2, "wb") as f:
-            np.asarray(offsets, dtype=np.int64).tofile(f)
-        meta_path.unlink(missing_ok=True)  # from here until the new JSON lands, no cache looks valid
-        os.replace(tmp_tokens, tokens_path)
-        os.replace(tmp_offsets, offsets_path)
-    except BaseException:
-        for tmp in (tmp_tokens, locals().get("tmp_offsets")):
-            if tmp and os.path.exists(tmp):
-                os.unlink(tmp)
-        raise
+    build_dir = stem.with_name(stem.name + ".build")
+    built = build_split(
+        stream,
+        tokenizer,
+        build_dir,
+        key,
+        dtype,
+        shard_bytes=options.shard_bytes,
+        batch_bytes=options.batch_bytes,
+        progress=progress,
+    )
+    if built.offsets[-1] == 0:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise ConfigError(
+            f"data.path: the {split} split of {cfg.format} corpus {cfg.path or 'pydoc'} is empty (0 tokens); give it some text"
+        )
+    t = built.totals
     meta = {
         "key": key,
         "split": split,
         "dtype": dtype.name,
         "vocab_size": tokenizer.vocab_size,
-        "num_docs": len(offsets) - 1,
-        "num_tokens": offsets[-1],
-        "num_words": raw.num_words,
-        "num_chars": size.chars,
-        "num_bytes": size.bytes,
-        "num_articles": raw.num_articles,
-        "names": names,
+        "num_docs": len(built.offsets) - 1,
+        "num_tokens": int(built.offsets[-1]),
+        "num_words": t.words,
+        "num_chars": t.chars,
+        "num_bytes": t.bytes,
+        "num_articles": t.articles,
+        "names": built.names,
+        "shards": built.shards,
     }
+    built.offsets.tofile(build_dir / "offsets.bin")
+    meta_path.unlink(missing_ok=True)  # from here until the new JSON lands, no cache looks valid
+    os.replace(built.tokens_path, tokens_path)
+    os.replace(build_dir / "offsets.bin", offsets_path)
     write_text_atomic(meta_path, json.dumps(meta))
-    logger.info(
-        "cached %s %s: %d documents, %d tokens, %d words",
-        cfg.format,
-        split,
-        len(offsets) - 1,
-        offsets[-1],
-        raw.num_words,
+    shutil.rmtree(build_dir, ignore_errors=True)
+    mb = t.text_bytes / 1e6
+    summary = (
+        f"cached {cfg.format} {split}: {meta['num_docs']:,} documents, {meta['num_tokens']:,} tokens, {mb:,.1f} MB of "
+        f"text in {built.seconds:,.1f} s ({mb / max(built.seconds, 1e-9):,.1f} MB/s), peak memory {peak_rss_mib():,.0f} MiB"
+        + (f", resumed after {built.resumed_from} of {len(built.shards)} shards" if built.resumed_from else "")
     )
+    logger.info(summary)
+    if progress and sys.stderr.isatty():  # as the progress bar: on a terminal
+        print(summary, file=sys.stderr)
+    return summary

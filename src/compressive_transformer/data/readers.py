@@ -1,7 +1,9 @@
 """Reading a corpus: a split's documents through its format's entry (the formats themselves, one module each, are in
 :mod:`compressive_transformer.data.corpora`), plus the counts metrics need and what the formats share.
 
-Every reader returns a :class:`RawSplit`; documents are ``str`` except where the text is not UTF-8 and the byte
+A split is read as a stream (:func:`stream_split`, documents read piece by piece: what the token cache builds
+from, in memory that does not grow with the corpus) or whole (:func:`read_split`, a :class:`RawSplit`: for small
+corpora and analyses). Documents are ``str`` except where the text is not UTF-8 and the byte
 tokenizer is in use (enwik8 always, a binary ``text`` file), where they are ``bytes``. ``num_words`` is the number
 of whitespace-separated words of the split: PG-19 divides the total log-likelihood by it whatever the tokenizer.
 """
@@ -9,14 +11,24 @@ of whitespace-separated words of the split: PG-19 divides the total log-likeliho
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.registry import corpus_format
+from compressive_transformer.data.documents import (
+    Document,
+    DocumentSource,
+    Piece,
+    SplitStream,
+    TextCounter,
+    file_pieces,
+    rechunk,
+    utf8_of,
+)
 
-Document = str | bytes
 SPLITS = ("train", "validation", "test")
 SPLIT_FRACTIONS = (0.90, 0.05, 0.05)
 EOS = "<eos>"
@@ -55,6 +67,66 @@ def read_split(cfg: DataConfig, split: str) -> RawSplit:
             f"data.path: the {split} split of {_where(cfg)} has no documents; point data.path at a non-empty corpus"
         )
     return raw
+
+
+def stream_split(cfg: DataConfig, split: str) -> SplitStream:
+    """One split as a stream of documents not yet read (a format without ``stream`` is read whole, then streamed);
+    user mistakes raise a one-line :class:`ConfigError`."""
+    check_split(split)
+    fmt = corpus_format(cfg.format)
+    if fmt.stream is None:
+        raw = read_split(cfg, split)
+        docs = [memory_document(name, doc, raw.sources) for doc, name in zip(raw.documents, raw.names)]
+        return SplitStream(split, docs, raw.sources)
+    stream = fmt.stream(cfg, split)
+    if not stream.documents:
+        raise ConfigError(
+            f"data.path: the {split} split of {_where(cfg)} has no documents; point data.path at a non-empty corpus"
+        )
+    return stream
+
+
+def materialize(stream: SplitStream) -> RawSplit:
+    """A stream read whole: what :func:`read_split` returns for a format that streams."""
+    docs, words, articles = [], 0, 0
+    for source in stream.documents:
+        counter, parts = TextCounter(), []
+        for piece in source.read():
+            counter.add(piece.text, utf8_of(piece.text))
+            articles += piece.articles
+            parts.append(piece.text)
+        words += counter.finish()[2]
+        docs.append(parts[0][:0].join(parts) if parts else "")
+    for note in stream.notes():
+        print(note, file=sys.stderr)
+    return RawSplit(stream.split, docs, [d.name for d in stream.documents], words, stream.sources, articles)
+
+
+def memory_document(name: str, doc: Document, files: tuple[Path, ...] = ()) -> DocumentSource:
+    """A document already in memory (small built-in corpora, a user format without ``stream``)."""
+    return DocumentSource(name, len(utf8_of(doc)), tuple(files), lambda: _memory_pieces(doc))
+
+
+def _memory_pieces(doc: Document) -> Iterator[Piece]:
+    for i, text in enumerate(rechunk([doc])):
+        yield Piece(text, len(utf8_of(doc)) if i == 0 else 0)
+
+
+def file_document(path: Path, name: str, cfg: DataConfig) -> DocumentSource:
+    """One file as one document, read in pieces (text, or bytes where only the byte tokenizer reads it)."""
+    return DocumentSource(name, path.stat().st_size, (path,), lambda: file_pieces(path, cfg.tokenizer, not_text(cfg)))
+
+
+def not_text(cfg: DataConfig) -> Callable[[Path, int], ConfigError]:
+    """The error for a corpus file a word or subword tokenizer cannot read (binary, or not UTF-8 at ``offset``)."""
+
+    def error(path: Path, offset: int) -> ConfigError:
+        return ConfigError(
+            f"data.tokenizer: {path} is binary or not UTF-8 (byte {offset}); the {cfg.tokenizer!r} tokenizer needs "
+            "text, set tokenizer = 'bytes'"
+        )
+
+    return error
 
 
 def read_documents(cfg: DataConfig, split: str) -> list[Document]:
@@ -145,10 +217,7 @@ def decode(data: bytes, path: Path, cfg: DataConfig) -> Document:
     try:
         return _decode_bytes(data, cfg.tokenizer)
     except NotText as e:
-        raise ConfigError(
-            f"data.tokenizer: {path} is binary or not UTF-8 (byte {e.offset}); the {cfg.tokenizer!r} tokenizer needs "
-            "text, set tokenizer = 'bytes'"
-        ) from None
+        raise not_text(cfg)(path, e.offset) from None
 
 
 class NotText(ValueError):

@@ -8,20 +8,22 @@ as ``tokenizer.json`` and :func:`load_tokenizer` restores it exactly (same ids f
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-import sys
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.data.readers import EOS, UNK, Document, read_documents
+from compressive_transformer.data.documents import CHUNK_CHARS, Document, iter_chunks, rechunk, utf8_of
+from compressive_transformer.data.readers import EOS, UNK
 
 TOKENIZER_FILE = "tokenizer.json"
-CHUNK_CHARS = 1 << 20  # long documents are encoded in line-aligned chunks of about this many characters
+SAMPLE_FILE = "tokenizer_sample.json"  # beside tokenizer.json: the part of the train split it was trained on
+TRAIN_CHUNK = 1 << 16  # a subword trainer reads its text in line-aligned chunks of about this many characters
 
 
 @runtime_checkable
@@ -39,24 +41,17 @@ class Tokenizer(Protocol):
     def encode(self, text: Document) -> list[int]: ...
 
     def encode_array(self, text: Document) -> np.ndarray:
-        """``encode`` as a 1-D int64 array (the fast path the token cache uses)."""
+        """``encode`` as a 1-D int64 array."""
+        ...
+
+    def encode_pieces(self, pieces: Sequence[Document]) -> list[np.ndarray]:
+        """The ids of each piece of a document (:mod:`~compressive_transformer.data.documents`), on every core where
+        the tokenizer can: the token cache's path. Concatenated, a document's pieces give ``encode_array`` of it."""
         ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
     def save(self, directory: str | Path) -> Path: ...
-
-
-def iter_chunks(text: Document, size: int = CHUNK_CHARS) -> Iterator[Document]:
-    """Consecutive pieces of ``text`` of at least ``size`` characters, each ending just after a newline (the last
-    piece ends where the text does); pieces concatenate back to ``text``."""
-    newline = b"\n" if isinstance(text, bytes) else "\n"
-    start, n = 0, len(text)
-    while start < n:
-        nl = text.find(newline, start + size)  # type: ignore[arg-type]
-        end = n if nl < 0 else nl + 1
-        yield text[start:end]
-        start = end
 
 
 def as_text(document: Document, kind: str) -> str:
@@ -78,6 +73,7 @@ def _sha(text: str) -> str:
 class ByteTokenizer:
     """UTF-8 bytes, vocabulary 256: any input round-trips, nothing to train."""
 
+    sample: dict | None = None
     kind = "bytes"
     vocab_size = 256
     fingerprint = _sha("bytes-v1")
@@ -88,6 +84,9 @@ class ByteTokenizer:
     def encode_array(self, text: Document) -> np.ndarray:
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         return np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+
+    def encode_pieces(self, pieces: Sequence[Document]) -> list[np.ndarray]:
+        return [np.frombuffer(utf8_of(p), dtype=np.uint8) for p in pieces]  # uint8 ids: the cache writes its dtype
 
     def decode(self, ids: Sequence[int]) -> str:
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
@@ -101,6 +100,7 @@ class WordTokenizer:
     whose count also absorbs the words dropped by ``min_freq`` (so ids stay frequency ranks)."""
 
     kind = "words"
+    sample: dict | None = None  # what it was trained on (data/sample.py), saved beside it
 
     def __init__(self, vocab: Sequence[str], counts: Sequence[int] | None = None) -> None:
         self.vocab = list(vocab)
@@ -117,8 +117,8 @@ class WordTokenizer:
     def train(cls, documents: Iterable[Document], *, min_freq: int = 1) -> WordTokenizer:
         counts: Counter[str] = Counter()
         for doc in documents:
-            for chunk in iter_chunks(as_text(doc, cls.kind)):
-                counts.update(chunk.split())
+            for chunk in iter_chunks(as_text(doc, cls.kind), CHUNK_CHARS):
+                counts.update(chunk.split())  # Counter counts an iterable in C
         kept = {w: c for w, c in counts.items() if c >= min_freq}
         kept[UNK] = kept.get(UNK, 0) + sum(c for w, c in counts.items() if c < min_freq)
         order = sorted(kept.items(), key=lambda wc: (-wc[1], wc[0]))
@@ -132,12 +132,17 @@ class WordTokenizer:
         return self.encode_array(text).tolist()
 
     def encode_array(self, text: Document) -> np.ndarray:
-        index, unk = self._index, self.unk_id
-        parts = [
-            np.fromiter((index.get(w, unk) for w in chunk.split()), dtype=np.int64)
-            for chunk in iter_chunks(as_text(text, self.kind))
-        ]
+        parts = self.encode_pieces(list(rechunk([as_text(text, self.kind)])))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def encode_pieces(self, pieces: Sequence[Document]) -> list[np.ndarray]:
+        index_get, unk = self._index.get, self.unk_id
+        out = []
+        for piece in pieces:
+            words = as_text(piece, self.kind).split()
+            # map() with the dict's own get: the lookups run in C, no Python bytecode per word
+            out.append(np.fromiter(map(index_get, words, itertools.repeat(unk)), dtype=np.int64, count=len(words)))
+        return out
 
     def decode(self, ids: Sequence[int]) -> str:
         """Words joined by spaces; a newline follows each ``<eos>`` (WikiText's line ends)."""
@@ -149,11 +154,14 @@ class WordTokenizer:
 
     def save(self, directory: str | Path) -> Path:
         payload = {"kind": "words", "vocab": self.vocab, "counts": self.counts}
+        save_sample(self, directory)
         return write_text_atomic(Path(directory) / TOKENIZER_FILE, json.dumps(payload, ensure_ascii=False))
 
 
 class SubwordTokenizer:
     """Byte-level BPE or unigram from HuggingFace ``tokenizers``: every text round-trips, no unknown symbol."""
+
+    sample: dict | None = None  # what it was trained on (data/sample.py), saved beside it
 
     def __init__(self, hf_tokenizer: "object", kind: str) -> None:
         self._tok = hf_tokenizer
@@ -162,12 +170,20 @@ class SubwordTokenizer:
 
     @classmethod
     def train(cls, documents: Iterable[Document], *, kind: str, vocab_size: int) -> SubwordTokenizer:
+        """Trained on whole documents, each read in :data:`TRAIN_CHUNK` pieces."""
+        chunks = (c for doc in documents for c in iter_chunks(as_text(doc, kind), TRAIN_CHUNK))
+        return cls.train_chunks(chunks, kind=kind, vocab_size=vocab_size)
+
+    @classmethod
+    def train_chunks(cls, chunks: Iterable[str], *, kind: str, vocab_size: int) -> SubwordTokenizer:
+        """Trained on text given in pieces, each one sequence for the trainer (a stream of documents gives them as
+        :func:`~compressive_transformer.data.documents.rechunk` cuts them at :data:`TRAIN_CHUNK`)."""
         # Hugging Face tokenizers: loaded only where a subword tokenizer is trained or read (a byte run never needs it)
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
         alphabet = pre_tokenizers.ByteLevel.alphabet()
-        progress = sys.stderr.isatty()  # training on a large corpus takes minutes
+        progress = False  # the caller shows the bytes read; the library's own bar counts sequences
         if kind == "bpe":
             tok = HFTokenizer(models.BPE())
             trainer = trainers.BpeTrainer(
@@ -183,11 +199,7 @@ class SubwordTokenizer:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         tok.decoder = decoders.ByteLevel()
 
-        def chunks() -> Iterator[str]:
-            for doc in documents:
-                yield from iter_chunks(as_text(doc, kind), 1 << 16)
-
-        tok.train_from_iterator(chunks(), trainer)
+        tok.train_from_iterator(chunks, trainer)
         # Re-read the serialized form: unigram scores do not survive a JSON round trip bit for bit, and the saved
         # file must be the tokenizer we use (same ids, same fingerprint after load_tokenizer).
         return cls(HFTokenizer.from_str(tok.to_str()), kind)
@@ -198,12 +210,16 @@ class SubwordTokenizer:
 
     def encode(self, text: Document) -> list[int]:
         """Line-aligned chunks encoded independently (bounded memory), so the ids do not depend on the caller."""
-        chunks = list(iter_chunks(as_text(text, self.kind)))
-        encodings = self._tok.encode_batch(chunks, add_special_tokens=False)  # type: ignore[attr-defined]
-        return [i for enc in encodings for i in enc.ids]
+        return self.encode_array(text).tolist()
 
     def encode_array(self, text: Document) -> np.ndarray:
-        return np.asarray(self.encode(text), dtype=np.int64)
+        parts = self.encode_pieces(list(rechunk([as_text(text, self.kind)])))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def encode_pieces(self, pieces: Sequence[Document]) -> list[np.ndarray]:
+        texts = [as_text(p, self.kind) for p in pieces]
+        encodings = self._tok.encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
+        return [np.array(enc.ids, dtype=np.int64) for enc in encodings]
 
     def encode_with_offsets(self, text: Document) -> tuple[list[int], list[tuple[int, int]]]:
         """The ids of :meth:`encode` and each token's (start, end) character span in ``text`` (to map tokens back
@@ -211,7 +227,7 @@ class SubwordTokenizer:
         ids: list[int] = []
         spans: list[tuple[int, int]] = []
         base = 0
-        chunks = list(iter_chunks(as_text(text, self.kind)))
+        chunks = list(rechunk([as_text(text, self.kind)]))
         for chunk, enc in zip(chunks, self._tok.encode_batch(chunks, add_special_tokens=False)):  # type: ignore[attr-defined]
             ids.extend(enc.ids)
             spans.extend((base + a, base + b) for a, b in enc.offsets)
@@ -222,7 +238,25 @@ class SubwordTokenizer:
         return self._tok.decode([int(i) for i in ids])  # type: ignore[attr-defined]
 
     def save(self, directory: str | Path) -> Path:
+        save_sample(self, directory)
         return write_text_atomic(Path(directory) / TOKENIZER_FILE, self._tok.to_str())  # type: ignore[attr-defined]
+
+
+def save_sample(tokenizer: Tokenizer, directory: str | Path) -> None:
+    """The record of what a trained tokenizer learnt from (:mod:`~compressive_transformer.data.sample`), beside it."""
+    if getattr(tokenizer, "sample", None) is not None:
+        write_text_atomic(Path(directory) / SAMPLE_FILE, json.dumps(tokenizer.sample))  # type: ignore[attr-defined]
+
+
+def _with_sample(tokenizer: Tokenizer, path: Path) -> Tokenizer:
+    """``tokenizer`` with the sample record saved beside its file, where there is one."""
+    try:
+        record = json.loads((path.parent / SAMPLE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return tokenizer
+    if isinstance(record, dict) and not isinstance(tokenizer, ByteTokenizer):
+        tokenizer.sample = record  # type: ignore[misc]
+    return tokenizer
 
 
 def build_tokenizer(cfg: DataConfig, train_documents: Iterable[Document]) -> Tokenizer:
@@ -261,7 +295,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         if not isinstance(vocab, list) or not all(isinstance(w, str) for w in vocab):
             raise ConfigError(f"tokenizer: {path} has no list of words (vocab); delete it to retrain")
         try:
-            return WordTokenizer(vocab, obj.get("counts"))
+            return _with_sample(WordTokenizer(vocab, obj.get("counts")), path)
         except (ValueError, TypeError) as e:
             raise ConfigError(
                 f"tokenizer: {path} is not a word vocabulary this library reads ({e}); delete it"
@@ -271,7 +305,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer  # loaded only for a subword tokenizer
 
         try:
-            return SubwordTokenizer(HFTokenizer.from_str(text), model.lower())
+            return _with_sample(SubwordTokenizer(HFTokenizer.from_str(text), model.lower()), path)
         except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
             raise ConfigError(f"tokenizer: {path} is not a tokenizer.json the tokenizers library reads ({e})") from None
     raise ConfigError(f"tokenizer: {path} is not a tokenizer this library wrote; delete it to retrain")
@@ -287,24 +321,4 @@ def load_pretrained(path: str | Path) -> SubwordTokenizer:
         raise ConfigError(
             f"data.tokenizer_file: {file} is not a HuggingFace tokenizers file; use a tokenizer.json saved by tokenizers"
         )
-    return tok
-
-
-def prepare_tokenizer(
-    cfg: DataConfig, directory: str | Path, train_documents: Iterable[Document] | None = None
-) -> Tokenizer:
-    """The run's tokenizer: loaded from ``directory`` when saved there before, else built from the train split and saved."""
-    path = Path(directory) / TOKENIZER_FILE
-    if path.is_file():
-        tok = load_tokenizer(path)
-        if tok.kind != cfg.tokenizer and not (cfg.tokenizer == "pretrained" and isinstance(tok, SubwordTokenizer)):
-            raise ConfigError(
-                f"data.tokenizer: {path} holds a {tok.kind!r} tokenizer but the config asks for {cfg.tokenizer!r}; "
-                "use a new run directory or delete the file"
-            )
-        return tok
-    if train_documents is None:
-        train_documents = read_documents(cfg, "train") if cfg.tokenizer != "bytes" else []
-    tok = build_tokenizer(cfg, train_documents)
-    tok.save(directory)
     return tok

@@ -193,14 +193,16 @@ def fresh_run_dir(prefix: str, root: str | Path = "runs") -> Path:
 
 
 def require_empty(run_dir: Path, remedy: str = "pass --resume to continue it, or choose another --run-dir") -> None:
-    """A new run needs a missing or empty directory (a lock file left by a run killed while it was being set up
-    does not count), or one that holds only a run stopped before its first checkpoint (:func:`never_checkpointed`).
+    """A new run needs a missing or empty directory (a lock file left by a run killed while it was being set up, and
+    the token cache ``data prepare`` builds, do not count), or one that holds only a run stopped before its first checkpoint (:func:`never_checkpointed`).
     ``remedy``: what the command that refuses it offers instead."""
     if run_dir.exists() and not never_checkpointed(run_dir):
-        if not run_dir.is_dir() or any(p.name != LOCK_FILE for p in run_dir.iterdir()):
+        if not run_dir.is_dir() or any(p.name not in PREPARED_ENTRIES for p in run_dir.iterdir()):
             raise ConfigError(f"{run_dir}: already holds a run or other files; {remedy}")
 
 
+# what may be in a directory a new run starts in: a lock left by a start that was killed, what `data prepare` made
+PREPARED_ENTRIES = frozenset({LOCK_FILE, ".cache"})
 # what a run writes into its directory (eval_*.json only once it has a checkpoint)
 RUN_ENTRIES = frozenset(
     {CONFIG_FILE, TOKENIZER_DIR, CHECKPOINTS, METRICS_FILE, "tensorboard", LOCK_FILE, ".cache", "init_from.json"}

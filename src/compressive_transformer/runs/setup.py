@@ -16,13 +16,16 @@ from typing import Any
 from compressive_transformer.core.config import ConfigError, Log, RunConfig, apply_run_overrides, parse_override
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.core.modality import require_modality, run_modality
-from compressive_transformer.data import build_tokenizer, load_tokenizer, read_documents
+from compressive_transformer.data import load_tokenizer
+from compressive_transformer.data.cache import cache_dir_for, cached_tokenizer
+from compressive_transformer.data.readers import empty_split, source_files
 from compressive_transformer.runs.budget import TRAINING_BYTES, check_fits, check_model_size
 from compressive_transformer.runs.checkpoint import RESUME_FILES, CheckpointError, newest_good_checkpoint
 from compressive_transformer.runs.init_from import load_source
 from compressive_transformer.runs.machine import resolve_device
 from compressive_transformer.runs.rundir import (
     CONFIG_FILE,
+    PREPARED_ENTRIES,
     RESUME_FREE_KEYS,
     RESUME_REMEDY_KEYS,
     TOKENIZER_DIR,
@@ -71,15 +74,26 @@ def plan_new_run(cfg: RunConfig | None, run_dir: Path, *, world_size: int, log: 
         cmem_len=cfg.model.memory.cmem_len,
         device=resolve_device(cfg.train.device),
     )
-    train_docs = read_documents(cfg.data, "train")  # a missing or empty corpus stops here, before any write
+    check_train_split(cfg.data)  # a missing or empty corpus stops here, before any write
     source = load_source(cfg.train.init_from) if cfg.train.init_from else None
     if source is not None:
         require_modality(
             run_modality(cfg), source.modality, "--init-from", "start from a run of the modality this config trains on"
         )
-    tokenizer = source_tokenizer(cfg, source) if source is not None else build_tokenizer(cfg.data, train_docs)
+    if source is not None:
+        tokenizer = source_tokenizer(cfg, source)
+    else:  # trained on a sample of the train stream, kept in the cache (where `data prepare` may have left it)
+        tokenizer = cached_tokenizer(cfg.data, cache_dir_for(cfg.data, run_dir))
     check_vocabulary(cfg, tokenizer, log)
     return TrainingPlan(run_dir, resolve(cfg, tokenizer.vocab_size), tokenizer, source=source)
+
+
+def check_train_split(cfg: Any) -> None:
+    """The train split exists and is not certainly empty, told from its files without reading them."""
+    source_files(cfg, "train")  # a missing corpus: one line
+    why = empty_split(cfg, "train")
+    if why is not None:
+        raise ConfigError(f"data.path: the train split has no text ({why}); point data.path at a non-empty corpus")
 
 
 def plan_follower(run_dir: Path, cfg: RunConfig) -> TrainingPlan:
@@ -161,12 +175,14 @@ def write_new_run(plan: TrainingPlan) -> None:
 
 
 def undo_new_run(run_dir: Path, created: bool) -> None:
-    """Remove what a failed start wrote: the directory if this start created it, else its contents (it was empty)."""
+    """Remove what a failed start wrote: the directory if this start created it, else its contents (it was empty,
+    or held only a token cache, which stays: it is valid or rebuilt)."""
     if created:
         shutil.rmtree(run_dir, ignore_errors=True)
     elif run_dir.is_dir():
         for child in run_dir.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+            if child.name not in PREPARED_ENTRIES:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
 
 
 __all__ = [

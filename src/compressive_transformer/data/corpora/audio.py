@@ -9,15 +9,14 @@ split 90/5/5 by count. ``data download librispeech-dev-clean`` fetches a real sp
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-from tqdm.auto import tqdm
+from typing import Iterator
 
 from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.data.documents import DocumentSource, Piece, SplitStream, rechunk
 from compressive_transformer.data.download import Source
 from compressive_transformer.data.mulaw import mulaw_encode
-from compressive_transformer.data.readers import RawSplit, existing_path, split_directory
+from compressive_transformer.data.readers import RawSplit, existing_path, materialize, split_directory
 from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, downmix_note, read_audio_channels
 
 
@@ -44,17 +43,30 @@ def encode_file(path: Path, sample_rate: int) -> tuple[bytes, int]:
     return mulaw_encode(samples).tobytes(), channels
 
 
-def read(cfg: DataConfig, split: str) -> RawSplit:
+def stream(cfg: DataConfig, split: str) -> SplitStream:
+    """One document per sound file, decoded when the stream reaches it."""
     paths = files(cfg, split)
-    encoded = [
-        encode_file(f, cfg.sample_rate) for f in tqdm(paths, desc=f"read {split} audio", unit="file", disable=None)
-    ]
-    docs = [codes for codes, _ in encoded]
-    note = downmix_note(paths, [channels for _, channels in encoded])
-    if note is not None:
-        print(note, file=sys.stderr)
-    names = [str(f.relative_to(existing_path(cfg))) for f in paths]
-    return RawSplit(split, list(docs), names, 0, tuple(paths))
+    root = existing_path(cfg)
+    channels: dict[Path, int] = {}
+
+    def document(path: Path) -> DocumentSource:
+        def pieces() -> Iterator[Piece]:
+            codes, channels[path] = encode_file(path, cfg.sample_rate)
+            for i, text in enumerate(rechunk([codes])):
+                yield Piece(text, path.stat().st_size if i == 0 else 0)
+
+        return DocumentSource(str(path.relative_to(root)), path.stat().st_size, (path,), pieces)
+
+    def notes() -> list[str]:
+        read = [p for p in paths if p in channels]
+        note = downmix_note(read, [channels[p] for p in read])
+        return [note] if note is not None else []
+
+    return SplitStream(split, [document(p) for p in paths], tuple(paths), notes)
+
+
+def read(cfg: DataConfig, split: str) -> RawSplit:
+    return materialize(stream(cfg, split))
 
 
 # LibriSpeech dev-clean (OpenSLR 12, CC BY 4.0): 5.4 hours of read English speech, 16 kHz FLAC, 40 speakers.

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import warnings
 import zipfile
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.data.documents import DocumentSource, Piece, SplitStream, decoded_pieces, read_blocks
 from compressive_transformer.data.download import Source
-from compressive_transformer.data.readers import SPLIT_FRACTIONS, RawSplit, count_words, existing_path
+from compressive_transformer.data.readers import SPLIT_FRACTIONS, RawSplit, existing_path, materialize
 
 ENWIK8_SIZE = 100_000_000
 ENWIK8_SPLIT = (90_000_000, 95_000_000)  # train | validation | test boundaries of the standard split
 
 
-def read(cfg: DataConfig, split: str) -> RawSplit:
+def stream(cfg: DataConfig, split: str) -> SplitStream:
+    """The split's bytes of the one file (plain, .zip or .gz), read a block at a time."""
     path = _enwik8_file(cfg)
-    data = _enwik8_bytes(path)
-    n = len(data)
+    n = _enwik8_size(path)
     if n == ENWIK8_SIZE:
         c1, c2 = ENWIK8_SPLIT
     else:
@@ -31,8 +34,18 @@ def read(cfg: DataConfig, split: str) -> RawSplit:
             stacklevel=3,
         )
     lo, hi = {"train": (0, c1), "validation": (c1, c2), "test": (c2, n)}[split]
-    doc = data[lo:hi]
-    return RawSplit(split, [doc], [split], count_words(doc), (path,))
+
+    def pieces() -> Iterator[Piece]:
+        with _open_enwik8(path) as f:
+            for _ in read_blocks(f, lo):  # a compressed stream cannot seek: read up to the split
+                pass
+            yield from decoded_pieces(read_blocks(f, hi - lo), as_text=False)
+
+    return SplitStream(split, [DocumentSource(split, hi - lo, (path,), pieces)], (path,))
+
+
+def read(cfg: DataConfig, split: str) -> RawSplit:
+    return materialize(stream(cfg, split))
 
 
 def files(cfg: DataConfig, split: str) -> list[Path]:
@@ -50,23 +63,43 @@ def _enwik8_file(cfg: DataConfig) -> Path:
     raise ConfigError(f"data.path: {root} has no enwik8, enwik8.zip or enwik8.gz; point data.path at the enwik8 file")
 
 
-def _enwik8_bytes(path: Path) -> bytes:
+@contextlib.contextmanager
+def _open_enwik8(path: Path) -> Iterator[BinaryIO]:
+    """The file's bytes as a binary stream: the file itself, or the one member of its .gz or .zip."""
     try:
         if path.suffix == ".gz":
             with gzip.open(path, "rb") as f:
-                return f.read()
-        if path.suffix == ".zip":
-            with zipfile.ZipFile(path) as z:
-                names = [n for n in z.namelist() if not n.endswith("/")]
-                member = "enwik8" if "enwik8" in names else (names[0] if len(names) == 1 else None)
-                if member is None:
-                    raise ConfigError(
-                        f"data.path: {path} has no member 'enwik8'; use the enwik8.zip of the Hutter prize"
-                    )
-                return z.read(member)
+                yield f  # type: ignore[misc]
+        elif path.suffix == ".zip":
+            with zipfile.ZipFile(path) as z, z.open(_zip_member(z, path)) as f:
+                yield f  # type: ignore[misc]
+        else:
+            with path.open("rb") as f:
+                yield f
     except (OSError, zipfile.BadZipFile, EOFError) as e:
         raise ConfigError(f"data.path: {path} is not a readable archive ({e}); download it again") from None
-    return path.read_bytes()
+
+
+def _zip_member(z: zipfile.ZipFile, path: Path) -> str:
+    names = [n for n in z.namelist() if not n.endswith("/")]
+    member = "enwik8" if "enwik8" in names else (names[0] if len(names) == 1 else None)
+    if member is None:
+        raise ConfigError(f"data.path: {path} has no member 'enwik8'; use the enwik8.zip of the Hutter prize")
+    return member
+
+
+def _enwik8_size(path: Path) -> int:
+    """The bytes the file holds once decompressed (a .gz is read through: its trailer keeps them mod 2**32)."""
+    if path.suffix == ".zip":
+        try:
+            with zipfile.ZipFile(path) as z:
+                return z.getinfo(_zip_member(z, path)).file_size
+        except (OSError, zipfile.BadZipFile) as e:
+            raise ConfigError(f"data.path: {path} is not a readable archive ({e}); download it again") from None
+    if path.suffix == ".gz":
+        with _open_enwik8(path) as f:
+            return sum(len(b) for b in read_blocks(f, None))
+    return path.stat().st_size
 
 
 # download size and sha256 as recorded by the HuggingFace ``datasets`` checksums of the same URL

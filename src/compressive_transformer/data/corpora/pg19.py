@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.data.documents import SplitStream
 from compressive_transformer.data.download import Source
-from compressive_transformer.data.readers import Document, RawSplit, count_words, decode, existing_path
+from compressive_transformer.data.readers import RawSplit, existing_path, file_document, materialize
 
 
 @dataclass(frozen=True)
@@ -19,12 +20,14 @@ class Pg19Book:
     url: str
 
 
-def read(cfg: DataConfig, split: str) -> RawSplit:
+def stream(cfg: DataConfig, split: str) -> SplitStream:
+    """One document per book, named by its id, in id order; each book read when the stream reaches it."""
     books = files(cfg, split)
-    docs: list[Document] = []
-    for f in books:
-        docs.append(decode(f.read_bytes(), f, cfg))
-    return RawSplit(split, docs, [f.stem for f in books], sum(map(count_words, docs)), tuple(books))
+    return SplitStream(split, [file_document(f, f.stem, cfg) for f in books], tuple(books))
+
+
+def read(cfg: DataConfig, split: str) -> RawSplit:
+    return materialize(stream(cfg, split))
 
 
 def files(cfg: DataConfig, split: str) -> list[Path]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from compressive_transformer.core.config import DataConfig
-from compressive_transformer.data.readers import Document, RawSplit, by_fraction, count_words, source_files
+from compressive_transformer.data.documents import SplitStream
+from compressive_transformer.data.readers import RawSplit, by_fraction, materialize, memory_document, source_files
 
 
 def files(cfg: DataConfig, split: str) -> list[Path]:
@@ -14,10 +15,14 @@ def files(cfg: DataConfig, split: str) -> list[Path]:
     return [Path(pydoc_data.topics.__file__)]
 
 
-def read(cfg: DataConfig, split: str) -> RawSplit:
+def stream(cfg: DataConfig, split: str) -> SplitStream:
     import pydoc_data.topics  # loaded only for this corpus (see files)
 
     topics = pydoc_data.topics.topics
+    sources = tuple(source_files(cfg, split))
     keys = by_fraction(sorted(topics), split)
-    docs: list[Document] = [topics[k] for k in keys]
-    return RawSplit(split, docs, keys, sum(map(count_words, docs)), tuple(source_files(cfg, split)))
+    return SplitStream(split, [memory_document(k, topics[k], sources) for k in keys], sources)
+
+
+def read(cfg: DataConfig, split: str) -> RawSplit:
+    return materialize(stream(cfg, split))

@@ -23,7 +23,8 @@ import sysconfig
 from pathlib import Path
 
 from compressive_transformer.core.config import DataConfig
-from compressive_transformer.data.readers import RawSplit, count_words
+from compressive_transformer.data.documents import SplitStream
+from compressive_transformer.data.readers import RawSplit, count_words, memory_document
 
 NAME = "python-source"
 EXCLUDED_DIRS = frozenset(
@@ -90,6 +91,13 @@ def read_python_source(root: Path, split: str) -> RawSplit:
 
 def files(cfg: DataConfig, split: str) -> list[Path]:
     return python_files(stdlib_root(), split)
+
+
+def stream(cfg: DataConfig, split: str) -> SplitStream:
+    raw = read_python_source(stdlib_root(), split)  # a few MB: read whole, to know which files are UTF-8
+    return SplitStream(
+        split, [memory_document(n, d, (s,)) for d, n, s in zip(raw.documents, raw.names, raw.sources)], raw.sources
+    )
 
 
 def read(cfg: DataConfig, split: str) -> RawSplit:

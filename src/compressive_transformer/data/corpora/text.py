@@ -3,17 +3,26 @@ count, or by ``train/ validation/ test/`` subdirectories)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
 from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.data.documents import (
+    DocumentSource,
+    SplitStream,
+    byte_of_char,
+    file_pieces,
+    find_byte,
+    scan_file,
+)
 from compressive_transformer.data.readers import (
     SPLIT_FRACTIONS,
-    Document,
     RawSplit,
-    count_words,
-    decode,
     existing_path,
+    file_document,
+    materialize,
+    not_text,
     source_files,
     split_directory,
 )
@@ -21,17 +30,21 @@ from compressive_transformer.data.readers import (
 logger = logging.getLogger(__name__)
 
 
-def read(cfg: DataConfig, split: str) -> RawSplit:
+def stream(cfg: DataConfig, split: str) -> SplitStream:
     root = existing_path(cfg)
     if root.is_file():
-        data = decode(root.read_bytes(), root, cfg)
-        lo, hi = _line_bounds(data, root)[split]
-        logger.info("%s: one file, split 90/5/5 by characters on line boundaries; %s = [%d, %d)", root, split, lo, hi)
-        doc = data[lo:hi]
-        return RawSplit(split, [doc], [split], count_words(doc), (root,))
+        lo, hi = one_file_bounds(root, cfg)[split]
+        logger.info(
+            "%s: one file, split 90/5/5 by characters on line boundaries; %s = bytes [%d, %d)", root, split, lo, hi
+        )
+        doc = DocumentSource(split, hi - lo, (root,), lambda: file_pieces(root, cfg.tokenizer, not_text(cfg), lo, hi))
+        return SplitStream(split, [doc], (root,))
     files = source_files(cfg, split)
-    docs = [decode(f.read_bytes(), f, cfg) for f in files]
-    return RawSplit(split, docs, [f.stem for f in files], sum(map(count_words, docs)), tuple(files))
+    return SplitStream(split, [file_document(f, f.stem, cfg) for f in files], tuple(files))
+
+
+def read(cfg: DataConfig, split: str) -> RawSplit:
+    return materialize(stream(cfg, split))
 
 
 def files(cfg: DataConfig, split: str) -> list[Path]:
@@ -48,16 +61,27 @@ def _txt_files(directory: Path) -> list[Path]:
     return files
 
 
-def _line_bounds(data: Document, path: Path) -> dict[str, tuple[int, int]]:
-    """90/5/5 cut points of one text, each moved forward to just after the next newline."""
-    n = len(data)
-    newline = b"\n" if isinstance(data, bytes) else "\n"
+def one_file_bounds(path: Path, cfg: DataConfig) -> dict[str, tuple[int, int]]:
+    """The byte ranges of the three splits of one file: its 90/5/5 cut points in characters (bytes when it is not
+    text), each moved forward to just after the next newline; found in passes over the file, never read whole."""
+    st = path.stat()
+    return _bounds(str(path), st.st_size, st.st_mtime_ns, cfg)
+
+
+@functools.lru_cache(maxsize=4)
+def _bounds(name: str, size: int, mtime_ns: int, cfg: DataConfig) -> dict[str, tuple[int, int]]:
+    """:func:`one_file_bounds` for one state of one file (each split's stream asks; a file of GB is scanned once)."""
+    path = Path(name)
+    scan = scan_file(path)
+    if scan.bad is not None and cfg.tokenizer != "bytes":
+        raise not_text(cfg)(path, scan.bad)
+    n = scan.chars
     cuts = []
     for frac in (SPLIT_FRACTIONS[0], SPLIT_FRACTIONS[0] + SPLIT_FRACTIONS[1]):
-        c = int(n * frac)
-        nl = data.find(newline, c)  # type: ignore[arg-type]
-        cuts.append(n if nl < 0 else nl + 1)
-    bounds = {"train": (0, cuts[0]), "validation": (cuts[0], cuts[1]), "test": (cuts[1], n)}
+        at = byte_of_char(scan, int(n * frac))
+        nl = find_byte(path, b"\n", at, size)
+        cuts.append(size if nl < 0 else nl + 1)
+    bounds = {"train": (0, cuts[0]), "validation": (cuts[0], cuts[1]), "test": (cuts[1], size)}
     if any(hi <= lo for lo, hi in bounds.values()):
         raise ConfigError(
             f"data.path: {path} ({n} characters) is too short to split 90/5/5 on line boundaries; "

@@ -2,51 +2,121 @@
 
 from __future__ import annotations
 
+import codecs
+import itertools
 import re
 from pathlib import Path
+from typing import Iterator
 
 from compressive_transformer.core.config import ConfigError, DataConfig
+from compressive_transformer.data.documents import READ_BLOCK, DocumentSource, Piece, SplitStream, read_blocks, rechunk
 from compressive_transformer.data.download import Source
-from compressive_transformer.data.readers import EOS, RawSplit, count_words, existing_path
+from compressive_transformer.data.readers import EOS, RawSplit, existing_path, materialize
 
 WIKITEXT_FILES = {"train": "wiki.train.tokens", "validation": "wiki.valid.tokens", "test": "wiki.test.tokens"}
 
 
-def read(cfg: DataConfig, split: str) -> RawSplit:
+def stream(cfg: DataConfig, split: str) -> SplitStream:
+    """The split's file as one document (:func:`wikitext_stream`), read a block at a time."""
     path = _wikitext_file(cfg, split)
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"data.path: {path} is not UTF-8 text (byte {e.start}); WikiText files are UTF-8, download them again"
-        ) from None
-    doc, n_articles = wikitext_stream(text)
-    return RawSplit(split, [doc], [split], count_words(doc), (path,), n_articles)
+    return SplitStream(
+        split, [DocumentSource(split, path.stat().st_size, (path,), lambda: wikitext_pieces(path))], (path,)
+    )
+
+
+def read(cfg: DataConfig, split: str) -> RawSplit:
+    return materialize(stream(cfg, split))
 
 
 def wikitext_stream(text: str) -> tuple[str, int]:
     """Each line's tokens plus ``<eos>`` (blank lines too, which reproduces the published split sizes, e.g. 245,569
     test tokens for WikiText-103) as one contiguous document, and the number of articles in it."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start another
-    out = [f"{line.strip()} {EOS}".lstrip() for line in lines]
-    return "\n".join(out), count_wikitext_articles(lines)
+    pieces = list(_document_pieces(iter([text]), [0]))
+    return "".join(str(p.text) for p in pieces), sum(p.articles for p in pieces)
+
+
+def wikitext_pieces(path: Path) -> Iterator[Piece]:
+    """The pieces of :func:`wikitext_stream` of a file, read and decoded a block at a time."""
+    consumed = [0]
+
+    def texts() -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        with path.open("rb") as f:
+            for data in itertools.chain(read_blocks(f, None), [b""]):
+                pending = len(decoder.getstate()[0])
+                try:
+                    yield decoder.decode(data, final=not data)
+                except UnicodeDecodeError as e:
+                    raise ConfigError(
+                        f"data.path: {path} is not UTF-8 text (byte {consumed[0] - pending + e.start}); WikiText files "
+                        "are UTF-8, download them again"
+                    ) from None
+                consumed[0] += len(data)
+
+    yield from _document_pieces(texts(), consumed)
+
+
+def _document_pieces(texts: Iterator[str], consumed: list[int]) -> Iterator[Piece]:
+    """The lines of ``texts`` (split on ``\\n``; a final newline starts no line) as ``tokens <eos>`` lines joined
+    by newlines, in pieces; a piece counts the articles whose title lines were decided while it was made (a title
+    needs a blank line or the text's end on each side, so it is decided one line late). ``consumed[0]``: source
+    bytes read so far (progress)."""
+    articles = [0]
+
+    def blocks() -> Iterator[str]:
+        parts: list[str] = []
+        size, before, line = 0, None, None
+        for i, nxt in enumerate(_lines(texts)):
+            if i:
+                articles[0] += _is_article(before, line, nxt)
+                before = line
+            line = nxt
+            part = f"{nxt.strip()} {EOS}".lstrip()
+            parts.append(part if not i else "\n" + part)
+            size += len(part)
+            if size >= READ_BLOCK:
+                yield "".join(parts)
+                parts, size = [], 0
+        if line is not None:
+            articles[0] += _is_article(before, line, None)
+        yield "".join(parts)
+
+    told_bytes = told_articles = 0
+    for text in rechunk(blocks()):
+        yield Piece(text, consumed[0] - told_bytes, articles[0] - told_articles)
+        told_bytes, told_articles = consumed[0], articles[0]
+    if articles[0] > told_articles:  # decided by the last line, after the last piece was cut
+        yield Piece("", 0, articles[0] - told_articles)
+
+
+def _lines(texts: Iterator[str]) -> Iterator[str]:
+    """``"".join(texts).split("\\n")`` without its last element when that is empty, one line at a time."""
+    carry = ""
+    for text in texts:
+        if not text:
+            continue
+        lines = (carry + text).split("\n")
+        carry = lines.pop()
+        yield from lines
+    if carry:
+        yield carry
 
 
 _TITLE = re.compile(r" = [^=](.*[^=])? = ")
 
 
+def _is_article(before: str | None, line: str, after: str | None) -> bool:
+    """Articles start at a top-level title line `` = Title = `` (one ``=`` each side) between blank lines (or the
+    text's ends)."""
+    return bool(_TITLE.fullmatch(line)) and not (before or "").strip() and not (after or "").strip()
+
+
 def count_wikitext_articles(lines: list[str]) -> int:
-    """Articles start at a top-level title line `` = Title = `` (one ``=`` each side) between blank lines."""
-    n = 0
-    for i, line in enumerate(lines):
-        if _TITLE.fullmatch(line.rstrip("\n")):
-            before = i == 0 or not lines[i - 1].strip()
-            after = i + 1 >= len(lines) or not lines[i + 1].strip()
-            n += before and after
-    return n
+    """The articles of a text's lines (:func:`_is_article` of each)."""
+    return sum(
+        _is_article(lines[i - 1] if i else None, line, lines[i + 1] if i + 1 < len(lines) else None)
+        for i, line in enumerate(lines)
+    )
 
 
 def files(cfg: DataConfig, split: str) -> list[Path]:

@@ -1,0 +1,345 @@
+"""Building one split's token cache from its stream: batch by batch, shard by shard, resumable after any kill.
+
+The split's pieces (:mod:`~compressive_transformer.data.documents`) are encoded a batch at a time
+(:data:`BATCH_BYTES` of text per ``encode_pieces`` call, so a subword tokenizer uses every core) and their ids
+appended to ``<stem>.build/tokens.bin``. Every :data:`SHARD_BYTES` of text the build commits a shard: the tokens are
+flushed to disk, then ``shard-NNNNN.json`` records where the stream stands (document and piece), the token count,
+the ends and names of the documents finished in the shard, the running counts and a hash of the shard's text. A
+build that stops, however it stops, resumes from its last shard: the tokens file is cut back to that shard's end,
+documents wholly before it are skipped unread, and the document it stopped in is read again from its start (its
+earlier pieces counted, not encoded). The shards' boundaries depend only on the stream, so a resumed build writes
+the same bytes as one that never stopped. A build whose key (corpus files, their sizes and times, the tokenizer)
+no longer matches is started again, with a line saying why; a file that changes while it is read stops the build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.data.documents import SplitStream, TextCounter, content_hash, utf8_of
+from compressive_transformer.data.tokenizers import Tokenizer
+
+SHARD_BYTES = 256 << 20  # text per shard: at most this much work is lost to a kill
+BATCH_BYTES = 16 << 20  # text per encode_pieces call
+BUILD_VERSION = 1
+
+
+@dataclass
+class Totals:
+    """Counts over the documents finished so far (what the cache's JSON records)."""
+
+    chars: int = 0
+    bytes: int = 0
+    words: int = 0
+    articles: int = 0
+    documents: int = 0  # finished documents, empty ones included
+    text_bytes: int = 0  # UTF-8 bytes of every piece so far, finished documents or not (shard boundaries)
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Shard:
+    index: int
+    doc: int  # the stream stands at piece `piece` of document `doc`
+    piece: int
+    tokens_end: int
+    ends: list[int]  # token offsets at which documents finished in this shard end (non-empty documents only)
+    names: list[str]
+    totals: dict[str, int]
+    hash: str
+    files: list[list[Any]] = field(default_factory=list)  # [path, size, mtime_ns] of files read in this shard
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """The finished split: its ids file, offsets, counts and shard fingerprints (for the cache's JSON)."""
+
+    tokens_path: Path
+    offsets: np.ndarray
+    names: list[str]
+    totals: Totals
+    shards: list[dict[str, Any]]
+    seconds: float
+    resumed_from: int  # shards found done when the build started
+
+
+def build_split(
+    stream: SplitStream,
+    tokenizer: Tokenizer,
+    build_dir: Path,
+    key: dict[str, Any],
+    dtype: np.dtype,
+    *,
+    shard_bytes: int = SHARD_BYTES,
+    batch_bytes: int = BATCH_BYTES,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> BuildResult:
+    """Encode ``stream`` into ``build_dir`` (resuming what an earlier build of the same ``key`` left there)."""
+    say = log or (lambda msg: print(msg, file=sys.stderr))
+    start = time.perf_counter()
+    shards = _resume(build_dir, key, dtype, shard_bytes, say)
+    tokens_path = build_dir / "tokens.bin"
+    done = shards[-1] if shards else None
+    tokens_end = done.tokens_end if done else 0
+    with tokens_path.open("r+b" if tokens_path.exists() else "wb") as f:
+        f.truncate(tokens_end * dtype.itemsize)
+        f.seek(0, os.SEEK_END)
+        writer = _Writer(stream, tokenizer, build_dir, f, dtype, shard_bytes, batch_bytes, shards, key)
+        if done is None or done.doc < len(stream.documents):  # else it stopped after its last shard: nothing to do
+            writer.run(progress)
+    shards = writer.shards
+    offsets = np.concatenate([[0], *[np.asarray(s.ends, dtype=np.int64) for s in shards]]).astype(np.int64)
+    names = [n for s in shards for n in s.names]
+    totals = Totals(**shards[-1].totals) if shards else Totals()
+    return BuildResult(
+        tokens_path,
+        offsets,
+        names,
+        totals,
+        [{"doc": s.doc, "piece": s.piece, "tokens_end": s.tokens_end, "hash": s.hash} for s in shards],
+        time.perf_counter() - start,
+        len(shards) - writer.new_shards,
+    )
+
+
+def _resume(
+    build_dir: Path, key: dict[str, Any], dtype: np.dtype, shard_bytes: int, say: Callable[[str], None]
+) -> list[Shard]:
+    """The shards an earlier build of the same key finished, or [] with ``build_dir`` emptied for a new build."""
+    state = {"version": BUILD_VERSION, "key": key, "dtype": dtype.name, "shard_bytes": shard_bytes}
+    why = _why_not_resumable(build_dir, state)
+    if why is None:
+        shards = _read_shards(build_dir, dtype)
+        if isinstance(shards, str):
+            why = shards
+        else:
+            if shards:
+                say(
+                    f"resuming the token cache build in {build_dir} after shard {len(shards)} ({shards[-1].totals['text_bytes']:,} bytes done)"
+                )
+            return shards
+    if why and build_dir.exists():
+        say(f"note: the interrupted token cache build in {build_dir} cannot be resumed ({why}); starting it again")
+    if build_dir.exists():
+        shutil.rmtree(build_dir)
+    build_dir.mkdir(parents=True)
+    write_text_atomic(build_dir / "build.json", json.dumps(state))
+    return []
+
+
+def _why_not_resumable(build_dir: Path, state: dict[str, Any]) -> str | None:
+    """Why the build in ``build_dir`` cannot continue as ``state`` describes ("" when there is none to continue)."""
+    try:
+        saved = json.loads((build_dir / "build.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return ""
+    except (OSError, ValueError):
+        return "its build.json is unreadable"
+    if not isinstance(saved, dict):
+        return "its build.json is unreadable"
+    if saved.get("version") != state["version"] or saved.get("dtype") != state["dtype"]:
+        return "it was made by another version"
+    if saved.get("shard_bytes") != state["shard_bytes"]:
+        return "it used another shard size"
+    old, new = saved.get("key", {}), state["key"]
+    if old == new:
+        return None
+    if old.get("tokenizer") != new.get("tokenizer"):
+        return "the tokenizer changed"
+    changed = _changed_source(old.get("sources", []), new.get("sources", []))
+    if changed:
+        return f"the corpus changed since: {changed}"
+    return "its settings changed"
+
+
+def _changed_source(old: list[Any], new: list[Any]) -> str:
+    before = {s[0]: s[1:] for s in old}
+    for path, *stat in new:
+        if path not in before:
+            return f"{path} is new"
+        if before[path] != stat:
+            return f"{path} has another size or modification time"
+    gone = set(before) - {s[0] for s in new}
+    return f"{sorted(gone)[0]} is gone" if gone else ""
+
+
+def _read_shards(build_dir: Path, dtype: np.dtype) -> list[Shard] | str:
+    """The committed shards, in order, checked against the tokens file; a reason string when they do not fit."""
+    shards: list[Shard] = []
+    while True:
+        path = build_dir / f"shard-{len(shards):05d}.json"
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            shards.append(Shard(**raw))
+        except FileNotFoundError:
+            break
+        except (OSError, ValueError, TypeError):
+            return f"{path.name} is unreadable"
+    tokens = build_dir / "tokens.bin"
+    have = tokens.stat().st_size if tokens.exists() else 0
+    if shards and have < shards[-1].tokens_end * dtype.itemsize:
+        return "its tokens file is shorter than its shards say"
+    return shards
+
+
+@dataclass(frozen=True)
+class _End:
+    """In a batch: the document ``name`` ends here."""
+
+    name: str
+
+
+class _Writer:
+    """The encoding loop: pieces gathered into batches, ids written, shards committed."""
+
+    def __init__(
+        self,
+        stream: SplitStream,
+        tokenizer: Tokenizer,
+        build_dir: Path,
+        f: Any,
+        dtype: np.dtype,
+        shard_bytes: int,
+        batch_bytes: int,
+        shards: list[Shard],
+        key: dict[str, Any],
+    ) -> None:
+        self.stream, self.tokenizer, self.build_dir, self.f, self.dtype = stream, tokenizer, build_dir, f, dtype
+        self.shard_bytes, self.batch_bytes = shard_bytes, batch_bytes
+        self.shards, self.new_shards = shards, 0
+        last = shards[-1] if shards else None
+        self.totals = Totals(**last.totals) if last else Totals()
+        self.tokens = last.tokens_end if last else 0
+        self.doc_start = self._last_end()
+        self.resume_at = (last.doc, last.piece) if last else (0, 0)
+        self.stat = {s[0]: s[1:] for s in key.get("sources", [])}
+        self.batch: list[str | bytes | _End] = []  # pieces to encode, and the ends of documents among them
+        self.batch_size = 0
+        self._new_shard()
+
+    def _last_end(self) -> int:
+        for s in reversed(self.shards):
+            if s.ends:
+                return s.ends[-1]
+        return 0
+
+    def _new_shard(self) -> None:
+        self.ends: list[int] = []
+        self.names: list[str] = []
+        self.hash = content_hash()
+        self.shard_start = self.totals.text_bytes
+        self.files: dict[str, Path] = {}
+
+    def run(self, progress: bool) -> None:
+        d0, k0 = self.resume_at
+        documents = self.stream.documents
+        bar = tqdm(
+            total=self.stream.total_bytes, initial=sum(doc.size for doc in documents[:d0]), unit="B", unit_scale=True,
+            desc=f"tokenize {self.stream.split}", disable=None if progress else True,
+        )  # fmt: skip
+        with bar:
+            for d in range(d0, len(documents)):
+                doc = documents[d]
+                for path in doc.files:
+                    self.files[str(path.resolve())] = path
+                counter, articles = TextCounter(), 0
+                for k, piece in enumerate(doc.read()):
+                    raw = utf8_of(piece.text)
+                    counter.add(piece.text, raw)
+                    articles += piece.articles
+                    bar.update(piece.consumed)
+                    if (d, k) < (d0, k0) or not piece.text:
+                        continue  # encoded before the build stopped: counted again, not written again
+                    self.hash.update(raw)
+                    self.batch.append(piece.text)
+                    self.batch_size += len(raw)
+                    self.totals.text_bytes += len(raw)
+                    if self.totals.text_bytes - self.shard_start >= self.shard_bytes:
+                        self._flush()
+                        self._commit(d, k + 1)
+                    elif self.batch_size >= self.batch_bytes:
+                        self._flush()
+                chars, nbytes, words = counter.finish()
+                self.batch.append(_End(doc.name))  # placed once the ids before it are written
+                t = self.totals
+                t.chars, t.bytes, t.words = t.chars + chars, t.bytes + nbytes, t.words + words
+                t.articles += articles
+                t.documents += 1
+            self._flush()
+            self._commit(len(documents), 0, final=True)
+        for note in self.stream.notes():
+            print(note, file=sys.stderr)
+
+    def _flush(self) -> None:
+        """Encode the batch's pieces in one call and write their ids; place the ends of the documents it closes."""
+        texts = [item for item in self.batch if not isinstance(item, _End)]
+        arrays = self.tokenizer.encode_pieces(texts) if texts else []
+        if arrays:
+            np.concatenate(arrays).astype(self.dtype, copy=False).tofile(self.f)
+        lengths = iter([len(a) for a in arrays])
+        for item in self.batch:
+            if not isinstance(item, _End):
+                self.tokens += next(lengths)
+            elif self.tokens > self.doc_start:  # an empty document holds nothing to predict: no reset for it
+                self.ends.append(self.tokens)
+                self.names.append(item.name)
+                self.doc_start = self.tokens
+        self.batch, self.batch_size = [], 0
+
+    def _commit(self, doc: int, piece: int, *, final: bool = False) -> None:
+        """Make the shard durable: tokens on disk first, then its record (a kill in between loses only it)."""
+        if not final and self.totals.text_bytes == self.shard_start and not self.ends:
+            return
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        for name, path in self.files.items():
+            st = path.stat() if path.exists() else None
+            now = [st.st_size, st.st_mtime_ns] if st else None
+            if name in self.stat and self.stat[name] != now:
+                raise ConfigError(
+                    f"data.path: {path} changed while its token cache was being built (its size or modification time); "
+                    "build again once the corpus no longer changes"
+                )
+        shard = Shard(
+            len(self.shards),
+            doc,
+            piece,
+            self.tokens,
+            self.ends,
+            self.names,
+            self.totals.to_dict(),
+            self.hash.hexdigest(),
+            [[n, *self.stat.get(n, [])] for n in sorted(self.files)],
+        )
+        write_text_atomic(self.build_dir / f"shard-{shard.index:05d}.json", json.dumps(shard.to_dict()))
+        self.shards.append(shard)
+        self.new_shards += 1
+        self._new_shard()
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far, in MiB (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
+
+
+__all__ = ["BATCH_BYTES", "SHARD_BYTES", "BuildResult", "build_split", "peak_rss_mib"]
