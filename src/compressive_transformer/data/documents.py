@@ -145,7 +145,7 @@ class FileScan:
     marks: tuple[tuple[int, int], ...]  # (absolute byte offset, chars before it), ascending
 
 
-def scan_file(path: Path, lo: int = 0, hi: int | None = None, *, block: int = READ_BLOCK) -> FileScan:
+def scan_file(path: Path, lo: int = 0, hi: int | None = None, *, block: int | None = None) -> FileScan:
     """One streaming pass: text or not (the first NUL, else the first byte that is not UTF-8, as
     :func:`~compressive_transformer.data.readers.decode` reports it), and characters (bytes when it is not text)."""
     hi = path.stat().st_size if hi is None else hi
@@ -155,7 +155,7 @@ def scan_file(path: Path, lo: int = 0, hi: int | None = None, *, block: int = RE
     with path.open("rb") as f:
         f.seek(lo)
         pos = lo
-        for data in read_blocks(f, hi - lo, block=block):
+        for data in read_blocks(f, hi - lo, block=block or READ_BLOCK):
             if nul is None and (i := data.find(b"\x00")) >= 0:
                 nul = pos + i
             if invalid is None:
@@ -182,15 +182,14 @@ def byte_of_char(scan: FileScan, char: int) -> int:
     """The absolute byte offset at which character ``char`` (counted from ``scan.lo``) starts."""
     if scan.bad is not None:
         return scan.lo + char
-    start, before = scan.marks[0] if scan.marks else (scan.lo, 0)
-    for pos, n in scan.marks:
-        if n > char:
-            break
-        start, before = pos, n
+    marks = list(scan.marks) or [(scan.lo, 0)]
+    i = max(j for j, (_, before) in enumerate(marks) if before <= char)
+    start, before = marks[i]
+    end = marks[i + 1][0] if i + 1 < len(marks) else scan.hi
     with scan.path.open("rb") as f:
         f.seek(start)
-        data = f.read(min(READ_BLOCK + 4, scan.hi - start))
-    text = data.decode("utf-8", errors="ignore")  # a block may end inside a character: those bytes are not needed
+        data = f.read(min(end + 4, scan.hi) - start)  # the block, and the rest of a character it ends inside
+    text = data.decode("utf-8", errors="ignore")
     return start + len(text[: char - before].encode("utf-8"))
 
 
@@ -210,8 +209,9 @@ def find_byte(path: Path, needle: bytes, start: int, hi: int) -> int:
     return -1
 
 
-def read_blocks(f: BinaryIO, n: int | None, *, block: int = READ_BLOCK) -> Iterator[bytes]:
+def read_blocks(f: BinaryIO, n: int | None, *, block: int | None = None) -> Iterator[bytes]:
     """``n`` bytes (all, for None) of an open binary file from where it stands, a block at a time."""
+    block = block or READ_BLOCK
     left = n
     while left is None or left > 0:
         data = f.read(block if left is None else min(block, left))
