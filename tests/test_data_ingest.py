@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -360,3 +361,21 @@ def test_data_prepare_then_train_starts_from_the_prepared_cache(tmp_path: Path) 
         timeout=120,
     )
     assert again.returncode == 2 and "already holds a run" in again.stderr
+
+
+def test_releasing_the_mapped_pages_read_changes_no_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from compressive_transformer.data import StreamBatcher
+    from compressive_transformer.data import streams as streams_module
+
+    cfg = write_books(tmp_path / "books", n=6)
+    corpus = load_corpus(cfg, "train", ByteTokenizer(), tmp_path / "cache", progress=False)
+    released = []
+    real = streams_module.release_pages
+    monkeypatch.setattr(streams_module, "release_pages", lambda t: (released.append(1), real(t)))
+    kept = StreamBatcher(corpus, batch_size=2, seg_len=64)
+    kept.release_bytes = 1 << 60
+    dropped = StreamBatcher(corpus, batch_size=2, seg_len=64)
+    dropped.release_bytes = 1  # after every batch
+    for a, b in zip(kept, dropped):
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.targets, b.targets)
+    assert len(released) > 10

@@ -111,3 +111,51 @@ def test_torchrun_without_a_run_dir_trains_one_fresh_run(tmp_path: Path) -> None
     (run,) = (tmp_path / "runs").iterdir()
     assert run.name.startswith("tiny-") and (run / "checkpoints").is_dir()
     assert done.stdout.count("run directory: ") == 1 and str(run.name) in done.stdout, done.stdout
+
+
+def _data_worker(rank: int, world: int, port: int, run_dir: str, overrides: list[str], log_dir: str) -> None:
+    import logging
+
+    os.environ.update(
+        WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    torch.set_num_threads(1)
+    handler = logging.FileHandler(Path(log_dir) / f"rank{rank}.log")
+    logging.getLogger("compressive_transformer.data.cache").addHandler(handler)
+    logging.getLogger("compressive_transformer.data.cache").setLevel(logging.INFO)
+    from compressive_transformer.training.distributed import DistInfo, shutdown
+
+    train_run(build_config(None, overrides), run_dir, log=lambda s: None)
+    shutdown(DistInfo(rank=rank, world_size=world))
+
+
+@pytest.mark.slow
+def test_processes_sharing_a_cache_build_the_tokenizer_and_each_split_once(tmp_path: Path) -> None:
+    """Every process prepares the data before the processes join; the first to take the cache's lock trains the
+    tokenizer and builds each split, the others wait on the lock (no collective to time out) and map its files."""
+    books = tmp_path / "books"
+    for split, n in (("train", 6), ("validation", 2), ("test", 1)):
+        (books / split).mkdir(parents=True)
+        for i in range(n):
+            (books / split / f"{i}.txt").write_text(" ".join(f"w{(i * 7 + j) % 50}" for j in range(4000)) + "\n")
+    overrides = [
+        "data.format=pg19",
+        f"data.path={books}",
+        "data.tokenizer=bpe",
+        "data.vocab_size=300",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "train.steps=2",
+        "train.batch_size=2",
+        "train.val_every=0",
+        "train.progress=false",
+        "train.amp=none",
+    ]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    mp.spawn(_data_worker, args=(2, free_port(), str(tmp_path / "run"), overrides, str(logs)), nprocs=2, join=True)
+    lines = "".join(p.read_text() for p in logs.iterdir())
+    assert lines.count("cached pg19 train:") == 1 and lines.count("cached pg19 validation:") == 1, lines
+    assert len(list((tmp_path / "cache").glob("tokenizer-*"))) == 1
+    run_tok = json.loads((tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text())
+    (cached,) = (tmp_path / "cache").glob("tokenizer-*/tokenizer.json")
+    assert json.loads(cached.read_text()) == run_tok, "the run keeps the tokenizer its cache was built with"

@@ -205,11 +205,16 @@ def decode_file(path: str | Path, tokenizer: str) -> Document:
     try:
         return _decode_bytes(path.read_bytes(), tokenizer)
     except NotText as e:
-        raise ConfigError(
-            f"{path}: is not UTF-8 text (byte {e.offset}), and this run's {tokenizer!r} tokenizer reads UTF-8 only; "
-            f"convert it (e.g. iconv -f latin1 -t utf-8 {path} > {path.stem}-utf8{path.suffix}) or score it with a "
-            "byte-level run"
-        ) from None
+        raise not_utf8_error(path, e.offset, tokenizer) from None
+
+
+def not_utf8_error(path: Path, offset: int, tokenizer: str) -> ConfigError:
+    """A file to score that a trained run's word or subword tokenizer cannot read."""
+    return ConfigError(
+        f"{path}: is not UTF-8 text (byte {offset}), and this run's {tokenizer!r} tokenizer reads UTF-8 only; "
+        f"convert it (e.g. iconv -f latin1 -t utf-8 {path} > {path.stem}-utf8{path.suffix}) or score it with a "
+        "byte-level run"
+    )
 
 
 def decode(data: bytes, path: Path, cfg: DataConfig) -> Document:

@@ -12,6 +12,7 @@ just (epoch, step) and a resumed iterator yields exactly the batches the origina
 from __future__ import annotations
 
 import heapq
+import mmap
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -62,6 +63,18 @@ class _Layout:
         return max((int(s[-1]) for s in self.seg0), default=0)
 
 
+RELEASE_BYTES = 64 << 20  # token bytes read between releases of the mapped pages read so far
+
+
+def release_pages(tokens: np.ndarray) -> None:
+    """Drop the pages of a memory-mapped token array that this process has read from its resident set (they stay
+    in the kernel's page cache and are read back from there when needed), so that training's memory does not grow
+    with the part of a corpus of many GB it has read; a no-op for arrays in memory."""
+    mapping = getattr(tokens, "_mmap", None)  # a numpy memmap's own mapping (shared by its views)
+    if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+        mapping.madvise(mmap.MADV_DONTNEED)
+
+
 class StreamBatcher:
     """Iterate ``Batch``es of ``batch_size`` streams and ``seg_len`` tokens over a tokenized corpus.
 
@@ -109,6 +122,7 @@ class StreamBatcher:
         self.shuffle, self.seed, self.repeat, self.pad_id = shuffle, seed, repeat, pad_id
         self.piece_len = piece_len
         self.epoch, self.step, self.tokens_seen = 0, 0, 0
+        self.release_bytes, self._unreleased = RELEASE_BYTES, 0
         self._layout_cache: tuple[int, _Layout] | None = None
 
     # -- layout -------------------------------------------------------------------------------------------------
@@ -193,6 +207,10 @@ class StreamBatcher:
         batch = self._make(layout, self.epoch, self.step)
         self.step += 1
         self.tokens_seen += batch.num_tokens
+        self._unreleased += self.batch_size * self.seg_len * self.tokens.itemsize
+        if self._unreleased >= self.release_bytes:
+            release_pages(self.tokens)
+            self._unreleased = 0
         return batch
 
     def _make(self, layout: _Layout, epoch: int, step: int) -> Batch:

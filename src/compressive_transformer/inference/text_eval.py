@@ -3,20 +3,26 @@ memory carried through each file from its start, results beside the run's split 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.dtypes import amp_dtype
 from compressive_transformer.core.fileio import require_writable
 from compressive_transformer.core.modality import AUDIO, TEXT, format_modality, require_modality, token_unit
-from compressive_transformer.data.readers import Document, decode_file, read_split
-from compressive_transformer.data.units import texts_size
+from compressive_transformer.data.cache import cache_dir_for, load_corpus, token_dtype
+from compressive_transformer.data.documents import Document, DocumentSource, SplitStream, file_pieces, first_bad
+from compressive_transformer.data.readers import decode_file, not_utf8_error, source_files
+from compressive_transformer.data.shards import build_split
+from compressive_transformer.data.units import TextSize, texts_size
 from compressive_transformer.inference.evaluate import EvalResult, evaluate, write_eval_record
 from compressive_transformer.runs.failures import EVALUATION_REMEDY, evaluation_sizes, sizes_to_lower
 from compressive_transformer.runs.loading import Run
@@ -29,11 +35,16 @@ TEXT_EVAL_KEYS = ("eval.seg_len", "eval.mem_len", "eval.cmem_len", "eval.batch_s
 
 @dataclass(frozen=True)
 class TextSource:
-    """Documents to score and where they came from (recorded in the result)."""
+    """Documents to score and where they came from (recorded in the result): in memory (``documents``), a stream
+    of files (``stream``, encoded into a temporary cache) or a corpus split (``data``, encoded into the run's
+    token cache), so that a large input is never held in memory."""
 
     name: str
-    documents: list[Document]
+    documents: list[Document] = field(default_factory=list)
     description: dict[str, Any] = field(default_factory=dict)
+    stream: SplitStream | None = None
+    data: DataConfig | None = None
+    split: str = ""
 
 
 # a file is not text when it holds a NUL byte, control characters text does not use, or mostly bytes that are not
@@ -61,22 +72,43 @@ def binary_reason(document: str | bytes) -> str | None:
 
 
 def files_source(paths: Sequence[str | Path], tokenizer_kind: str, *, allow_binary: bool = False) -> TextSource:
-    """Each file is one document, read whole (UTF-8, or raw bytes for a byte-level run). A binary file (an
-    executable, an archive) is refused unless ``allow_binary``: its score would mean nothing as text."""
+    """Each file is one document, read in pieces when scored (UTF-8, or raw bytes for a byte-level run). A binary
+    file (an executable, an archive: told from its first MB) is refused unless ``allow_binary``: its score would
+    mean nothing as text."""
     if not paths:
         raise ConfigError("--text: give at least one file")
     docs, files = [], []
     for p in map(Path, paths):
         if not p.is_file():
             raise ConfigError(f"--text: {p} is not a file; give text files to score")
-        doc = decode_file(p, tokenizer_kind)  # bytes where it is not UTF-8 text (a byte-level run)
-        reason = None if allow_binary else binary_reason(doc)
+        with p.open("rb") as f:
+            head = decode_head(f.read(BINARY_PROBE), p, tokenizer_kind)
+        reason = None if allow_binary else binary_reason(head)
         if reason:
             raise ConfigError(f"--text: {p} is not text ({reason}); pass --allow-binary to score its bytes anyway")
-        docs.append(doc)
+        error = lambda path, offset: not_utf8_error(path, offset, tokenizer_kind)  # noqa: E731
+        docs.append(
+            DocumentSource(p.stem, p.stat().st_size, (p,), lambda p=p, e=error: file_pieces(p, tokenizer_kind, e))
+        )
         files.append({"path": str(p.resolve()), "bytes": p.stat().st_size})
     stem = Path(paths[0]).stem + (f"-and-{len(paths) - 1}-more" if len(paths) > 1 else "")
-    return TextSource(f"text-{stem}", docs, {"kind": "files", "files": files})
+    stream = SplitStream("text", docs, tuple(Path(p) for p in paths))
+    return TextSource(f"text-{stem}", description={"kind": "files", "files": files}, stream=stream)
+
+
+BINARY_PROBE = 1 << 20  # bytes of a --text file read to tell text from binary
+
+
+def decode_head(data: bytes, path: Path, tokenizer_kind: str) -> Document:
+    """The first bytes of a file as text (a character cut at the end dropped), or bytes for a byte-level run."""
+    bad = first_bad(data)
+    if bad is not None and len(data) == BINARY_PROBE and bad >= len(data) - 3 and b"\x00" not in data:
+        bad = first_bad(data[:bad])  # the probe ended inside a character: not a fault of the file
+    if bad is None:
+        return data.decode("utf-8", errors="ignore")
+    if tokenizer_kind == "bytes":
+        return data
+    raise not_utf8_error(path, bad, tokenizer_kind)
 
 
 def corpus_source(run: Run, directory: str | Path, fmt: str, split: str) -> TextSource:
@@ -88,11 +120,12 @@ def corpus_source(run: Run, directory: str | Path, fmt: str, split: str) -> Text
         data = dataclasses.replace(run.config.data, format=fmt, path=str(path), train_file="", cache_dir="")
     except ConfigError as e:
         raise ConfigError(f"--format: {e}") from None
-    raw = read_split(data, split)
+    source_files(data, split)  # a missing split: one line, before any work
     return TextSource(
         f"data-{fmt}-{path.name}-{split}",
-        list(raw.documents),
-        {"kind": "corpus", "format": fmt, "path": str(path), "split": split},
+        description={"kind": "corpus", "format": fmt, "path": str(path), "split": split},
+        data=data,
+        split=split,
     )
 
 
@@ -209,9 +242,62 @@ def evaluate_source(
     where that cannot be written it stops before computing anything."""
     path = result_path(run.run_dir, source.name, out)
     with sizes_to_lower("evaluating", evaluation_sizes(run.config), EVALUATION_REMEDY):
-        result = score_documents(run, source.documents, name=source.name, progress=progress)
+        if source.data is not None or source.stream is not None:
+            with encoded_source(run, source) as (corpus, size):
+                result = score_corpus(run, corpus, size, name=source.name, progress=progress)
+        else:
+            result = score_documents(run, source.documents, name=source.name, progress=progress)
     write_eval_record(path, run_record(run, result, source.description))
     return result, path
+
+
+@contextlib.contextmanager
+def encoded_source(run: Run, source: TextSource) -> Iterator[tuple[Any, TextSize]]:
+    """A streamed source's ids, memory-mapped: a corpus split from the run's token cache (built there once), files
+    through a temporary cache beside it that is removed afterwards."""
+    caches = Path(cache_dir_for(source.data or run.config.data, run.run_dir)) if run.run_dir else None
+    if source.data is not None:
+        if caches is None:
+            caches = Path(tempfile.mkdtemp(prefix="ct-eval-"))
+        corpus = load_corpus(source.data, source.split, run.tokenizer, caches)
+        yield corpus, corpus.size
+        return
+    assert source.stream is not None
+    if caches is not None:
+        caches.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="eval-text-", dir=caches))
+    try:
+        dtype = token_dtype(run.tokenizer.vocab_size)
+        built = build_split(source.stream, run.tokenizer, work / "build", {}, dtype)
+        if built.offsets[-1] == 0:
+            raise ConfigError("--text: the text is empty after tokenization; give some text to score")
+        tokens = np.memmap(built.tokens_path, dtype=dtype, mode="r", shape=(int(built.offsets[-1]),))
+        t = built.totals
+        yield SimpleNamespace(tokens=tokens, doc_offsets=built.offsets), TextSize(t.chars, t.bytes, t.words)
+        del tokens
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def score_corpus(run: Run, corpus: Any, size: TextSize, *, name: str, progress: bool = False) -> EvalResult:
+    """:func:`score_documents` for ids already encoded (a memory-mapped corpus), with the run's settings."""
+    e = run.config.eval
+    return evaluate(
+        run.model,
+        corpus,
+        split=name,
+        batch_size=e.batch_size,
+        seg_len=run.seg_len,
+        mem_len=run.mem_len,
+        cmem_len=run.cmem_len,
+        max_batches=e.max_batches,
+        progress=progress,
+        size=size,
+        tokenizer_kind=run.tokenizer.kind,
+        token_unit=token_unit(run.modality),
+        amp_dtype=amp_dtype(inference_amp(run.config, next(run.model.parameters()).device)),
+        unknown_id=getattr(run.tokenizer, "unk_id", None),
+    )
 
 
 def check_text_overrides(overrides: Sequence[str], *, split: str | None, what: str) -> None:

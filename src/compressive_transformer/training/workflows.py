@@ -14,6 +14,7 @@ from typing import Any
 
 from compressive_transformer.core.config import ConfigError, RunConfig
 from compressive_transformer.data import load_corpus
+from compressive_transformer.data.cache import cached_tokenizer
 from compressive_transformer.data.readers import empty_split
 from compressive_transformer.runs.failures import TRAINING_REMEDY, sizes_to_lower, training_sizes
 from compressive_transformer.runs.machine import resolve_device
@@ -51,6 +52,7 @@ def train_run(
     """
     run_dir = Path(run_dir)
     resumed = plan_resume(run_dir, cfg, overrides) if resume else None  # read-only: before the processes join
+    _prepare_data_before_joining(resumed.cfg if resumed is not None else cfg, run_dir, resumed)
     info = _join_processes(resumed.cfg if resumed is not None else cfg)
     lock = RunLock(run_dir)
     created = not run_dir.exists()
@@ -133,6 +135,22 @@ def _say_resumed(plan: TrainingPlan, step: int, log: Log) -> None:
     log(f"resuming {plan.run_dir} at step {step} of {cfg.train.steps}")
     if cfg.train.steps != plan.saved.train.steps and not cfg.train.decay_steps:
         log(f"the learning rate follows the {cfg.train.steps}-step schedule: {learning_rate(cfg.train, step):.2e} now")
+
+
+def _prepare_data_before_joining(cfg: RunConfig | None, run_dir: Path, resumed: TrainingPlan | None) -> None:
+    """Under ``torchrun``, every process makes sure of the tokenizer and the token cache before the processes join:
+    the first to take a cache directory's lock trains and builds, the others wait on the lock (not in a collective,
+    whose timeout a build of hours would pass) and then map what it built; with one cache directory per node, one
+    process per node builds. A single process does the same later, in its plan."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or cfg is None or (resumed is None and cfg.train.init_from):
+        return  # (a run started --init-from uses its source's tokenizer: prepared in the plan)
+    caches = cache_dir(cfg, run_dir)
+    tokenizer = resumed.tokenizer if resumed is not None else cached_tokenizer(cfg.data, caches)
+    load_corpus(cfg.data, "train", tokenizer, caches)
+    try:
+        load_corpus(cfg.data, "validation", tokenizer, caches)
+    except ConfigError:
+        pass  # a run without validation data: said by the main process once it plans
 
 
 def _join_processes(cfg: RunConfig | None) -> DistInfo:
