@@ -20,6 +20,7 @@ from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.data import ByteTokenizer, WordTokenizer, load_corpus, read_split, stream_split
 from compressive_transformer.data import cache as cache_module
 from compressive_transformer.data import documents as documents_module
+from compressive_transformer.data import shards as shards_module
 from compressive_transformer.data.corpora import text as text_format
 from compressive_transformer.data.documents import TextCounter, file_pieces, iter_chunks, rechunk, utf8_of
 from compressive_transformer.data.readers import not_text
@@ -172,8 +173,8 @@ KILLED_BUILD = textwrap.dedent(
         if calls[0] == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    real_encode, real_write = tok.encode_pieces, fileio.write_text_atomic
-    tok.encode_pieces = lambda pieces: (maybe_die(), real_encode(pieces))[1]
+    real_encode, real_write = shards._Writer._encode, fileio.write_text_atomic
+    shards._Writer._encode = lambda self, texts: (maybe_die(), real_encode(self, texts))[1]
     shards.write_text_atomic = lambda path, text: (maybe_die(), real_write(path, text), maybe_die())[1]
     load_corpus(cfg, "train", tok, sys.argv[3], progress=False, shard_bytes=400, batch_bytes=120)
     print("done")
@@ -209,13 +210,13 @@ def test_a_corpus_changed_during_the_build_is_refused_in_one_line(
     cfg = write_books(tmp_path / "books")
     tok = WordTokenizer.train(read_split(cfg, "train").documents)
     first = tmp_path / "books" / "train" / "100.txt"
-    real = tok.encode_pieces
+    real = shards_module._Writer._encode
 
-    def change_then_encode(pieces):
+    def change_then_encode(self, texts):
         first.write_text(first.read_text() + "more words\n")
-        return real(pieces)
+        return real(self, texts)
 
-    monkeypatch.setattr(tok, "encode_pieces", change_then_encode)
+    monkeypatch.setattr(shards_module._Writer, "_encode", change_then_encode)
     with pytest.raises(ConfigError, match="changed while its token cache was being built") as e:
         load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=200)
     assert "\n" not in str(e.value)
@@ -226,15 +227,15 @@ def test_a_build_interrupted_then_corpus_changed_starts_again_and_says_why(
 ) -> None:
     cfg = write_books(tmp_path / "books")
     tok = WordTokenizer.train(read_split(cfg, "train").documents)
-    real, calls = tok.encode_pieces, [0]
+    real, calls = shards_module._Writer._encode, [0]
 
-    def stop_on_third(pieces):
+    def stop_on_third(self, texts):
         calls[0] += 1
         if calls[0] == 3:
             raise KeyboardInterrupt
-        return real(pieces)
+        return real(self, texts)
 
-    monkeypatch.setattr(tok, "encode_pieces", stop_on_third)
+    monkeypatch.setattr(shards_module._Writer, "_encode", stop_on_third)
     with pytest.raises(KeyboardInterrupt):
         load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=200, batch_bytes=100)
     monkeypatch.undo()
@@ -379,3 +380,19 @@ def test_releasing_the_mapped_pages_read_changes_no_batch(tmp_path: Path, monkey
     for a, b in zip(kept, dropped):
         assert torch.equal(a.tokens, b.tokens) and torch.equal(a.targets, b.targets)
     assert len(released) > 10
+
+
+def test_word_ids_from_the_pool_of_processes_equal_those_of_one_process(tmp_path: Path) -> None:
+    from compressive_transformer.data.word_ids import WordPool, word_ids
+
+    cfg = write_books(tmp_path / "books", n=8)
+    texts = [p.text for d in stream_split(cfg, "train").documents for p in d.read()]
+    tok = WordTokenizer.train(["alpha beta gamma"])  # the other words are unknown
+    pool = WordPool(tok._index, tok.unk_id, workers=2)
+    try:
+        pooled = pool(texts)
+    finally:
+        pool.close()
+    alone = word_ids(texts, tok._index, tok.unk_id)
+    assert len(pooled) == len(texts) and all(np.array_equal(a, b) for a, b in zip(pooled, alone))
+    assert any((a == tok.unk_id).any() for a in alone)

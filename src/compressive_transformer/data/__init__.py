@@ -1,46 +1,40 @@
-"""Data: corpus readers, tokenizers, the memory-mapped token cache, the batch-of-streams iterator, downloads."""
+"""Data: corpus readers, tokenizers, the memory-mapped token cache, the batch-of-streams iterator, downloads.
 
-from compressive_transformer.data.cache import Corpus, cache_dir_for, load_corpus, prepare_corpora
-from compressive_transformer.data.corpora.pg19 import Pg19Book, read_pg19_metadata
-from compressive_transformer.data.download import DownloadError, Source, download, sources
-from compressive_transformer.data.readers import SPLITS, RawSplit, count_words, read_documents, read_split, stream_split
-from compressive_transformer.data.sample import prepare_tokenizer, train_tokenizer
-from compressive_transformer.data.streams import IGNORE_INDEX, Batch, StreamBatcher
-from compressive_transformer.data.tokenizers import (
-    ByteTokenizer,
-    SubwordTokenizer,
-    Tokenizer,
-    WordTokenizer,
-    build_tokenizer,
-    load_tokenizer,
-)
+The names below are imported on first use (PEP 562), so that a module of this package can be imported alone
+without the rest (a word tokenizer's worker processes import only :mod:`~compressive_transformer.data.word_ids`).
+"""
 
-__all__ = [
-    "SPLITS",
-    "IGNORE_INDEX",
-    "Batch",
-    "ByteTokenizer",
-    "Corpus",
-    "DownloadError",
-    "Pg19Book",
-    "RawSplit",
-    "Source",
-    "StreamBatcher",
-    "SubwordTokenizer",
-    "Tokenizer",
-    "WordTokenizer",
-    "build_tokenizer",
-    "cache_dir_for",
-    "count_words",
-    "download",
-    "sources",
-    "load_corpus",
-    "load_tokenizer",
-    "prepare_corpora",
-    "prepare_tokenizer",
-    "read_documents",
-    "read_pg19_metadata",
-    "read_split",
-    "stream_split",
-    "train_tokenizer",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> the module (below this package) that defines it
+_EXPORTS = {
+    **dict.fromkeys(("Corpus", "cache_dir_for", "load_corpus", "prepare_corpora"), "cache"),
+    **dict.fromkeys(("Pg19Book", "read_pg19_metadata"), "corpora.pg19"),
+    **dict.fromkeys(("DownloadError", "Source", "download", "sources"), "download"),
+    **dict.fromkeys(("SPLITS", "RawSplit", "count_words", "read_documents", "read_split", "stream_split"), "readers"),
+    **dict.fromkeys(("prepare_tokenizer", "train_tokenizer"), "sample"),
+    **dict.fromkeys(("IGNORE_INDEX", "Batch", "StreamBatcher"), "streams"),
+    **dict.fromkeys(
+        ("ByteTokenizer", "SubwordTokenizer", "Tokenizer", "WordTokenizer", "build_tokenizer", "load_tokenizer"),
+        "tokenizers",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+__all__ = sorted(_EXPORTS)

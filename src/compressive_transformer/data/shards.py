@@ -30,7 +30,8 @@ from tqdm.auto import tqdm
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data.documents import SplitStream, TextCounter, content_hash, utf8_of
-from compressive_transformer.data.tokenizers import Tokenizer
+from compressive_transformer.data.tokenizers import Tokenizer, WordTokenizer, as_text
+from compressive_transformer.data.word_ids import WordPool
 
 SHARD_BYTES = 256 << 20  # text per shard: at most this much work is lost to a kill
 BATCH_BYTES = 16 << 20  # text per encode_pieces call
@@ -105,7 +106,10 @@ def build_split(
         f.seek(0, os.SEEK_END)
         writer = _Writer(stream, tokenizer, build_dir, f, dtype, shard_bytes, batch_bytes, shards, key)
         if done is None or done.doc < len(stream.documents):  # else it stopped after its last shard: nothing to do
-            writer.run(progress)
+            try:
+                writer.run(progress)
+            finally:
+                writer.close()
     shards = writer.shards
     offsets = np.concatenate([[0], *[np.asarray(s.ends, dtype=np.int64) for s in shards]]).astype(np.int64)
     names = [n for s in shards for n in s.names]
@@ -234,7 +238,18 @@ class _Writer:
         self.stat = {s[0]: s[1:] for s in key.get("sources", [])}
         self.batch: list[str | bytes | _End] = []  # pieces to encode, and the ends of documents among them
         self.batch_size = 0
+        self.pool = WordPool(tokenizer._index, tokenizer.unk_id) if isinstance(tokenizer, WordTokenizer) else None
         self._new_shard()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+    def _encode(self, texts: list[str | bytes]) -> list[np.ndarray]:
+        """The batch's ids: a word tokenizer's on every core through its pool, any other's own way."""
+        if self.pool is not None:
+            return self.pool([as_text(t, "words") for t in texts])
+        return self.tokenizer.encode_pieces(texts)
 
     def _last_end(self) -> int:
         for s in reversed(self.shards):
@@ -292,7 +307,7 @@ class _Writer:
     def _flush(self) -> None:
         """Encode the batch's pieces in one call and write their ids; place the ends of the documents it closes."""
         texts = [item for item in self.batch if not isinstance(item, _End)]
-        arrays = self.tokenizer.encode_pieces(texts) if texts else []
+        arrays = self._encode(texts) if texts else []
         if arrays:
             np.concatenate(arrays).astype(self.dtype, copy=False).tofile(self.f)
         lengths = iter([len(a) for a in arrays])

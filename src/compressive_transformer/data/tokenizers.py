@@ -8,7 +8,6 @@ as ``tokenizer.json`` and :func:`load_tokenizer` restores it exactly (same ids f
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -20,6 +19,7 @@ from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data.documents import CHUNK_CHARS, Document, iter_chunks, rechunk, utf8_of
 from compressive_transformer.data.readers import EOS, UNK
+from compressive_transformer.data.word_ids import word_ids
 
 TOKENIZER_FILE = "tokenizer.json"
 SAMPLE_FILE = "tokenizer_sample.json"  # beside tokenizer.json: the part of the train split it was trained on
@@ -136,13 +136,7 @@ class WordTokenizer:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def encode_pieces(self, pieces: Sequence[Document]) -> list[np.ndarray]:
-        index_get, unk = self._index.get, self.unk_id
-        out = []
-        for piece in pieces:
-            words = as_text(piece, self.kind).split()
-            # map() with the dict's own get: the lookups run in C, no Python bytecode per word
-            out.append(np.fromiter(map(index_get, words, itertools.repeat(unk)), dtype=np.int64, count=len(words)))
-        return out
+        return word_ids([as_text(p, self.kind) for p in pieces], self._index, self.unk_id)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Words joined by spaces; a newline follows each ``<eos>`` (WikiText's line ends)."""
