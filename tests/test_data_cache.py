@@ -38,7 +38,7 @@ def test_corpus_holds_documents_offsets_and_counts(tmp_path: Path) -> None:
     cfg = make_dir_corpus(tmp_path / "data")
     tok = WordTokenizer.train(read_split(cfg, "train").documents)
     corpus = load_corpus(cfg, "train", tok, tmp_path / "cache")
-    assert isinstance(corpus.tokens, np.memmap) and corpus.tokens.dtype == np.uint16
+    assert isinstance(corpus.tokens, np.memmap) and corpus.tokens.dtype == np.uint8  # 6 words: one byte per id
     assert corpus.num_docs == 2, "the empty document is dropped (it would only add a reset)"
     assert corpus.doc_offsets.dtype == np.int64 and corpus.doc_offsets.tolist() == [0, 3, 5]
     assert corpus.num_tokens == 5 and corpus.num_words == 5 and corpus.names == ["0", "2"]
@@ -155,6 +155,7 @@ def test_truncated_cache_file_is_rebuilt(tmp_path: Path) -> None:
 
 
 def test_large_vocabulary_uses_int32() -> None:
+    assert cache_module.token_dtype(256) == np.uint8 and cache_module.token_dtype(257) == np.uint16
     assert cache_module.token_dtype(65_536) == np.uint16
     assert cache_module.token_dtype(65_537) == np.int32
 

@@ -44,7 +44,7 @@ def test_enwik8_prefix_split_is_proportional(tmp_path: Path) -> None:
     assert parts["train"].startswith(b"<mediawiki")  # type: ignore[arg-type]
     with pytest.warns(UserWarning):
         corpus = load_corpus(cfg, "validation", ByteTokenizer(), tmp_path)
-    assert corpus.num_docs == 1 and corpus.num_tokens == len(parts["validation"]) and corpus.tokens.dtype == np.uint16
+    assert corpus.num_docs == 1 and corpus.num_tokens == len(parts["validation"]) and corpus.tokens.dtype == np.uint8
     assert bytes(np.asarray(corpus.tokens, dtype=np.uint8)) == parts["validation"]
     batches = list(StreamBatcher(corpus, batch_size=8, seg_len=512))
     assert sum(b.num_targets for b in batches) == corpus.num_tokens - 1, "every byte but the first is predicted once"

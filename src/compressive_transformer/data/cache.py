@@ -1,6 +1,7 @@
 """Encoded splits cached on disk as memory-mapped arrays, so a corpus is tokenized once per tokenizer.
 
-Per split three files share a stem: ``.tokens.bin`` (ids, ``uint16`` when they fit else ``int32``), ``.offsets.bin``
+Per split three files share a stem: ``.tokens.bin`` (ids: ``uint8`` for bytes, ``uint16`` when they fit, else
+``int32``), ``.offsets.bin``
 (``int64``, document ``i`` is ``tokens[offsets[i]:offsets[i+1]]``) and ``.json`` (the fingerprint, counts and the
 shards' hashes). A split is built from its stream in shards (:mod:`~compressive_transformer.data.shards`) in
 ``<stem>.build/``, resumable after any interruption; when it is done the ids and offsets move into place and the
@@ -44,7 +45,7 @@ class Corpus:
     """One encoded split: a flat token array and the offsets of its documents."""
 
     split: str
-    tokens: np.ndarray  # (num_tokens,) memmap of uint16 / int32 ids
+    tokens: np.ndarray  # (num_tokens,) memmap of uint8 / uint16 / int32 ids
     doc_offsets: np.ndarray  # (num_docs + 1,) int64, starts at 0, ends at num_tokens
     num_words: int
     meta: dict[str, Any] = field(default_factory=dict)
@@ -87,6 +88,8 @@ class BuildOptions:
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
+    if vocab_size <= 1 << 8:
+        return np.dtype(np.uint8)  # a byte corpus's cache is the size of its text
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
 
 
@@ -205,7 +208,7 @@ def _open(stem: Path, key: dict[str, Any]) -> Corpus | None:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # not JSON, not UTF-8: no cache (rebuilt)
         return None
-    if not isinstance(meta, dict) or meta.get("dtype") not in ("uint16", "int32"):
+    if not isinstance(meta, dict) or meta.get("dtype") not in ("uint8", "uint16", "int32"):
         return None
     if meta.get("key") != key:
         logger.info("token cache %s is stale (corpus or tokenizer changed); rebuilding", meta_path)

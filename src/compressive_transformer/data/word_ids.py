@@ -50,7 +50,9 @@ class WordPool:
         if self.workers <= 1 or len(texts) < 2:
             return word_ids(texts, self.index, self.unk)
         if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
+            # fork, as torch's DataLoader does on Linux: the workers inherit the vocabulary instead of unpickling it,
+            # and a script calling this needs no `if __name__ == "__main__"` guard (spawn would run it again)
+            ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
             self._pool = ProcessPoolExecutor(
                 self.workers, mp_context=ctx, initializer=_init, initargs=(self.index, self.unk)
             )
