@@ -89,6 +89,11 @@ def say_error(message: str) -> None:
         print(f"error: rank {rank}: {message}", file=sys.stderr)
 
 
+def _trains(args: argparse.Namespace) -> bool:
+    """Whether the command writes checkpoints (``train``, ``rl train``; not ``rl evaluate``)."""
+    return args.command in TRAINING_COMMANDS and getattr(args, "rl_command", "train") == "train"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
@@ -100,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         say_error(str(e))
         return EXIT_USER_ERROR
     except OSError as e:  # a full disk, a read-only directory, a permission: the message names the path
-        kept = "; the run's previous checkpoints are untouched" if args.command in TRAINING_COMMANDS else ""
+        kept = "; the run's previous checkpoints are untouched" if _trains(args) else ""
         say_error(f"{e}{kept}")
         return EXIT_USER_ERROR
     except KeyboardInterrupt:

@@ -10,13 +10,13 @@ verified as checkpoints are), so a kill at any moment leaves the previous best o
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from compressive_transformer.agents.acting import Episodes
+from compressive_transformer.core.fileio import inside, remove
 from compressive_transformer.runs.checkpoint import CheckpointError, checkpoint_extra, list_checkpoints, save_checkpoint
 
 BEST_DIR = "best"
@@ -79,6 +79,7 @@ def keep_if_best(
         return best
     record = {"step": step, "env_steps": env_steps, "success_rate": score[0], "mean_return": score[1], "window": window}
     root = run_dir / BEST_DIR
+    inside(run_dir, root)
     path = save_checkpoint(
         root,
         step,
@@ -92,7 +93,7 @@ def keep_if_best(
     )
     for other in list_checkpoints(root):
         if other != path:
-            shutil.rmtree(other, ignore_errors=True)
+            remove(other, base=run_dir)
     return BestPolicy(path, **record)
 
 

@@ -24,6 +24,8 @@ from compressive_transformer.agents.config import EVAL_EPISODES, EVAL_SEED, RLCo
 from compressive_transformer.core.config import ConfigError, Log
 from compressive_transformer.runs.checkpoint import WEIGHTS_FILES, checkpoint_step, load_weights, newest_good_checkpoint
 
+SEED_RANGE = 2**32  # seeds of numpy's generators, as train.seed's
+
 
 @dataclass(frozen=True)
 class AgentEvaluation:
@@ -88,6 +90,8 @@ def evaluate_agent(
         raise ConfigError(f"--episodes {episodes}: give at least 1")
     if n_envs is not None and n_envs < 1:
         raise ConfigError(f"--envs {n_envs}: give at least 1")
+    if not 0 <= seed < SEED_RANGE:
+        raise ConfigError(f"--seed {seed}: give a whole number from 0 to {SEED_RANGE - 1} (the environments' seeds)")
     try:
         cfg = load_saved_config(run_dir / "config.toml")
     except ConfigError as e:

@@ -13,7 +13,7 @@ from pathlib import Path
 from compressive_transformer.agents.config import EVAL_EPISODES, EVAL_SEED, load_rl_config
 from compressive_transformer.commands.options import add_overrides
 from compressive_transformer.core.config import ConfigError
-from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.fileio import check_new, create_text
 from compressive_transformer.core.install import install_hint
 from compressive_transformer.runs.rundir import fresh_run_dir
 
@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--episodes", type=int, default=EVAL_EPISODES, help=f"episodes to play (default {EVAL_EPISODES})")
     e.add_argument("--envs", type=int, help="environments played at once (default: the run's train.n_envs)")
     e.add_argument("--seed", type=int, default=EVAL_SEED, help=f"the environments' first seed (default {EVAL_SEED})")
-    e.add_argument("--json", type=Path, help="also write the result to this JSON file")
+    e.add_argument(
+        "--json", type=Path, help="also write the result to this new JSON file (an existing one is never replaced)"
+    )
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -59,6 +61,8 @@ def main(args: argparse.Namespace) -> None:
 def evaluate(args: argparse.Namespace) -> None:
     from compressive_transformer.agents.evaluate import evaluate_agent  # needs the extra (gymnasium)
 
+    if args.json is not None:
+        check_new(args.json, "--json")  # before any episode is played: a result never replaces a file
     result = evaluate_agent(
         args.run_dir,
         best=args.best,
@@ -73,9 +77,8 @@ def evaluate(args: argparse.Namespace) -> None:
         f"{result.success_rate:.3f} (95% interval {low:.3f}-{high:.3f}), mean return {result.mean_return:.3f}"
     )
     if args.json is not None:
-        write_text_atomic(
-            args.json, json.dumps({**asdict(result), "checkpoint": str(result.checkpoint)}, indent=1) + "\n"
-        )
+        record = json.dumps({**asdict(result), "checkpoint": str(result.checkpoint)}, indent=1) + "\n"
+        print(f"wrote {create_text(args.json, record, what='--json')}")
 
 
 def train(args: argparse.Namespace) -> None:

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import eval_lengths
 from compressive_transformer.core.constants import IGNORE_INDEX
-from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.fileio import create_text
 from compressive_transformer.core.registry import FORMATS
 from compressive_transformer.core.streaming import stream
 from compressive_transformer.data import StreamBatcher
@@ -203,6 +203,8 @@ def _token_unit(corpus: Any) -> str:
 
 
 def write_eval_record(path: Path, record: dict[str, Any]) -> Path:
-    """Write an evaluation record as JSON (infinities as strings: JSON has none)."""
+    """Write an evaluation record as JSON (infinities as strings: JSON has none) into a new file: ``path``, or the
+    next free name where another result took it meanwhile (two evaluations of one run never replace each other's).
+    Returns the file written."""
     safe = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in record.items()}
-    return write_text_atomic(path, json.dumps(safe, indent=2) + "\n")
+    return create_text(path, json.dumps(safe, indent=2) + "\n")

@@ -16,7 +16,7 @@ import numpy as np
 
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.dtypes import amp_dtype
-from compressive_transformer.core.fileio import require_writable
+from compressive_transformer.core.fileio import check_new, free_name, require_writable
 from compressive_transformer.core.modality import AUDIO, TEXT, format_modality, require_modality, token_unit
 from compressive_transformer.data.cache import cache_dir_for, load_corpus, token_dtype
 from compressive_transformer.data.documents import Document, DocumentSource, SplitStream, file_pieces, first_bad
@@ -204,23 +204,21 @@ def score_documents(
 
 
 def fresh_result_path(run_dir: Path, name: str) -> Path:
-    """``eval_<name>.json``, or with ``-2``, ``-3``... where that exists: earlier results are never replaced."""
-    path, n = run_dir / f"eval_{name}.json", 2
-    while path.exists():
-        path, n = run_dir / f"eval_{name}-{n}.json", n + 1
-    return path
+    """``eval_<name>.json``, or with ``-2``, ``-3``... where that exists: earlier results are never replaced (and a
+    name taken while evaluating gets the next free one when the result is written)."""
+    return free_name(run_dir / f"eval_{name}.json")
 
 
 def result_path(run_dir: Path | None, name: str, out: str | Path | None) -> Path:
     """Where a result is written: ``out`` (which must not exist: a result never replaces a file), else
     :func:`fresh_result_path` in the run; checked writable before any work."""
-    if out is not None and Path(out).exists():
-        raise ConfigError(f"--out: {out} exists; choose a new file (a result never replaces one)")
-    if out is None and run_dir is None:
+    if out is not None:
+        return check_new(Path(out), "--out")
+    if run_dir is None:
         raise ConfigError(
             "evaluate: results are written into a run directory; load a run written by `train` or pass --out FILE"
         )
-    path = Path(out) if out is not None else fresh_result_path(Path(run_dir), name)
+    path = fresh_result_path(Path(run_dir), name)
     require_writable(path)
     return path
 
@@ -247,8 +245,7 @@ def evaluate_source(
                 result = score_corpus(run, corpus, size, name=source.name, progress=progress)
         else:
             result = score_documents(run, source.documents, name=source.name, progress=progress)
-    write_eval_record(path, run_record(run, result, source.description))
-    return result, path
+    return result, write_eval_record(path, run_record(run, result, source.description))
 
 
 @contextlib.contextmanager

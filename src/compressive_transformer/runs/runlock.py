@@ -12,6 +12,7 @@ from pathlib import Path
 from types import TracebackType
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import check_links
 
 LOCK_FILE = ".lock"
 
@@ -50,6 +51,11 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self.fd = fd
+        try:
+            check_links(self.path.parent)  # a held run is written and pruned: nothing in it may lead out of it
+        except ConfigError:
+            self.release()
+            raise
         return self
 
     def release(self) -> None:
