@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from compressive_transformer.core.config import eval_lengths
+from compressive_transformer.core.config import ConfigError, eval_lengths
 from compressive_transformer.core.constants import IGNORE_INDEX
 from compressive_transformer.core.fileio import create_text
 from compressive_transformer.core.registry import FORMATS
@@ -145,6 +145,11 @@ def evaluate(
     finally:
         steps.close()
         bar.close()
+    if not tokens:  # a score over no prediction is no score: 0.0 recorded as complete would read as perfect
+        raise ConfigError(
+            f"{split}: holds no token to predict (a document's first token is only context, so each needs at "
+            "least 2); give longer text"
+        )
     unit = _token_unit(corpus) if token_unit is None else token_unit
     size = size if size is not None else getattr(corpus, "size", None)
     if size is None or unit:  # one token is one sample: characters, bytes and words of it mean nothing

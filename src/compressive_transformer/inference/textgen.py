@@ -15,7 +15,7 @@ import torch
 from compressive_transformer.core.config import ConfigError, to_dict
 from compressive_transformer.core.fileio import create_file, replace_file
 from compressive_transformer.core.memory import MemoryState
-from compressive_transformer.core.modality import TEXT, require_modality
+from compressive_transformer.core.modality import TEXT, binary_reason, require_modality
 from compressive_transformer.inference.generate import (
     Generation,
     SamplingConfig,
@@ -227,7 +227,17 @@ def read_prompts(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--prompts-file: {path} does not exist; give a text file with one prompt per line")
-    prompts = [line.replace("\\n", "\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"--prompts-file: {path} is not UTF-8 text (byte {e.start} is not); give a text file with one prompt per line"
+        ) from None
+    reason = binary_reason(text)
+    if reason:
+        raise ConfigError(f"--prompts-file: {path} is not text ({reason}); give a text file with one prompt per line")
+    prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
     if not prompts:
         raise ConfigError(f"--prompts-file: {path} has no prompts; write one per line")
     return prompts
