@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "evaluate",
         help="play fresh episodes with a trained agent's policy",
         description="Play fresh episodes (seeded apart from training's) with an agent run's policy; report the "
-        "success rate with an exact 95%% interval and the mean return.",
+        "success rate with an exact 95% interval and the mean return.",
     )
     e.add_argument("run_dir", type=Path, help="the run directory of `rl train`")
     e.add_argument("--best", action="store_true", help="the best window's weights (<run>/best), not the newest")
