@@ -186,3 +186,20 @@ def test_rl_evaluate_checks_its_json_file_and_seed_before_playing(
     assert main(args) == 0
     assert capsys.readouterr().out.strip().endswith(f"wrote {out}")
     assert json.loads(out.read_text())["episodes"] == 1
+
+
+def test_rl_train_says_how_to_go_on(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from compressive_transformer.commands.interrupted import interrupted_message
+
+    assert interrupted_message("rl", run).endswith(f"compressive-transformer rl train --run-dir {run} --resume`")
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".lock"))
+    assert main(["rl", "train", "--run-dir", str(copy), "--resume", "--set", "model.d_model=32"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.d_model: 16 in the run, 32 now" in err, err
+    (read_best(copy).path / "model.safetensors").write_bytes(b"damaged")
+    sets = ["--set", "train.env_steps=252", "--no-progress"]
+    assert main(["rl", "train", "--run-dir", str(copy), "--resume", *sets]) == 0
+    assert "warning: the best policy is unusable" in capsys.readouterr().err

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         say_error(f"{e}{kept}")
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        run_dir = args.run_dir if args.command == "train" else None
+        run_dir = getattr(args, "run_dir", None) if _trains(args) else None
         message = interrupted_message(args.command, run_dir, seeded=getattr(args, "seeds", None) is not None)
         print(f"error: {message}", file=sys.stderr)
         return 130

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -60,6 +61,16 @@ def read_best(run_dir: str | Path) -> BestPolicy | None:
         ) from None
 
 
+def read_best_or_warn(run_dir: str | Path, log: Callable[[str], None]) -> BestPolicy | None:
+    """:func:`read_best`, but a damaged best is said (once, through ``log``) and treated as none: it is a side copy,
+    and the run's checkpoints, not it, are what training continues from; the next better window replaces it."""
+    try:
+        return read_best(run_dir)
+    except CheckpointError as e:
+        log(f"warning: the best policy is unusable ({e}); training goes on and keeps the next best window in its place")
+        return None
+
+
 def keep_if_best(
     run_dir: Path,
     step: int,
@@ -97,4 +108,4 @@ def keep_if_best(
     return BestPolicy(path, **record)
 
 
-__all__ = ["BEST_DIR", "BestPolicy", "keep_if_best", "read_best"]
+__all__ = ["BEST_DIR", "BestPolicy", "keep_if_best", "read_best", "read_best_or_warn"]

@@ -93,6 +93,7 @@ def train(args: argparse.Namespace) -> None:
     else:
         cfg = load_rl_config(args.config, args.overrides)
         run_dir = args.run_dir or fresh_run_dir(f"rl-{args.config.stem if args.config else 'default'}")
+        args.run_dir = run_dir  # what Ctrl-C's advice names
     summary = train_agent(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
     print(
         f"{summary.env_steps} environment steps, {summary.episodes} episodes; recent episodes: "
