@@ -203,3 +203,13 @@ def test_rl_train_says_how_to_go_on(run: Path, tmp_path: Path, capsys: pytest.Ca
     sets = ["--set", "train.env_steps=252", "--no-progress"]
     assert main(["rl", "train", "--run-dir", str(copy), "--resume", *sets]) == 0
     assert "warning: the best policy is unusable" in capsys.readouterr().err
+
+
+def test_text_commands_and_agent_commands_point_at_each_other(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"evaluate it with `rl evaluate {run}`" in err, err
+    assert main(["rl", "train", str(ROOT / "configs/text-cpu.toml"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "this is a text or audio config, not an agent's" in err, err
+    assert "compressive-transformer train --config FILE" in err

@@ -151,3 +151,23 @@ def test_a_train_split_that_is_not_text_is_noted_before_training(tmp_path: Path)
         assert len(notes) == int(noted), lines
         if noted:
             assert notes[0].startswith(f"note: data.path {binary}: the train split is not text (a NUL at")
+
+
+def test_a_batch_too_large_for_memory_is_blamed_on_the_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from compressive_transformer.runs import budget
+
+    cfg = config_from_text(TINY_TOML, []).model
+    lengths = dict(seg_len=cfg.seg_len, mem_len=cfg.memory.mem_len, cmem_len=cfg.memory.cmem_len)
+    row = budget.forward_bytes(cfg, batch_size=1, **lengths)
+    monkeypatch.setattr(budget, "device_memory_bytes", lambda device: 10 * row)
+    with pytest.raises(
+        ConfigError, match=r"^train.batch_size: a batch of 100000 .* lower train.batch_size \(about 10 rows"
+    ):
+        budget.check_fits(cfg, batch_size=100000, device=torch.device("cpu"), **lengths)
+    with pytest.raises(ConfigError, match=r"^eval.batch_size: "):
+        budget.check_fits(cfg, batch_size=100000, device=torch.device("cpu"), key="eval.seg_len", **lengths)
+    monkeypatch.setattr(budget, "device_memory_bytes", lambda device: row // 2)
+    with pytest.raises(ConfigError, match=r"^model.seg_len: "):
+        budget.check_fits(cfg, batch_size=4, device=torch.device("cpu"), **lengths)

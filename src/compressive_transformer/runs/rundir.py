@@ -167,7 +167,8 @@ def read_run_tables(run_dir: str | Path) -> dict[str, Any]:
     if AGENT_SECTIONS & set(raw):
         raise ConfigError(
             f"{run_dir}: is an agent run (written by `rl train`; its model reads continuous observations), not a "
-            "text or audio run; continue it with `rl train --resume --run-dir`"
+            f"text or audio run; evaluate it with `rl evaluate {run_dir}`, continue it with "
+            f"`rl train --resume --run-dir {run_dir}`"
         )
     return raw
 
