@@ -206,6 +206,14 @@ def inside(base: Path, path: Path) -> Path:
     return resolved
 
 
+def read_utf8(path: Path, what: str, remedy: str) -> str:
+    """The text of ``path``; one line naming ``what`` (the option) and the first byte that is not UTF-8 otherwise."""
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what}: {path} is not UTF-8 text (byte {e.start} is not); {remedy}") from None
+
+
 def check_links(root: Path) -> None:
     """Refuse, in one line, the first link under ``root`` that leads out of it (links that stay inside are fine):
     what a run holds is read, appended to and deleted only where the run is."""
@@ -251,6 +259,7 @@ __all__ = [
     "free_name",
     "inside",
     "next_name",
+    "read_utf8",
     "remove",
     "replace_file",
     "require_writable",

@@ -13,7 +13,7 @@ import safetensors.torch
 import torch
 
 from compressive_transformer.core.config import ConfigError, to_dict
-from compressive_transformer.core.fileio import create_file, replace_file
+from compressive_transformer.core.fileio import create_file, read_utf8, replace_file
 from compressive_transformer.core.memory import MemoryState
 from compressive_transformer.core.modality import TEXT, binary_reason, require_modality
 from compressive_transformer.inference.generate import (
@@ -227,16 +227,11 @@ def read_prompts(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--prompts-file: {path} does not exist; give a text file with one prompt per line")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"--prompts-file: {path} is not UTF-8 text (byte {e.start} is not); give a text file with one prompt per line"
-        ) from None
+    remedy = "give a text file with one prompt per line"
+    text = read_utf8(path, "--prompts-file", remedy)
     reason = binary_reason(text)
     if reason:
-        raise ConfigError(f"--prompts-file: {path} is not text ({reason}); give a text file with one prompt per line")
+        raise ConfigError(f"--prompts-file: {path} is not text ({reason}); {remedy}")
     prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
     if not prompts:
         raise ConfigError(f"--prompts-file: {path} has no prompts; write one per line")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from compressive_transformer.core.config import ConfigError, RunConfig, apply_run_overrides
 from compressive_transformer.core.dtypes import amp_dtype
@@ -73,32 +73,13 @@ def split_result_path(
     return split, result_path(Path(run_dir), f"{split}", out)
 
 
-def evaluate_run(
-    run_dir: str | Path,
-    *,
-    split: str | None = None,
-    overrides: list[str] | tuple[str, ...] = (),
-    checkpoint: str | Path | None = None,
-    progress: bool = True,
-    out: str | Path | None = None,
-    log: Log = log_stderr,
-    device: str | None = None,
-    threads: int | None = None,
-) -> EvalResult:
+def evaluate_run(run_dir: str | Path, **options: Any) -> EvalResult:
     """Stream a whole split through the run's newest good model; write ``eval_<split>.json`` into the run under a
     name no earlier result holds (``eval_<split>-2.json`` ...), or to ``out``, which must not exist. Where that
-    cannot be written it stops before computing anything. :func:`evaluate_run_to` also says which file it wrote."""
-    return evaluate_run_to(
-        run_dir,
-        split=split,
-        overrides=overrides,
-        checkpoint=checkpoint,
-        progress=progress,
-        out=out,
-        log=log,
-        device=device,
-        threads=threads,
-    )[0]
+    cannot be written it stops before computing anything. The keywords are :func:`evaluate_run_to`'s (``split``,
+    ``overrides``, ``checkpoint``, ``progress``, ``out``, ``log``, ``device``, ``threads``), which also says which
+    file it wrote."""
+    return evaluate_run_to(run_dir, **options)[0]
 
 
 def evaluate_run_to(
