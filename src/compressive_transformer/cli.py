@@ -37,6 +37,7 @@ from compressive_transformer.commands.interrupted import interrupted_message
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.version import __version__
 from compressive_transformer.runs import allocator
+from compressive_transformer.training.distributed import PeerStopped
 from compressive_transformer.training.trainer import TrainingError
 
 EXIT_USER_ERROR = 2
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         COMMANDS[args.command].main(args)
     except (ConfigError, TrainingError) as e:
-        say_error(str(e))
+        if not isinstance(e, PeerStopped):  # the main process says why the run stopped
+            say_error(str(e))
         return EXIT_USER_ERROR
     except OSError as e:  # a full disk, a read-only directory, a permission: the message names the path
         kept = "; the run's previous checkpoints are untouched" if _trains(args) else ""

@@ -100,7 +100,13 @@ def plot_audio(gen: AudioGeneration, path: str | Path, title: str = "") -> Path:
     top.plot(t, x, lw=0.4, color="black")
     top.set_ylim(-1, 1)
     top.set_ylabel("amplitude")
-    bottom.specgram(x, NFFT=512, Fs=rate, noverlap=384, cmap="magma")
+    nfft = 512  # window of the spectrogram, halved for a clip shorter than it (matplotlib warns otherwise)
+    while nfft > len(x) and nfft > 16:
+        nfft //= 2
+    if len(x) >= nfft:
+        bottom.specgram(x, NFFT=nfft, Fs=rate, noverlap=nfft * 3 // 4, cmap="magma")
+    else:
+        bottom.text(0.5, 0.5, "too short for a spectrogram", ha="center", va="center", transform=bottom.transAxes)
     bottom.set_ylabel("Hz")
     bottom.set_xlabel("seconds")
     for ax in (top, bottom):

@@ -140,8 +140,9 @@ def evaluate(
         device=device,
         amp_dtype=amp_dtype,
     )
+    unit = _token_unit(corpus) if token_unit is None else token_unit
     try:
-        total_nll, tokens, unknown, segments = _sums(steps, device, unknown_id, bar)
+        total_nll, tokens, unknown, segments = _sums(steps, device, unknown_id, bar, unit or "token")
     finally:
         steps.close()
         bar.close()
@@ -150,7 +151,6 @@ def evaluate(
             f"{split}: holds no token to predict (a document's first token is only context, so each needs at "
             "least 2); give longer text"
         )
-    unit = _token_unit(corpus) if token_unit is None else token_unit
     size = size if size is not None else getattr(corpus, "size", None)
     if size is None or unit:  # one token is one sample: characters, bytes and words of it mean nothing
         size = TextSize(words=int(getattr(corpus, "num_words", 0) or 0) if not unit else 0)
@@ -180,9 +180,9 @@ def evaluate(
     )
 
 
-def _sums(steps: Any, device: torch.device, unknown_id: int | None, bar: Any) -> tuple[float, int, int, int]:
+def _sums(steps: Any, device: torch.device, unknown_id: int | None, bar: Any, unit: str) -> tuple[float, int, int, int]:
     """The summed NLL, targets, ``<unk>`` targets and segments of a stream of steps (summed on the device: no host
-    synchronisation per segment; the bar shows the running figure now and then)."""
+    synchronisation per segment; the bar shows the running figure, in bits per ``unit``, now and then)."""
     total_nll = torch.zeros((), dtype=torch.float64, device=device)
     tokens = torch.zeros((), dtype=torch.long, device=device)
     unknown = torch.zeros((), dtype=torch.long, device=device)
@@ -197,7 +197,7 @@ def _sums(steps: Any, device: torch.device, unknown_id: int | None, bar: Any) ->
         segments += 1
         bar.update(1)
         if not bar.disable and segments % 16 == 1:
-            bar.set_postfix(bits_per_token=f"{float(total_nll) / max(int(tokens), 1) / LN2:.3f}")
+            bar.set_postfix({f"bits_per_{unit}": f"{float(total_nll) / max(int(tokens), 1) / LN2:.3f}"})
     return float(total_nll), int(tokens), int(unknown), segments
 
 
