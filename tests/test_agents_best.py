@@ -180,7 +180,9 @@ def test_rl_evaluate_checks_its_json_file_and_seed_before_playing(
     for seed in ("-1", str(2**70)):
         assert main(["rl", "evaluate", str(run), "--episodes", "1", "--no-progress", "--seed", seed]) == 2
         err = capsys.readouterr().err
-        assert err == f"error: --seed {seed}: give a whole number from 0 to 4294967295 (the environments' seeds)\n"
+        assert err == f"error: --seed: {seed} is out of range; give a whole number from 0 to 4294967295\n"
+    with pytest.raises(ConfigError, match="--seed -1: give a whole number from 0 to 4294967295"):
+        evaluate_agent(run, seed=-1)  # the library checks it too
     out = tmp_path / "eval.json"
     args = ["rl", "evaluate", str(run), "--episodes", "1", "--envs", "1", "--no-progress", "--json", str(out)]
     assert main(args) == 0

@@ -595,3 +595,26 @@ def test_a_mistyped_option_is_said_by_its_command_with_the_one_meant(capsys: pyt
     with pytest.raises(SystemExit):
         cli.main(["generate", "RUN", "--max_tokens", "5"])
     assert "did you mean --max-tokens?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["evaluate", "RUN", "--threads", "0"], "--threads: 0 is out of range; give a whole number from 1 up"),
+        (["generate", "RUN", "--max-tokens", "-1"], "--max-tokens: -1 is out of range; give a whole number from 0 up"),
+        (["generate", "RUN", "--top-p", "1.5"], "--top-p: 1.5 is out of range; give a number in (0, 1]"),
+        (["generate", "RUN", "--temperature", "inf"], "--temperature: inf is out of range; give a number from 0 up"),
+        (["generate", "RUN", "--seed", str(2**64)], f"--seed: {2**64} is out of range; give a whole number from 0 to"),
+        (["generate", "RUN", "--seconds", "0"], "--seconds: 0 is out of range; give a number above 0"),
+        (["rl", "evaluate", "RUN", "--episodes", "0"], "--episodes: 0 is out of range; give a whole number from 1 up"),
+        (["rl", "evaluate", "RUN", "--seed", "x"], "--seed: 'x' is not a whole number; give one from 0 to 4294967295"),
+        (["task", "long-range", "--parallel", "0"], "--parallel: 0 is out of range"),
+        (["study", "SPEC", "--threads", "-2"], "--threads: -2 is out of range"),
+        (["report", "RUN", "--max-segments", "0"], "--max-segments: 0 is out of range"),
+    ],
+)
+def test_every_number_on_the_command_line_is_checked_with_its_range(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    code, _, err = cli_run(capsys, *argv)
+    assert_one_line_error(code, err, message)

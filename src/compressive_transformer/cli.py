@@ -34,6 +34,7 @@ from compressive_transformer.commands import (
 )
 from compressive_transformer.commands import range as range_
 from compressive_transformer.commands.interrupted import interrupted_message
+from compressive_transformer.commands.options import Parser
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.version import __version__
 from compressive_transformer.runs import allocator
@@ -65,7 +66,7 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="compressive-transformer",
         description="Train, evaluate and sample Compressive Transformers, Transformer-XL and Transformer-QL.",
     )
@@ -165,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         say_error(str(e))
         return EXIT_USER_ERROR
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except ConfigError as e:  # a number outside its range
+        say_error(str(e))
+        return EXIT_USER_ERROR
     if unknown:
         refuse_unknown(parser, args, unknown)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from compressive_transformer.audio.generation import generate_audio, save_generation
-from compressive_transformer.commands.options import MAX_TOKENS
+from compressive_transformer.commands.options import MAX_TOKENS, real
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import require_writable
 from compressive_transformer.core.modality import AUDIO
@@ -24,11 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--out", type=Path, help="WAV file to write (default: RUN_DIR/generated.wav); a PNG plot lands beside it"
     )
-    g.add_argument("--seconds", type=float, default=SECONDS, help=f"seconds of audio to generate (default {SECONDS:g})")
+    g.add_argument(
+        "--seconds",
+        type=real(0, low_open=True),
+        default=SECONDS,
+        help=f"seconds of audio to generate (default {SECONDS:g})",
+    )
     g.add_argument("--prime", type=Path, metavar="FILE", help="continue the start of this sound file")
     g.add_argument(
         "--prime-seconds",
-        type=float,
+        type=real(0, low_open=True),
         default=PRIME_SECONDS,
         help=f"seconds of --prime to read (default {PRIME_SECONDS:g})",
     )

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from compressive_transformer.agents.config import EVAL_EPISODES, EVAL_SEED, load_rl_config
-from compressive_transformer.commands.options import add_overrides
+from compressive_transformer.commands.options import SEEDS, add_overrides, whole
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import check_new, create_text
 from compressive_transformer.core.install import install_hint
@@ -39,9 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     e.add_argument("run_dir", type=Path, help="the run directory of `rl train`")
     e.add_argument("--best", action="store_true", help="the best window's weights (<run>/best), not the newest")
-    e.add_argument("--episodes", type=int, default=EVAL_EPISODES, help=f"episodes to play (default {EVAL_EPISODES})")
-    e.add_argument("--envs", type=int, help="environments played at once (default: the run's train.n_envs)")
-    e.add_argument("--seed", type=int, default=EVAL_SEED, help=f"the environments' first seed (default {EVAL_SEED})")
+    e.add_argument(
+        "--episodes", type=whole(1), default=EVAL_EPISODES, help=f"episodes to play (default {EVAL_EPISODES})"
+    )
+    e.add_argument("--envs", type=whole(1), help="environments played at once (default: the run's train.n_envs)")
+    e.add_argument(
+        "--seed",
+        type=whole(0, SEEDS - 1),
+        default=EVAL_SEED,
+        help=f"the environments' first seed (default {EVAL_SEED})",
+    )
     e.add_argument(
         "--json", type=Path, help="also write the result to this new JSON file (an existing one is never replaced)"
     )
