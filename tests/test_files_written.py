@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,48 @@ def test_a_saved_memory_continues_only_in_the_weights_that_wrote_it(finished_run
     with pytest.raises(ConfigError, match="was written by other weights"):
         load_memory(path, other)
     assert save_memory(path, run, g.memory, g.next_logits, replace=True) == path  # continuing one document
+
+
+@pytest.mark.slow
+def test_evaluating_a_run_while_it_trains_loses_nothing(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    sets = ["train.progress=false", "train.steps=40", "train.checkpoint_every=2", "train.keep_checkpoints=2"]
+    sets += ["train.val_batches=1", "eval.max_batches=2", "train.amp=none"]
+    train = [*CLI, "train", "--run-dir", str(run), *[a for s in sets for a in ("--set", s)]]
+    trainer = subprocess.Popen(train, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list((run / "checkpoints").glob("step-*")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        evaluate = [*CLI, "evaluate", str(run)]
+        procs = [
+            subprocess.Popen(evaluate, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        outs = [p.communicate(timeout=600) for p in procs]
+    finally:
+        train_out, train_err = trainer.communicate(timeout=900)
+    assert trainer.returncode == 0, train_err
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    written = {next(line for line in out.splitlines() if line.startswith("wrote "))[6:] for out, _ in outs}
+    assert len(written) == 2 and {Path(w).name for w in written} == {"eval_validation.json", "eval_validation-2.json"}
+    for w in written:
+        assert json.loads(Path(w).read_text())["tokens"] > 0
+
+
+@pytest.mark.slow
+def test_two_agent_evaluations_with_one_json_file_keep_both(agent_run: Path, tmp_path: Path) -> None:
+    pytest.importorskip("gymnasium")
+    out = tmp_path / "eval.json"
+    cmd = [*CLI, "rl", "evaluate", str(agent_run), "--episodes", "4", "--no-progress", "--json", str(out)]
+    procs = [
+        subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    written = {out.strip().splitlines()[-1].removeprefix("wrote ") for out, _ in outs}
+    assert written == {str(out), str(tmp_path / "eval-2.json")}
+    for w in written:
+        assert json.loads(Path(w).read_text())["episodes"] == 4

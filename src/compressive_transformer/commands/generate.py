@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from compressive_transformer.commands import generate_audio
-from compressive_transformer.commands.options import MAX_TOKENS, add_device, add_run_or_export, real, whole
+from compressive_transformer.commands.options import MAX_TOKENS, add_device, add_run_or_export, whole
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import check_new
 from compressive_transformer.inference.generate import SamplingConfig, check_sampling, clean_prompt
@@ -31,14 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="one prompt per line (\\n inside a line is a newline); each is continued in turn",
     )
-    p.add_argument("--max-tokens", type=whole(0), default=MAX_TOKENS, help=f"tokens to generate (default {MAX_TOKENS})")
-    p.add_argument("--temperature", type=real(0), default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"tokens to generate (default {MAX_TOKENS})")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (default 1.0)")
     p.add_argument(
-        "--top-k", type=whole(0), default=0, help="sample among the K most likely tokens; 0 keeps all (default 0)"
+        "--top-k", type=int, default=0, help="sample among the K most likely tokens; 0 keeps all (default 0)"
     )
     p.add_argument(
         "--top-p",
-        type=real(0, 1, low_open=True),
+        type=float,
         default=1.0,
         help="nucleus sampling mass in (0, 1]; 1 keeps all (default 1.0)",
     )

@@ -10,7 +10,6 @@ run must have been written by the same config (keys that only change logging may
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from compressive_transformer.core.config import (
     tomllib,
 )
 from compressive_transformer.core.config_base import flatten
+from compressive_transformer.core.fileio import remove
 from compressive_transformer.core.models import MemoryModel, build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.data.readers import data_root_path
@@ -227,7 +227,7 @@ def claim_run_dir(run_dir: Path, log: Log) -> None:
     log(f"note: {run_dir} held a run stopped before its first checkpoint; starting it again with this config")
     for child in run_dir.iterdir():
         if child.name not in (LOCK_FILE, ".cache"):
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+            remove(child, base=run_dir)  # a link is removed itself, never what it points to
 
 
 def cache_dir(cfg: RunConfig, run_dir: Path) -> Path:

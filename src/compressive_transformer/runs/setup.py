@@ -8,13 +8,12 @@ run may take, checked against the config given and the newest checkpoint's. The 
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from compressive_transformer.core.config import ConfigError, Log, RunConfig, apply_run_overrides, parse_override
-from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.fileio import remove, write_text_atomic
 from compressive_transformer.core.modality import TEXT, binary_reason, require_modality, run_modality
 from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data import load_tokenizer
@@ -202,11 +201,11 @@ def undo_new_run(run_dir: Path, created: bool) -> None:
     """Remove what a failed start wrote: the directory if this start created it, else its contents (it was empty,
     or held only a token cache, which stays: it is valid or rebuilt)."""
     if created:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        remove(run_dir, base=run_dir.parent)
     elif run_dir.is_dir():
         for child in run_dir.iterdir():
             if child.name not in PREPARED_ENTRIES:
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+                remove(child, base=run_dir)  # a link is removed itself, never what it points to
 
 
 __all__ = [
