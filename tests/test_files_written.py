@@ -224,3 +224,14 @@ def test_two_agent_evaluations_with_one_json_file_keep_both(agent_run: Path, tmp
     assert written == {str(out), str(tmp_path / "eval-2.json")}
     for w in written:
         assert json.loads(Path(w).read_text())["episodes"] == 4
+
+
+def test_a_run_whose_checkpoint_links_out_of_it_is_refused_when_read(finished_run_copy: Path, tmp_path: Path) -> None:
+    import shutil
+
+    step = sorted((finished_run_copy / "checkpoints").glob("step-*"))[-1]
+    outside = tmp_path / "elsewhere" / step.name
+    shutil.move(step, outside)
+    step.symlink_to(outside)
+    with pytest.raises(ConfigError, match=f"{step.name}: is a link that leads out of"):
+        load_run(finished_run_copy, device="cpu")

@@ -22,6 +22,7 @@ from compressive_transformer.agents.acting import Episodes, act, start_actors
 from compressive_transformer.agents.best import read_best
 from compressive_transformer.agents.config import EVAL_EPISODES, EVAL_SEED, RLConfig, load_saved_config
 from compressive_transformer.core.config import ConfigError, Log
+from compressive_transformer.core.fileio import check_links
 from compressive_transformer.runs.checkpoint import WEIGHTS_FILES, checkpoint_step, load_weights, newest_good_checkpoint
 
 SEED_RANGE = 2**32  # seeds of numpy's generators, as train.seed's
@@ -98,6 +99,7 @@ def evaluate_agent(
         raise ConfigError(
             f"{run_dir} does not hold an agent run ({e}); `rl evaluate` reads runs of `rl train`"
         ) from None
+    check_links(run_dir)  # what is played is the run's own policy, not one a link leads to
     path, step = policy_checkpoint(run_dir, best, log)
     n_envs = min(n_envs or cfg.train.n_envs, episodes)
     per_env = math.ceil(episodes / n_envs)

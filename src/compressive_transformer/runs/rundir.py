@@ -27,7 +27,7 @@ from compressive_transformer.core.config import (
     tomllib,
 )
 from compressive_transformer.core.config_base import flatten
-from compressive_transformer.core.fileio import remove
+from compressive_transformer.core.fileio import check_links, remove
 from compressive_transformer.core.models import MemoryModel, build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.data.readers import data_root_path
@@ -235,9 +235,11 @@ def cache_dir(cfg: RunConfig, run_dir: Path) -> Path:
 
 
 def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, Any]:
-    """Config and tokenizer of a trained run."""
+    """Config and tokenizer of a trained run (after checking that nothing in it is a link out of it: what is read
+    from a run is the run's own)."""
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir, overrides)
+    check_links(run_dir)
     if not (run_dir / TOKENIZER_DIR).exists():
         raise ConfigError(f"{run_dir}: has no {TOKENIZER_DIR}/; it is not a complete run directory")
     return cfg, load_tokenizer(run_dir / TOKENIZER_DIR)
