@@ -235,3 +235,18 @@ def test_a_run_whose_checkpoint_links_out_of_it_is_refused_when_read(finished_ru
     step.symlink_to(outside)
     with pytest.raises(ConfigError, match=f"{step.name}: is a link that leads out of"):
         load_run(finished_run_copy, device="cpu")
+
+
+def test_a_lock_file_planted_as_a_link_is_never_written_through(tmp_path: Path) -> None:
+    run, theirs = tmp_path / "run", tmp_path / "theirs.txt"
+    run.mkdir()
+    theirs.write_text("keep")
+    (run / ".lock").symlink_to(theirs)
+    with pytest.raises(ConfigError, match=r"\.lock: is a link"):
+        RunLock(run).acquire()
+    assert theirs.read_text() == "keep"
+    (run / "config.toml").symlink_to(theirs)
+    from compressive_transformer.runs.rundir import read_run_tables
+
+    with pytest.raises(ConfigError, match="config.toml: is a link that leads out of"):
+        read_run_tables(run)

@@ -93,13 +93,14 @@ def evaluate_agent(
         raise ConfigError(f"--envs {n_envs}: give at least 1")
     if not 0 <= seed < SEED_RANGE:
         raise ConfigError(f"--seed {seed}: give a whole number from 0 to {SEED_RANGE - 1} (the environments' seeds)")
+    if run_dir.is_dir():
+        check_links(run_dir)  # what is read and played is the run's own, not what a link leads to
     try:
         cfg = load_saved_config(run_dir / "config.toml")
     except ConfigError as e:
         raise ConfigError(
             f"{run_dir} does not hold an agent run ({e}); `rl evaluate` reads runs of `rl train`"
         ) from None
-    check_links(run_dir)  # what is played is the run's own policy, not one a link leads to
     path, step = policy_checkpoint(run_dir, best, log)
     n_envs = min(n_envs or cfg.train.n_envs, episodes)
     per_env = math.ceil(episodes / n_envs)

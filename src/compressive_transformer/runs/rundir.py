@@ -27,7 +27,7 @@ from compressive_transformer.core.config import (
     tomllib,
 )
 from compressive_transformer.core.config_base import flatten
-from compressive_transformer.core.fileio import check_links, remove
+from compressive_transformer.core.fileio import check_links, inside, remove
 from compressive_transformer.core.models import MemoryModel, build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.data.readers import data_root_path
@@ -163,7 +163,7 @@ def read_run_tables(run_dir: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"{run_dir}: not a run directory (no {CONFIG_FILE}); train one with `compressive-transformer train`"
         )
-    raw = load_toml(path)
+    raw = load_toml(inside(run_dir, path))
     if AGENT_SECTIONS & set(raw):
         raise ConfigError(
             f"{run_dir}: is an agent run (written by `rl train`; its model reads continuous observations), not a "

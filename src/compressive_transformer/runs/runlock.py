@@ -36,7 +36,14 @@ class RunLock:
     def acquire(self) -> "RunLock":
         if fcntl is None or self.fd is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the pid written below would land in whatever it points to
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as e:
+            if not self.path.is_symlink():
+                raise
+            raise ConfigError(
+                f"{self.path}: is a link ({e.strerror}); delete it (the lock file is the run's own)"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
