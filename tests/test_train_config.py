@@ -150,7 +150,7 @@ def test_a_train_split_that_is_not_text_is_noted_before_training(tmp_path: Path)
         notes = [line for line in lines if "is not text" in line]
         assert len(notes) == int(noted), lines
         if noted:
-            assert notes[0].startswith(f"note: data.path {binary}: the train split is not text (a NUL at")
+            assert notes[0].startswith(f"note: data.path {binary}: the train split is not text ({binary}: a NUL at")
 
 
 def test_a_batch_too_large_for_memory_is_blamed_on_the_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
