@@ -533,7 +533,8 @@ def register_format(fmt: CorpusFormat) -> CorpusFormat:
     if not isinstance(fmt, CorpusFormat):
         raise TypeError(f"register_format: give a CorpusFormat, not {type(fmt).__name__}")
     flags = {"needs_path": fmt.needs_path, "train_file": fmt.train_file}
-    _check_row(FORMATS, "format", fmt.name, flags, {"files": fmt.files, "read": fmt.read})
+    calls = {"files": fmt.files, "read": fmt.read} | ({"stream": fmt.stream} if fmt.stream is not None else {})
+    _check_row(FORMATS, "format", fmt.name, flags, calls)
     FORMATS[fmt.name] = fmt
     return fmt
 
