@@ -147,3 +147,71 @@ def test_rl_evaluate_in_a_fresh_process(run: Path, tmp_path: Path) -> None:
     assert result["episodes"] == 6 and result["checkpoint"] == str(best.path)
     bad = subprocess.run([*cmd[:-2], str(tmp_path / "nothing")], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0 and "does not hold an agent run" in bad.stderr
+
+
+def test_a_best_folder_linked_out_of_the_run_is_never_pruned(tmp_path: Path) -> None:
+    run_dir, outside = tmp_path / "run", tmp_path / "theirs"
+    (outside / "step-00000001").mkdir(parents=True)
+    (outside / "step-00000001" / "mine.txt").write_text("keep")
+    (run_dir / BEST_DIR).mkdir(parents=True)
+    (run_dir / BEST_DIR / "checkpoints").symlink_to(outside)
+    episodes = Episodes(deque([1.0, 1.0], maxlen=2))
+    with pytest.raises(ConfigError, match="is a link that leads out of"):
+        keep_if_best(run_dir, 3, 30, torch.nn.Linear(2, 2), episodes, "", None)
+    (run_dir / BEST_DIR / "checkpoints").unlink()
+    (run_dir / BEST_DIR).rmdir()
+    (run_dir / BEST_DIR).symlink_to(outside.parent)
+    with pytest.raises(ConfigError, match="is a link that leads out of"):
+        keep_if_best(run_dir, 3, 30, torch.nn.Linear(2, 2), episodes, "", None)
+    assert [p.name for p in outside.iterdir()] == ["step-00000001"]
+    assert (outside / "step-00000001" / "mine.txt").read_text() == "keep"
+
+
+def test_rl_evaluate_checks_its_json_file_and_seed_before_playing(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = (run / "config.toml").read_text()
+    for target in (run / "config.toml", tmp_path):
+        assert main(["rl", "evaluate", str(run), "--episodes", "1", "--no-progress", "--json", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--json: " in err and "give a new file name" in err, err
+        assert "checkpoints are untouched" not in err
+    assert (run / "config.toml").read_text() == config
+    for seed in ("-1", str(2**70)):
+        assert main(["rl", "evaluate", str(run), "--episodes", "1", "--no-progress", "--seed", seed]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: --seed: {seed} is out of range; give a whole number from 0 to 4294967295\n"
+    with pytest.raises(ConfigError, match="--seed -1: give a whole number from 0 to 4294967295"):
+        evaluate_agent(run, seed=-1)  # the library checks it too
+    out = tmp_path / "eval.json"
+    args = ["rl", "evaluate", str(run), "--episodes", "1", "--envs", "1", "--no-progress", "--json", str(out)]
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip().endswith(f"wrote {out}")
+    assert json.loads(out.read_text())["episodes"] == 1
+
+
+def test_rl_train_says_how_to_go_on(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from compressive_transformer.commands.interrupted import interrupted_message
+
+    assert interrupted_message("rl", run).endswith(f"compressive-transformer rl train --run-dir {run} --resume`")
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".lock"))
+    assert main(["rl", "train", "--run-dir", str(copy), "--resume", "--set", "model.d_model=32"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.d_model: 16 in the run, 32 now" in err, err
+    (read_best(copy).path / "model.safetensors").write_bytes(b"damaged")
+    sets = ["--set", "train.env_steps=252", "--no-progress"]
+    assert main(["rl", "train", "--run-dir", str(copy), "--resume", *sets]) == 0
+    assert "warning: the best policy is unusable" in capsys.readouterr().err
+
+
+def test_text_commands_and_agent_commands_point_at_each_other(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"evaluate it with `rl evaluate {run}`" in err, err
+    assert main(["rl", "train", str(ROOT / "configs/text-cpu.toml"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "this is a text or audio config, not an agent's" in err, err
+    assert "compressive-transformer train --config FILE" in err

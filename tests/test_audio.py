@@ -208,3 +208,29 @@ def test_several_channels_are_averaged_to_mono_and_said_so(tmp_path: Path, capsy
     assert set(np.frombuffer(split.documents[2], dtype=np.uint8)) == {128}  # μ-law silence
     read_split(DataConfig(format="audio", path=str(tmp_path), sample_rate=8000), "test")
     assert "note:" not in capsys.readouterr().err
+
+
+def test_a_short_clip_is_plotted_without_a_warning(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from compressive_transformer.audio.generation import AudioGeneration, plot_audio
+
+    for n in (80, 5):  # 0.01 s at 8 kHz, and fewer samples than any spectrogram window
+        gen = AudioGeneration(np.full(n // 2, 128, np.uint8), np.full(n - n // 2, 120, np.uint8), 8000)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert plot_audio(gen, tmp_path / f"clip-{n}.png").is_file()
+
+
+def test_the_evaluation_bar_shows_the_unit_the_summary_uses() -> None:
+    from types import SimpleNamespace
+
+    from compressive_transformer.inference.evaluate import _sums
+
+    shown: list[dict] = []
+    bar = SimpleNamespace(disable=False, update=lambda n: None, set_postfix=lambda d: shown.append(d))
+    step = SimpleNamespace(
+        batch=SimpleNamespace(targets=torch.zeros(1, 4, dtype=torch.long)),
+        out=SimpleNamespace(logits=torch.zeros(1, 4, 256)),
+    )
+    _sums([step], torch.device("cpu"), None, bar, "sample")
+    assert list(shown[0]) == ["bits_per_sample"]

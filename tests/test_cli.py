@@ -4,6 +4,7 @@ that leaves existing runs and checkpoints intact."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -565,3 +566,52 @@ def test_only_training_promises_untouched_checkpoints_after_a_system_error(
     assert "checkpoints" not in err, err
     code, _, err = cli_run(capsys, "train")
     assert_one_line_error(code, err, "Couldn't reach", "previous checkpoints are untouched")
+
+
+def test_a_user_module_imported_from_the_command_line_registers_for_the_command(tmp_path: Path) -> None:
+    (tmp_path / "my_formats.py").write_text(
+        "from compressive_transformer.core.registry import CorpusFormat, register_format\n"
+        "register_format(CorpusFormat('lines', lambda cfg, split: [], lambda cfg, split: None))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    cmd = [sys.executable, "-m", "compressive_transformer.cli"]
+    run = lambda *a: subprocess.run([*cmd, *a], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)  # noqa: E731
+    assert "lines" in run("--import", "my_formats", "evaluate", "--help").stdout
+    assert "lines" not in run("evaluate", "--help").stdout
+    bad = run("--import", "no_such_module", "evaluate", "--help")
+    assert (
+        bad.returncode == 2
+        and bad.stderr.count("\n") == 1
+        and "--import no_such_module: cannot be imported" in bad.stderr
+    )
+
+
+def test_a_mistyped_option_is_said_by_its_command_with_the_one_meant(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "--run_dir", "x"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "usage: compressive-transformer train" in err
+    assert err.strip().splitlines()[-1].endswith("unrecognized arguments: --run_dir x; did you mean --run-dir?")
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "RUN", "--max_tokens", "5"])
+    assert "did you mean --max-tokens?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["evaluate", "RUN", "--threads", "0"], "--threads: 0 is out of range; give a whole number from 1 up"),
+        (["generate", "RUN", "--seed", str(2**64)], f"--seed: {2**64} is out of range; give a whole number from 0 to"),
+        (["generate", "RUN", "--seconds", "0"], "--seconds: 0 is out of range; give a number above 0"),
+        (["rl", "evaluate", "RUN", "--episodes", "0"], "--episodes: 0 is out of range; give a whole number from 1 up"),
+        (["rl", "evaluate", "RUN", "--seed", "x"], "--seed: 'x' is not a whole number; give one from 0 to 4294967295"),
+        (["task", "long-range", "--parallel", "0"], "--parallel: 0 is out of range"),
+        (["study", "SPEC", "--threads", "-2"], "--threads: -2 is out of range"),
+        (["report", "RUN", "--max-segments", "0"], "--max-segments: 0 is out of range"),
+    ],
+)
+def test_every_number_on_the_command_line_is_checked_with_its_range(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    code, _, err = cli_run(capsys, *argv)
+    assert_one_line_error(code, err, message)

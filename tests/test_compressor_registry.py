@@ -3,6 +3,8 @@ name in ModelConfig, and its flags (not its name) decide validation, memory trac
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import Tensor, nn
@@ -71,3 +73,42 @@ def test_builtin_flags() -> None:
     assert {n for n, s in COMPRESSORS.items() if s.trainable} >= {"conv", "dilated_conv"}
     assert [n for n, s in COMPRESSORS.items() if s.needs_usage] == ["most_used"]
     assert {n for n, s in COMPRESSORS.items() if s.scale_pool is not None} == {"max_pool", "mean_pool"}
+
+
+def test_registering_checks_its_arguments_and_never_replaces_a_built_in() -> None:
+    from compressive_transformer.core.models import register_model
+    from compressive_transformer.core.registry import (
+        COMPRESSION_LOSSES,
+        FORMATS,
+        KERNELS,
+        MODEL_KINDS,
+        CorpusFormat,
+        register_compression_loss,
+        register_format,
+        register_kernel,
+    )
+
+    tables = [dict(t) for t in (COMPRESSORS, COMPRESSION_LOSSES, KERNELS, MODEL_KINDS, FORMATS)]
+    build = lambda cfg: None  # noqa: E731
+    refused = [
+        (lambda: register_compressor("conv", build, trainable=True), "'conv' is built in and is never replaced"),
+        (lambda: register_kernel("explicit", build), "'explicit' is built in"),
+        (lambda: register_kernel("auto", build), "'auto' is built in"),
+        (lambda: register_kernel("math", build), "'math' is built in"),
+        (lambda: register_model("compressive", build), "'compressive' is built in"),
+        (lambda: register_compression_loss("attention", local=True, compute=build), "'attention' is built in"),
+        (lambda: register_format(CorpusFormat("text", build, build)), "'text' is built in"),
+        (lambda: register_compressor("123", build, trainable=True), "the name '123' is not a word"),
+        (lambda: register_compressor("", build, trainable=True), "the name '' is not a word"),
+        (lambda: register_compressor(None, build, trainable=True), "the name None is not a word"),
+        (lambda: register_compressor("mine", build, trainable="yes"), "trainable must be True or False, not 'yes'"),
+        (lambda: register_compressor("mine", 5, trainable=True), "build must be a callable or 'package.module:attr'"),
+        (lambda: register_compressor("mine", "nocolon", trainable=True), "name a builder as 'package.module:attr'"),
+        (lambda: register_kernel("mine", build, weights=1), "weights must be True or False, not 1"),
+        (lambda: register_model("mine", build, check=3), "check must be a callable"),
+        (lambda: register_format("lines"), "give a CorpusFormat, not str"),
+    ]
+    for call, message in refused:
+        with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+            call()
+    assert [dict(t) for t in (COMPRESSORS, COMPRESSION_LOSSES, KERNELS, MODEL_KINDS, FORMATS)] == tables

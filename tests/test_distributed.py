@@ -14,7 +14,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from compressive_transformer.runs.rundir import build_config
+from compressive_transformer.core.config import ConfigError
+from compressive_transformer.runs.presets import TINY_TOML
+from compressive_transformer.runs.rundir import build_config, config_from_text
 from compressive_transformer.training.workflows import train_run
 
 OVERRIDES = [
@@ -159,3 +161,28 @@ def test_processes_sharing_a_cache_build_the_tokenizer_and_each_split_once(tmp_p
     run_tok = json.loads((tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text())
     (cached,) = (tmp_path / "cache").glob("tokenizer-*/tokenizer.json")
     assert json.loads(cached.read_text()) == run_tok, "the run keeps the tokenizer its cache was built with"
+
+
+def test_only_the_main_process_says_why_a_run_stopped(tmp_path: Path, monkeypatch, capsys) -> None:
+    from compressive_transformer import cli
+    from compressive_transformer.training import workflows
+    from compressive_transformer.training.distributed import DistInfo, PeerStopped
+
+    follower = DistInfo(rank=1, world_size=2)
+    monkeypatch.setattr(workflows, "barrier", lambda info: None)
+    with pytest.raises(PeerStopped):  # the main process undid the run it was starting
+        workflows._plan_new(None, tmp_path / "gone", follower, log=print)
+    cfg = config_from_text(TINY_TOML, ["train.batch_size=3"])
+    with pytest.raises(PeerStopped):
+        workflows._check_rows(cfg, follower)
+    with pytest.raises(ConfigError, match="train.batch_size: 3 streams cannot be split over 2 processes"):
+        workflows._check_rows(cfg, DistInfo(rank=0, world_size=2))
+
+    def stopped(args) -> None:
+        raise PeerStopped("rank 1: the main process stopped")
+
+    monkeypatch.setattr(cli.COMMANDS["train"], "main", stopped)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cli.main(["train"]) == 2
+    assert capsys.readouterr().err == ""

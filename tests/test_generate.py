@@ -138,3 +138,30 @@ def test_each_generated_token_is_one_forward_of_length_one(monkeypatch: pytest.M
     )
     generate(m, list(range(10)), max_new_tokens=6, sampling=SamplingConfig(temperature=0))
     assert lengths == [4, 4, 2] + [1] * 5
+
+
+def test_sampling_refuses_logits_it_cannot_draw_from_in_one_line() -> None:
+    sampling = SamplingConfig()
+    assert sampling.sample(torch.tensor([[0.0, float("-inf")]])).tolist() == [0]  # -inf masks a token
+    for logits, message in (
+        (torch.zeros(2, 3, 5), r"expected shape \(B, V\).*got \(2, 3, 5\); take logits\[:, -1\]"),
+        (torch.zeros(5), r"expected shape \(B, V\)"),
+        (torch.zeros(2, 0), r"expected shape \(B, V\)"),
+        (torch.tensor([[0.0, float("nan")]]), "1 of 2 are NaN"),
+        (torch.full((1, 3), float("-inf")), "-inf everywhere"),
+        (torch.zeros(1, 3, dtype=torch.long), "expected a floating tensor"),
+        ([[0.0, 1.0]], "expected a floating tensor of shape"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            sampling.sample(logits)
+
+
+def test_a_prompts_file_that_is_not_text_is_one_line(tmp_path) -> None:
+    from compressive_transformer.inference.textgen import read_prompts
+
+    (tmp_path / "binary").write_bytes(bytes(range(256)))
+    (tmp_path / "nul").write_bytes(b"one\x00two\n")
+    with pytest.raises(ConfigError, match="binary is not UTF-8 text"):
+        read_prompts(tmp_path / "binary")
+    with pytest.raises(ConfigError, match="nul is not text"):
+        read_prompts(tmp_path / "nul")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -321,3 +323,24 @@ def test_a_bad_batch_size_is_named_as_the_integer_it_is(word_run: Path) -> None:
     with pytest.raises(ConfigError, match="batch_size=2.5"):
         HarnessModel.create_from_arg_string(f"run={word_run}", {"batch_size": 2.5})
     assert HarnessModel.create_from_arg_string(f"run={word_run}", {"batch_size": 3.0}).batch_size == 3
+
+
+def test_the_harness_asks_git_quietly_outside_a_repository(tmp_path: Path) -> None:
+    code = (
+        "import lm_eval.evaluator as e\n"
+        "from compressive_transformer.commands.lm_eval import quiet_git_hash\n"
+        "before = e.get_git_commit_hash\n"
+        "with quiet_git_hash():\n"
+        "    print(e.get_git_commit_hash())\n"
+        "assert e.get_git_commit_hash is before\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+        "GIT_CEILING_DIRECTORIES": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and "fatal" not in done.stderr, done.stderr
+    assert done.stdout.strip() == "None"

@@ -195,7 +195,9 @@ def test_agent_best_policy_files(
     code, _, err = cli_run(capsys, "rl", "evaluate", str(run), "--best", "--episodes", "2", "--no-progress")
     check(code, err, marker, must_fail=name != "config.toml")  # the weights' config is the run's, not this copy
     code, _, err = cli_run(capsys, "rl", "train", "--run-dir", str(run), "--resume", "--no-progress")
-    check(code, err, marker, must_fail=name in ("state.json", "manifest.json"))  # resuming reads the best's record
+    check(code, err, marker, must_fail=False)  # a best whose record does not parse is said and passed over
+    if name in ("state.json", "manifest.json"):  # resuming reads the best's record: it is a side copy
+        assert code == 0 and err.strip().startswith("warning: the best policy is unusable"), err
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from compressive_transformer import cli, evaluate_text, load_run
+from compressive_transformer.core.config import ConfigError
 from compressive_transformer.inference.workflows import evaluate_run
 from compressive_transformer.runs.presets import TINY_TOML
 from compressive_transformer.runs.rundir import config_from_text
@@ -210,3 +211,25 @@ def test_latin1_text_is_scored_by_a_byte_run_and_a_subword_run_asks_for_utf8(
     assert "data.tokenizer" not in err and "tokenizer = 'bytes'" not in err
     docs = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text()
     assert "a word or subword tokenizer reads UTF-8 only" in docs
+
+
+def test_text_with_nothing_to_predict_is_refused_not_scored_zero(byte_run: Path, tmp_path: Path, capsys) -> None:
+    run = load_run(byte_run)
+    with pytest.raises(ConfigError, match="holds no token to predict"):
+        evaluate_text(run, "a")
+    one = tmp_path / "onechar.txt"
+    one.write_text("a")
+    code = cli.main(["evaluate", str(byte_run), "--text", str(one)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "holds no token to predict" in err, err
+    assert not list(byte_run.glob("eval_text-onechar*.json"))
+
+
+def test_a_string_naming_a_file_is_scored_as_text_with_a_note(byte_run: Path, tmp_path: Path) -> None:
+    path = tmp_path / "story.txt"
+    path.write_text("the cat sat on the mat. " * 10)
+    run = load_run(byte_run)
+    with pytest.warns(UserWarning, match=r"scoring the string .* itself, which names a file; pass Path"):
+        as_text = evaluate_text(run, str(path))
+    assert as_text.chars == len(str(path))
+    assert evaluate_text(run, path).chars == len(path.read_text())

@@ -178,3 +178,21 @@ def test_mixed_precision_trains_on_cpu(tmp_path: Path, amp: str) -> None:
     t = trainer(tiny(f'train.amp="{amp}"'), tmp_path)
     losses = [t.train_step()["loss"] for _ in range(3)]
     assert all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_resuming_on_other_data_names_data_path(tmp_path: Path) -> None:
+    from compressive_transformer.core.config import ConfigError
+
+    for name, docs in (("a", 3), ("b", 5)):
+        for split in ("train", "validation", "test"):
+            (tmp_path / name / split).mkdir(parents=True)
+            for i in range(docs):
+                (tmp_path / name / split / f"{i}.txt").write_text(f"document {i} of {name}. " * 30)
+    sets = ["data.format=text", "data.tokenizer=bytes", "train.progress=false", "train.val_batches=1"]
+    cfg = config_from_text(TINY_TOML, [*sets, f"data.path={tmp_path / 'a'}", "train.steps=2"])
+    train_run(cfg, tmp_path / "run", log=lambda s: None)
+    with pytest.raises(ConfigError) as e:
+        train_run(None, tmp_path / "run", resume=True, overrides=[f"data.path={tmp_path / 'b'}", "train.steps=4"])
+    message = str(e.value)
+    assert message.startswith(f"data.path: {tmp_path / 'b'} is not the data this run was trained on (saved with")
+    assert "data.path may change on resume only to where the same data moved" in message and "\n" not in message

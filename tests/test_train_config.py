@@ -134,3 +134,40 @@ def test_paper_shapes() -> None:
         t = build_config(CONFIGS / f"{name}.toml").train
         assert t.grad_clip == 0.1 and t.lr == 3e-4 and t.lr_start == 1e-6 and t.accumulate[-1][1] == 4
         assert math.isclose(t.lr_final, 1e-6)
+
+
+def test_a_train_split_that_is_not_text_is_noted_before_training(tmp_path: Path) -> None:
+    from compressive_transformer.runs.setup import plan_new_run
+
+    binary = tmp_path / "binary.bin"
+    binary.write_bytes(b"\n".join(bytes(range(256)) for _ in range(400)))
+    text = tmp_path / "story.txt"
+    text.write_text("the cat sat on the mat.\n" * 2000)
+    for path, noted in ((binary, True), (text, False)):
+        lines: list[str] = []
+        cfg = config_from_text(TINY_TOML, ["data.format=text", f"data.path={path}", "data.tokenizer=bytes"])
+        plan_new_run(cfg, tmp_path / f"run-{path.stem}", world_size=1, log=lines.append)
+        notes = [line for line in lines if "is not text" in line]
+        assert len(notes) == int(noted), lines
+        if noted:
+            assert notes[0].startswith(f"note: data.path {binary}: the train split is not text ({binary}: a NUL at")
+
+
+def test_a_batch_too_large_for_memory_is_blamed_on_the_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from compressive_transformer.runs import budget
+
+    cfg = config_from_text(TINY_TOML, []).model
+    lengths = dict(seg_len=cfg.seg_len, mem_len=cfg.memory.mem_len, cmem_len=cfg.memory.cmem_len)
+    row = budget.forward_bytes(cfg, batch_size=1, **lengths)
+    monkeypatch.setattr(budget, "device_memory_bytes", lambda device: 10 * row)
+    with pytest.raises(
+        ConfigError, match=r"^train.batch_size: a batch of 100000 .* lower train.batch_size \(about 10 rows"
+    ):
+        budget.check_fits(cfg, batch_size=100000, device=torch.device("cpu"), **lengths)
+    with pytest.raises(ConfigError, match=r"^eval.batch_size: "):
+        budget.check_fits(cfg, batch_size=100000, device=torch.device("cpu"), key="eval.seg_len", **lengths)
+    monkeypatch.setattr(budget, "device_memory_bytes", lambda device: row // 2)
+    with pytest.raises(ConfigError, match=r"^model.seg_len: "):
+        budget.check_fits(cfg, batch_size=4, device=torch.device("cpu"), **lengths)

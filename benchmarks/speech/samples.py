@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> None:
             seed=args.seed,
         )
         title = f"{variant} (seed 0): {args.prime_seconds:g} s of a test file, then {args.seconds:g} s sampled (T = {args.temperature:g})"
-        png = save_generation(gen, out / f"{variant}.wav", title=title)
-        print(f"wrote {png.with_suffix('.wav')} and {png}")
+        wav, png = save_generation(gen, out / f"{variant}.wav", title=title, replace=True)
+        print(f"wrote {wav} and {png}")
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ verified as checkpoints are), so a kill at any moment leaves the previous best o
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from compressive_transformer.agents.acting import Episodes
+from compressive_transformer.core.fileio import inside, remove
 from compressive_transformer.runs.checkpoint import CheckpointError, checkpoint_extra, list_checkpoints, save_checkpoint
 
 BEST_DIR = "best"
@@ -60,6 +61,16 @@ def read_best(run_dir: str | Path) -> BestPolicy | None:
         ) from None
 
 
+def read_best_or_warn(run_dir: str | Path, log: Callable[[str], None]) -> BestPolicy | None:
+    """:func:`read_best`, but a damaged best is said (once, through ``log``) and treated as none: it is a side copy,
+    and the run's checkpoints, not it, are what training continues from; the next better window replaces it."""
+    try:
+        return read_best(run_dir)
+    except CheckpointError as e:
+        log(f"warning: the best policy is unusable ({e}); training goes on and keeps the next best window in its place")
+        return None
+
+
 def keep_if_best(
     run_dir: Path,
     step: int,
@@ -79,6 +90,7 @@ def keep_if_best(
         return best
     record = {"step": step, "env_steps": env_steps, "success_rate": score[0], "mean_return": score[1], "window": window}
     root = run_dir / BEST_DIR
+    inside(run_dir, root)
     path = save_checkpoint(
         root,
         step,
@@ -92,8 +104,8 @@ def keep_if_best(
     )
     for other in list_checkpoints(root):
         if other != path:
-            shutil.rmtree(other, ignore_errors=True)
+            remove(other, base=run_dir)
     return BestPolicy(path, **record)
 
 
-__all__ = ["BEST_DIR", "BestPolicy", "keep_if_best", "read_best"]
+__all__ = ["BEST_DIR", "BestPolicy", "keep_if_best", "read_best", "read_best_or_warn"]

@@ -194,6 +194,11 @@ class RLConfig:
     def from_raw(cls, raw: Mapping[str, Any]) -> "RLConfig":
         sections = {"env": EnvConfig, "core": CoreConfig, "model": ModelConfig, "train": RLTrainConfig}
         unknown = sorted(set(raw) - set(sections))
+        if {"data", "eval"} & set(unknown):
+            raise ConfigError(
+                f"[{next(u for u in unknown if u in ('data', 'eval'))}]: this is a text or audio config, not an agent's "
+                f"(whose sections are {', '.join(sections)}); train it with `compressive-transformer train --config FILE`"
+            )
         if unknown:
             raise ConfigError(f"{unknown[0]}: unknown section; known sections are {', '.join(sections)}")
         defaults = to_dict(_default_model())

@@ -22,7 +22,10 @@ from compressive_transformer.agents.acting import Episodes, act, start_actors
 from compressive_transformer.agents.best import read_best
 from compressive_transformer.agents.config import EVAL_EPISODES, EVAL_SEED, RLConfig, load_saved_config
 from compressive_transformer.core.config import ConfigError, Log
+from compressive_transformer.core.fileio import check_links
 from compressive_transformer.runs.checkpoint import WEIGHTS_FILES, checkpoint_step, load_weights, newest_good_checkpoint
+
+SEED_RANGE = 2**32  # seeds of numpy's generators, as train.seed's
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,10 @@ def evaluate_agent(
         raise ConfigError(f"--episodes {episodes}: give at least 1")
     if n_envs is not None and n_envs < 1:
         raise ConfigError(f"--envs {n_envs}: give at least 1")
+    if not 0 <= seed < SEED_RANGE:
+        raise ConfigError(f"--seed {seed}: give a whole number from 0 to {SEED_RANGE - 1} (the environments' seeds)")
+    if run_dir.is_dir():
+        check_links(run_dir)  # what is read and played is the run's own, not what a link leads to
     try:
         cfg = load_saved_config(run_dir / "config.toml")
     except ConfigError as e:

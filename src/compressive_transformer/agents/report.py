@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from compressive_transformer.analysis.plots import save_figure, subplots
 from compressive_transformer.analysis.stats import mean_interval
+from compressive_transformer.core.fileio import inside, replace_file
 from compressive_transformer.runs.metrics import read_metrics
 
 
@@ -54,11 +55,13 @@ def read_run_metrics(run_dir: Path) -> list[dict[str, Any]]:
 def pack_metrics(run_dir: Path) -> Path:
     """Write ``metrics.jsonl`` gzipped beside it (:data:`PACKED`): every record at the logged resolution, a fifth
     of the size, byte-for-byte the same on every call (no timestamp in the header)."""
-    data = (run_dir / "metrics.jsonl").read_bytes()
-    path = run_dir / PACKED
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
-        f.write(data)
-    return path
+    data = inside(run_dir, run_dir / "metrics.jsonl").read_bytes()
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
+            f.write(data)
+
+    return replace_file(run_dir / PACKED, write)  # replaced whole: a kill mid-write leaves the previous one
 
 
 def stability(

@@ -20,6 +20,7 @@ Two places to act, one learner:
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, replace
@@ -40,7 +41,7 @@ from compressive_transformer.agents.acting import (
 )
 from compressive_transformer.agents.actor_critic import ActorCritic, Losses, Rollout, vtrace_losses
 from compressive_transformer.agents.actors import ActorPool
-from compressive_transformer.agents.best import BestPolicy, keep_if_best, read_best
+from compressive_transformer.agents.best import BestPolicy, keep_if_best, read_best_or_warn
 from compressive_transformer.agents.config import RLConfig, RLTrainConfig, load_saved_config
 from compressive_transformer.agents.core import CoreState, detach_state
 from compressive_transformer.agents.health import AgentDiverged, diverged, require_finite, require_finite_weights
@@ -59,6 +60,7 @@ from compressive_transformer.runs.checkpoint import (
     save_checkpoint,
 )
 from compressive_transformer.runs.metrics import MetricsLogger
+from compressive_transformer.runs.rundir import config_difference
 from compressive_transformer.runs.runlock import RunLock
 from compressive_transformer.runs.toml_writer import dumps
 
@@ -106,10 +108,11 @@ def _run_config(cfg: RLConfig | None, run_dir: Path, resume: bool, log: Log) -> 
         return saved, ckpt_path
     free = {key: getattr(saved.train, key) for key in RESUME_CHANGES}
     if not _same_run(cfg, saved):
+        diff = config_difference(saved, replace(cfg, train=replace(cfg.train, **free)))
         raise ConfigError(
-            f"--resume: the config differs from {run_dir / CONFIG_FILE} in more than "
-            f"{', '.join('train.' + k for k in RESUME_CHANGES)}; resume with the run's own config (a longer run: "
-            "--set train.env_steps=N)"
+            f"--resume: the config differs from {run_dir / CONFIG_FILE} ({diff}); only "
+            f"{', '.join('train.' + k for k in RESUME_CHANGES)} may change: resume with the run's own config (a "
+            "longer run: --set train.env_steps=N)"
         )
     trained = checkpoint_step(ckpt_path) * saved.train.n_envs * saved.train.unroll
     if cfg.train.env_steps != saved.train.env_steps and cfg.train.env_steps < trained:
@@ -303,7 +306,7 @@ def _train(
     the last checkpoint written, else ``last`` (the one the run resumed from). A value that stops being finite ends
     it in one line (:class:`AgentDiverged`)."""
     tc = cfg.train
-    best = read_best(run_dir)
+    best = read_best_or_warn(run_dir, log=lambda line: print(line, file=sys.stderr))
     metrics = MetricsLogger(run_dir)  # TensorBoard too where it is installed
     metrics.truncate_after(learner.update)
     per_update = tc.n_envs * tc.unroll
@@ -395,7 +398,7 @@ def _train_locked(cfg: RLConfig, run_dir: Path, ckpt_path: Path | None, resume: 
         mean_return=episodes.mean_return,
         checkpoint=path,
         seconds=time.perf_counter() - start_time,
-        best=read_best(run_dir),
+        best=read_best_or_warn(run_dir, log=lambda line: None),  # said when training began
     )
 
 

@@ -11,6 +11,8 @@ from typing import Any, Mapping, Sequence
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from compressive_transformer.core.fileio import replace_file
+
 REGION_COLORS = {"compressed": "#2ca02c", "memory": "#ff7f0e", "segment": "#1f77b4"}
 
 
@@ -23,11 +25,11 @@ def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, Any
 
 
 def save_figure(fig: Any, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (its format from the suffix, PNG without one), replacing a previous figure
+    atomically: a report's plots are regenerated in place, never left torn."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return replace_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png"))
 
 
 def plot_accuracy_by_distance(

@@ -16,6 +16,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import create_file, replace_file
 from compressive_transformer.data.mulaw import mulaw_decode, mulaw_encode
 from compressive_transformer.data.soundfiles import downmix_note, read_audio_channels, write_wav
 from compressive_transformer.inference.generate import SamplingConfig, check_sampling, generate
@@ -100,7 +101,13 @@ def plot_audio(gen: AudioGeneration, path: str | Path, title: str = "") -> Path:
     top.plot(t, x, lw=0.4, color="black")
     top.set_ylim(-1, 1)
     top.set_ylabel("amplitude")
-    bottom.specgram(x, NFFT=512, Fs=rate, noverlap=384, cmap="magma")
+    nfft = 512  # window of the spectrogram, halved for a clip shorter than it (matplotlib warns otherwise)
+    while nfft > len(x) and nfft > 16:
+        nfft //= 2
+    if len(x) >= nfft:
+        bottom.specgram(x, NFFT=nfft, Fs=rate, noverlap=nfft * 3 // 4, cmap="magma")
+    else:
+        bottom.text(0.5, 0.5, "too short for a spectrogram", ha="center", va="center", transform=bottom.transAxes)
     bottom.set_ylabel("Hz")
     bottom.set_xlabel("seconds")
     for ax in (top, bottom):
@@ -108,14 +115,23 @@ def plot_audio(gen: AudioGeneration, path: str | Path, title: str = "") -> Path:
     top.set_title(title or f"prompt (left of the line) and generated continuation, {rate} Hz mu-law")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=72)
+    fig.savefig(path, dpi=72, format="png")
     return path
 
 
-def save_generation(gen: AudioGeneration, wav: str | Path, title: str = "") -> Path:
-    """The WAV of prompt and continuation at ``wav``, and its plot beside it (same name, ``.png``), which is returned."""
-    wav = write_wav(wav, gen.waveform, gen.sample_rate)
-    return plot_audio(gen, wav.with_suffix(".png"), title=title)
+def save_generation(
+    gen: AudioGeneration, wav: str | Path, title: str = "", *, replace: bool = False
+) -> tuple[Path, Path]:
+    """The WAV of prompt and continuation at ``wav`` and its plot beside it (same name, ``.png``); returns both.
+    They are new files (a name taken meanwhile gets the next free one, nothing is replaced), or with ``replace``
+    (samples regenerated in place) replace what was there atomically."""
+    write = lambda tmp: write_wav(tmp, gen.waveform, gen.sample_rate)  # noqa: E731
+    plot = lambda tmp: plot_audio(gen, tmp, title=title)  # noqa: E731
+    if replace:
+        wav = replace_file(Path(wav), write)
+        return wav, replace_file(wav.with_suffix(".png"), plot)
+    wav = create_file(Path(wav), write, what="--out")
+    return wav, create_file(wav.with_suffix(".png"), plot, what="--out")
 
 
 __all__ = [

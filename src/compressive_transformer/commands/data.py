@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from compressive_transformer import data as corpora
-from compressive_transformer.commands.options import add_overrides
+from compressive_transformer.commands.options import add_overrides, whole
 from compressive_transformer.core.config import ConfigError, RunConfig
 from compressive_transformer.data.cache import cache_dir_for, cached_tokenizer, load_corpus
 from compressive_transformer.data.readers import SPLITS
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=Path("data"),
         help="directory to download into (default data, where the configs look)",
     )
-    d.add_argument("--limit", type=int, help="pg19: only the first N books of each split")
+    d.add_argument("--limit", type=whole(1), help="pg19: only the first N books of each split")
     d.add_argument("--base-url", help="a mirror to download from instead of the corpus's own site")
     d.add_argument(
         "--manifest", type=Path, help="pg19: pinned manifest.json (from a previous download) every file must match"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from compressive_transformer.commands.options import whole
 from compressive_transformer.core.install import program
 from compressive_transformer.training.demo import demo
 
@@ -16,7 +17,7 @@ DESCRIPTION = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--steps", type=int, help="training steps (default: the demo config's 400)")
+    p.add_argument("--steps", type=whole(1), help="training steps (default: the demo config's 400)")
     p.add_argument("--run-dir", type=Path, help="run directory; default: a fresh runs/demo-<time>")
 
 

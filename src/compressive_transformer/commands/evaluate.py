@@ -15,7 +15,7 @@ from compressive_transformer.inference.text_eval import (
     evaluate_source,
     files_source,
 )
-from compressive_transformer.inference.workflows import evaluate_run, split_result_path
+from compressive_transformer.inference.workflows import evaluate_run_to
 from compressive_transformer.runs.loading import load_run, read_modality
 
 NAME = "evaluate"
@@ -95,13 +95,12 @@ def check_input_modality(args: argparse.Namespace) -> None:
 def _evaluate_split(args: argparse.Namespace) -> None:
     if args.format is not None:
         raise ConfigError("--format: applies to --data DIR only; add --data DIR or drop --format")
-    split, out = split_result_path(args.run_dir, split=args.split, overrides=args.overrides, out=args.out)
-    result = evaluate_run(
+    result, out = evaluate_run_to(
         args.run_dir,
-        split=split,
+        split=args.split,
         overrides=args.overrides,
         checkpoint=args.checkpoint,
-        out=out,
+        out=args.out,
         device=args.device,
         threads=args.threads,
     )

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from compressive_transformer.commands import generate_audio
-from compressive_transformer.commands.options import MAX_TOKENS, add_device, add_run_or_export
+from compressive_transformer.commands.options import MAX_TOKENS, add_device, add_run_or_export, whole
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import check_new
 from compressive_transformer.inference.generate import SamplingConfig, check_sampling, clean_prompt
 from compressive_transformer.inference.textgen import generate_text, load_memory, read_prompts, save_memory
 from compressive_transformer.runs.loading import load_run
@@ -36,9 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--top-k", type=int, default=0, help="sample among the K most likely tokens; 0 keeps all (default 0)"
     )
     p.add_argument(
-        "--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; 1 keeps all (default 1.0)"
+        "--top-p",
+        type=float,
+        default=1.0,
+        help="nucleus sampling mass in (0, 1]; 1 keeps all (default 1.0)",
     )
-    p.add_argument("--seed", type=int, help="random seed for reproducible samples")
+    p.add_argument("--seed", type=whole(0, 2**64 - 1), help="random seed for reproducible samples")
     p.add_argument(
         "--stop",
         action="append",
@@ -46,9 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="STRING",
         help="end the continuation before this string (repeatable)",
     )
-    p.add_argument("--mem-len", type=int, help="memory slots per layer (default: the run's eval/training value)")
+    p.add_argument("--mem-len", type=whole(0), help="memory slots per layer (default: the run's eval/training value)")
     p.add_argument(
-        "--cmem-len", type=int, help="compressed memory slots per layer (default: the run's eval/training value)"
+        "--cmem-len", type=whole(0), help="compressed memory slots per layer (default: the run's eval/training value)"
     )
     p.add_argument(
         "--save-memory",
@@ -82,10 +86,9 @@ def main(args: argparse.Namespace) -> None:
     prompts = [clean_prompt(p) for p in _prompts(args)]
     if args.save_memory is not None and len(prompts) > 1:
         raise ConfigError("--save-memory: keeps the memory of one document; give one prompt")
-    if args.save_memory is not None and args.save_memory.exists() and args.save_memory != args.load_memory:
-        raise ConfigError(
-            f"--save-memory: {args.save_memory} exists; choose a new file (only the --load-memory file may be replaced)"
-        )
+    continued = args.save_memory is not None and args.save_memory == args.load_memory  # replacing is the point
+    if args.save_memory is not None and not continued:
+        check_new(args.save_memory, "--save-memory")  # only the --load-memory file may be replaced
     run = load_run(args.run_dir, device=args.device, threads=args.threads)
     memory = load_memory(args.load_memory, run) if args.load_memory is not None else None
     for i, prompt in enumerate(prompts):
@@ -111,10 +114,8 @@ def main(args: argparse.Namespace) -> None:
         sys.stdout.flush()
     if args.save_memory is not None:
         g = out.generation
-        save_memory(args.save_memory, run, g.memory, g.next_logits)
-        print(
-            f"saved the memory to {args.save_memory}; continue with --load-memory {args.save_memory}", file=sys.stderr
-        )
+        saved = save_memory(args.save_memory, run, g.memory, g.next_logits, replace=continued)
+        print(f"saved the memory to {saved}; continue with --load-memory {saved}", file=sys.stderr)
 
 
 def _prompts(args: argparse.Namespace) -> list[str]:

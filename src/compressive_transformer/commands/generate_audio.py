@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from compressive_transformer.audio.generation import generate_audio, save_generation
-from compressive_transformer.commands.options import MAX_TOKENS
+from compressive_transformer.commands.options import MAX_TOKENS, real
 from compressive_transformer.core.config import ConfigError
-from compressive_transformer.core.fileio import require_writable
+from compressive_transformer.core.fileio import check_new
 from compressive_transformer.core.modality import AUDIO
 from compressive_transformer.inference.generate import SamplingConfig
 from compressive_transformer.runs.loading import CONFIG_JSON, Run, load_run, read_modality
@@ -24,11 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--out", type=Path, help="WAV file to write (default: RUN_DIR/generated.wav); a PNG plot lands beside it"
     )
-    g.add_argument("--seconds", type=float, default=SECONDS, help=f"seconds of audio to generate (default {SECONDS:g})")
+    g.add_argument(
+        "--seconds",
+        type=real(0, low_open=True),
+        default=SECONDS,
+        help=f"seconds of audio to generate (default {SECONDS:g})",
+    )
     g.add_argument("--prime", type=Path, metavar="FILE", help="continue the start of this sound file")
     g.add_argument(
         "--prime-seconds",
-        type=float,
+        type=real(0, low_open=True),
         default=PRIME_SECONDS,
         help=f"seconds of --prime to read (default {PRIME_SECONDS:g})",
     )
@@ -76,9 +81,8 @@ def _generate(args: argparse.Namespace, sampling: SamplingConfig, run: Run) -> N
     out = args.out or (Path(args.run_dir) / "generated.wav")
     if out.suffix.lower() != ".wav":
         raise ConfigError(f"--out: {out} is not a .wav file; name the WAV file to write")
-    if out.exists():
-        raise ConfigError(f"--out: {out} exists; choose a new file")
-    require_writable(out)  # before the generation, not after it
+    check_new(out, "--out")  # before the generation, not after it; the plot beside it too
+    check_new(out.with_suffix(".png"), "--out")
     gen = generate_audio(
         run,
         seconds=args.seconds,
@@ -88,7 +92,7 @@ def _generate(args: argparse.Namespace, sampling: SamplingConfig, run: Run) -> N
         seed=args.seed,
         progress=True,
     )
-    png = save_generation(gen, out)
+    out, png = save_generation(gen, out)
     print(f"wrote {out} ({len(gen.prompt) / gen.sample_rate:.2f} s prompt + {args.seconds:.2f} s generated) and {png}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from compressive_transformer.commands.options import whole
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.install import program
 from compressive_transformer.runs.interop.transfo_xl import import_transfo_xl
@@ -24,7 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "src", type=Path, metavar="SRC", help="directory saved by transformers (config.json, weights, vocabulary)"
     )
     p.add_argument("out", type=Path, metavar="OUT", help="new export directory to write")
-    p.add_argument("--seg-len", type=int, default=128, help="segment length for evaluation (default 128, as the paper)")
+    p.add_argument(
+        "--seg-len", type=whole(1), default=128, help="segment length for evaluation (default 128, as the paper)"
+    )
     p.add_argument(
         "--vocab",
         type=Path,

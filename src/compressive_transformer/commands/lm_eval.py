@@ -6,9 +6,12 @@ point). Every option after RUN_DIR is the harness's: ``--tasks``, ``--include_pa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from compressive_transformer.commands.options import add_run_or_export
 from compressive_transformer.core.config import ConfigError
@@ -152,4 +155,30 @@ def run_harness(verbosity: int = logging.INFO) -> None:
         return
     setup_logging(verbosity)
     cli = HarnessCLI()
-    cli.execute(cli.parse_args())
+    with quiet_git_hash():
+        cli.execute(cli.parse_args())
+
+
+def git_hash_quietly() -> str | None:
+    """The harness's record of the working directory's git commit, asked of git with its complaint outside a
+    repository (``fatal: not a git repository``) kept off the terminal."""
+    try:
+        return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL).strip().decode()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+@contextlib.contextmanager
+def quiet_git_hash() -> Iterator[None]:
+    """The harness's evaluator asks git through :func:`git_hash_quietly` for the block (and as before after it)."""
+    import lm_eval.evaluator as evaluator
+
+    before = getattr(evaluator, "get_git_commit_hash", None)
+    if before is None:  # a harness release without it: nothing to quieten
+        yield
+        return
+    evaluator.get_git_commit_hash = git_hash_quietly
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = before

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from compressive_transformer.analysis.report import ANALYSES, write_report
-from compressive_transformer.commands.options import SPLITS, add_device
+from compressive_transformer.commands.options import SPLITS, add_device, whole
 
 NAME = "report"
 HELP = "a self-contained report comparing runs"
@@ -32,8 +32,8 @@ def add_arguments(p: argparse.ArgumentParser, *, many: bool = True) -> None:
         "--split", choices=SPLITS, default="validation", help="held-out split to analyse (default validation)"
     )
     p.add_argument("--only", help="comma-separated subset of regions, compressibility, temporal, frequency")
-    p.add_argument("--max-segments", type=int, default=40, help="segments streamed per analysis (default 40)")
-    p.add_argument("--batch-size", type=int, default=4, help="parallel streams (default 4)")
+    p.add_argument("--max-segments", type=whole(1), default=40, help="segments streamed per analysis (default 40)")
+    p.add_argument("--batch-size", type=whole(1), default=4, help="parallel streams (default 4)")
     add_device(p)
 
 

@@ -11,9 +11,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from compressive_transformer.agents.config import EVAL_EPISODES, EVAL_SEED, load_rl_config
-from compressive_transformer.commands.options import add_overrides
+from compressive_transformer.commands.options import SEEDS, add_overrides, whole
 from compressive_transformer.core.config import ConfigError
-from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.fileio import check_new, create_text
 from compressive_transformer.core.install import install_hint
 from compressive_transformer.runs.rundir import fresh_run_dir
 
@@ -35,14 +35,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "evaluate",
         help="play fresh episodes with a trained agent's policy",
         description="Play fresh episodes (seeded apart from training's) with an agent run's policy; report the "
-        "success rate with an exact 95%% interval and the mean return.",
+        "success rate with an exact 95% interval and the mean return.",
     )
     e.add_argument("run_dir", type=Path, help="the run directory of `rl train`")
     e.add_argument("--best", action="store_true", help="the best window's weights (<run>/best), not the newest")
-    e.add_argument("--episodes", type=int, default=EVAL_EPISODES, help=f"episodes to play (default {EVAL_EPISODES})")
-    e.add_argument("--envs", type=int, help="environments played at once (default: the run's train.n_envs)")
-    e.add_argument("--seed", type=int, default=EVAL_SEED, help=f"the environments' first seed (default {EVAL_SEED})")
-    e.add_argument("--json", type=Path, help="also write the result to this JSON file")
+    e.add_argument(
+        "--episodes", type=whole(1), default=EVAL_EPISODES, help=f"episodes to play (default {EVAL_EPISODES})"
+    )
+    e.add_argument("--envs", type=whole(1), help="environments played at once (default: the run's train.n_envs)")
+    e.add_argument(
+        "--seed",
+        type=whole(0, SEEDS - 1),
+        default=EVAL_SEED,
+        help=f"the environments' first seed (default {EVAL_SEED})",
+    )
+    e.add_argument(
+        "--json", type=Path, help="also write the result to this new JSON file (an existing one is never replaced)"
+    )
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -59,6 +68,8 @@ def main(args: argparse.Namespace) -> None:
 def evaluate(args: argparse.Namespace) -> None:
     from compressive_transformer.agents.evaluate import evaluate_agent  # needs the extra (gymnasium)
 
+    if args.json is not None:
+        check_new(args.json, "--json")  # before any episode is played: a result never replaces a file
     result = evaluate_agent(
         args.run_dir,
         best=args.best,
@@ -73,9 +84,8 @@ def evaluate(args: argparse.Namespace) -> None:
         f"{result.success_rate:.3f} (95% interval {low:.3f}-{high:.3f}), mean return {result.mean_return:.3f}"
     )
     if args.json is not None:
-        write_text_atomic(
-            args.json, json.dumps({**asdict(result), "checkpoint": str(result.checkpoint)}, indent=1) + "\n"
-        )
+        record = json.dumps({**asdict(result), "checkpoint": str(result.checkpoint)}, indent=1) + "\n"
+        print(f"wrote {create_text(args.json, record, what='--json')}")
 
 
 def train(args: argparse.Namespace) -> None:
@@ -90,6 +100,7 @@ def train(args: argparse.Namespace) -> None:
     else:
         cfg = load_rl_config(args.config, args.overrides)
         run_dir = args.run_dir or fresh_run_dir(f"rl-{args.config.stem if args.config else 'default'}")
+        args.run_dir = run_dir  # what Ctrl-C's advice names
     summary = train_agent(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
     print(
         f"{summary.env_steps} environment steps, {summary.episodes} episodes; recent episodes: "

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from compressive_transformer.commands.options import add_overrides
+from compressive_transformer.commands.options import add_overrides, whole
 from compressive_transformer.experiments.study_run import run_study
 
 NAME = "study"
@@ -27,10 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", type=Path, help="output directory; default: the spec's directory")
     add_overrides(p, "override a key of every variant, e.g. --set train.steps=100 (repeatable)")
-    p.add_argument("--parallel", type=int, help="runs trained at once (default: study.parallel)")
+    p.add_argument("--parallel", type=whole(1), help="runs trained at once (default: study.parallel)")
     p.add_argument(
         "--threads",
-        type=int,
+        type=whole(1),
         help="CPU threads in all, split between parallel runs (default: study.threads, else every core)",
     )
 

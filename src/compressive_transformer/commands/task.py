@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from compressive_transformer.commands.options import add_overrides
+from compressive_transformer.commands.options import SEEDS, add_overrides, whole
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.experiments import run_long_range, run_task
 from compressive_transformer.experiments.ablation import run_seeded, seeded_command
@@ -56,17 +56,17 @@ def _add_long_range(t: argparse.ArgumentParser) -> None:
         default="txl,ct",
         help="comma-separated: txl, ct, ct-<compression>-<loss>, or ablation for the compression fn x loss grid (default txl,ct)",
     )
-    t.add_argument("--seed", type=int, default=0, help="seed of data and initialisation (default 0)")
+    t.add_argument("--seed", type=whole(0, SEEDS - 1), default=0, help="seed of data and initialisation (default 0)")
     t.add_argument(
         "--seeds",
         help="comma-separated seeds, e.g. 0,1,2: every (task, model, seed) cell at one budget (--budget, else the preset's ablation budget), resumable, summarised with 95%% intervals in OUT/seeds.md",
     )
-    t.add_argument("--parallel", type=int, default=1, help="cells trained at once with --seeds (default 1)")
-    t.add_argument("--budget", type=int, help="training steps per model (default: the preset's)")
+    t.add_argument("--parallel", type=whole(1), default=1, help="cells trained at once with --seeds (default 1)")
+    t.add_argument("--budget", type=whole(1), help="training steps per model (default: the preset's)")
     t.add_argument(
         "--out", type=Path, help="output directory (default: a fresh runs/long-range-<time>; needed with --seeds)"
     )
-    t.add_argument("--threads", type=int, help="torch CPU threads")
+    t.add_argument("--threads", type=whole(1), help="torch CPU threads")
 
 
 def main(args: argparse.Namespace) -> None:

@@ -4,7 +4,9 @@ by name, with what the rest of the code needs to know about each.
 The tables are data. Each lists its built-in rows here, where it lives: a name, the flags the rest of the code reads,
 and where its builder is (``"package.module:attr"``, a :class:`Ref` that imports it when first used). So validating a
 config never depends on what was imported before, and importing a module registers nothing. ``register_*`` adds a
-user's own row the same way (a callable or a ``"module:attr"`` string); registering a name again replaces its row.
+user's own row the same way (a callable or a ``"module:attr"`` string) after checking it: a name that is a word, flags
+that are booleans, builders that can be called. A built-in row is never replaced (every model in the process would
+change without a word); a user's own name registered again replaces that row.
 
 This module sits at the bottom floor (no torch, no package imports), so that :mod:`compressive_transformer.core.config`
 can validate ``model.compression``, ``model.kind``, ``model.attn_impl`` and ``data.format`` against it. No other
@@ -14,6 +16,7 @@ module compares these names: each reads the flags of the row.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -93,6 +96,43 @@ def _refs(row: Any, *names: str) -> None:
         object.__setattr__(row, name, ref(getattr(row, name)))
 
 
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+-]*")
+_BUILT_IN: dict[int, frozenset[str]] = {}  # id(table) -> the names its built-in rows hold
+
+
+def _built_in(table: dict[str, Any], *also: str) -> dict[str, Any]:
+    """Record the rows ``table`` holds now (and the reserved names ``also``) as built-in: never replaced."""
+    _BUILT_IN[id(table)] = frozenset(table) | frozenset(also)
+    return table
+
+
+def _check_row(table: dict[str, Any], what: str, name: Any, flags: Mapping[str, Any], calls: Mapping[str, Any]) -> None:
+    """What a ``register_*`` call is given, checked before it changes anything: ``name`` is a word (what a config
+    file can name) and not a built-in row's, each of ``flags`` a bool, each of ``calls`` a callable, a
+    ``"module:attr"`` string or None where the row allows none (the caller passes only those it must have or got)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(
+            f"register {what}: the name {name!r} is not a word a config can name; give letters, digits, '_', '-' or "
+            "'.' starting with a letter"
+        )
+    if name in _BUILT_IN.get(id(table), ()):
+        raise ValueError(
+            f"register {what}: {name!r} is built in and is never replaced (every model in the process would change); "
+            "register yours under a name of its own"
+        )
+    for flag, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"register {what} {name!r}: {flag} must be True or False, not {value!r}")
+    for field_name, value in calls.items():
+        if isinstance(value, str):
+            Ref(value)  # a 'package.module:attr' string, else a ValueError saying so
+        elif not callable(value):
+            raise TypeError(
+                f"register {what} {name!r}: {field_name} must be a callable or 'package.module:attr', "
+                f"not {type(value).__name__}"
+            )
+
+
 def _entry(table: dict[str, Any], name: str, what: str) -> Any:
     """The row ``name`` of ``table``; a ``KeyError`` that lists the known names otherwise."""
     try:
@@ -139,6 +179,7 @@ COMPRESSORS: dict[str, CompressorSpec] = {
         CompressorSpec("most_used", f"{_COMPRESSION}:build_most_used", trainable=False, needs_usage=True, extra_width=False),
     )
 }  # fmt: skip
+_built_in(COMPRESSORS)
 
 
 def register_compressor(
@@ -150,7 +191,11 @@ def register_compressor(
     extra_width: bool = True,
     scale_pool: Callable[[Any], Any] | str | None = None,
 ) -> CompressorSpec:
-    """Make ``name`` usable as ``model.compression.function``; registering a name again replaces its row."""
+    """Make ``name`` usable as ``model.compression.function``; registering your name again replaces its row, a
+    built-in name is refused."""
+    flags = {"trainable": trainable, "needs_usage": needs_usage, "extra_width": extra_width}
+    calls = {"build": build} | ({"scale_pool": scale_pool} if scale_pool is not None else {})
+    _check_row(COMPRESSORS, "compressor", name, flags, calls)
     spec = CompressorSpec(name, build, trainable, needs_usage, extra_width, scale_pool)
     COMPRESSORS[name] = spec
     return spec
@@ -203,6 +248,7 @@ COMPRESSION_LOSSES: dict[str, CompressionLossSpec] = {
         CompressionLossSpec("none"),  # parameter-free compressors
     )
 }
+_built_in(COMPRESSION_LOSSES)
 
 
 def register_compression_loss(
@@ -213,7 +259,10 @@ def register_compression_loss(
     decoder: bool = False,
     compute: Callable[[Any], Any] | str | None = None,
 ) -> CompressionLossSpec:
-    """Make ``name`` usable as ``model.compression.loss``; registering a name again replaces its row."""
+    """Make ``name`` usable as ``model.compression.loss``; registering your name again replaces its row, a built-in
+    name is refused."""
+    flags = {"local": local, "bptt": bptt, "decoder": decoder}
+    _check_row(COMPRESSION_LOSSES, "compression loss", name, flags, {"compute": compute} if compute is not None else {})
     spec = CompressionLossSpec(name, local, bptt, decoder, compute)
     COMPRESSION_LOSSES[name] = spec
     return spec
@@ -266,6 +315,7 @@ KERNELS: dict[str, KernelSpec] = {
 }  # fmt: skip
 AUTO_KERNEL = "auto"  # model.attn_impl's default: core.kernels.auto_choice picks per device, dtype and compile
 KERNEL_ALIASES = {"math": "explicit", "sdpa": "sdpa-bias", "flex": "fused"}  # names configs and checkpoints used before
+_built_in(KERNELS, AUTO_KERNEL, *KERNEL_ALIASES)  # "auto" and an alias never reach a registered row
 
 
 def register_kernel(
@@ -277,7 +327,10 @@ def register_kernel(
     dropout: bool = False,
     traceable: bool = True,
 ) -> KernelSpec:
-    """Make ``name`` usable as ``model.attn_impl``; registering a name again replaces its row."""
+    """Make ``name`` usable as ``model.attn_impl``; registering your name again replaces its row, a built-in name
+    (or ``auto``, or an earlier name of one) is refused."""
+    flags = {"dense_mask": dense_mask, "weights": weights, "dropout": dropout, "traceable": traceable}
+    _check_row(KERNELS, "kernel", name, flags, {"run": run})
     spec = KernelSpec(name, run, dense_mask, weights, dropout, traceable)
     KERNELS[name] = spec
     return spec
@@ -359,10 +412,24 @@ MODEL_KINDS: dict[str, ModelKind] = {
         ),
     )
 }
+_built_in(MODEL_KINDS)
 
 
 def register_model_kind(kind: ModelKind) -> ModelKind:
-    """Make ``kind.name`` usable as ``model.kind``; registering a name again replaces its row."""
+    """Make ``kind.name`` usable as ``model.kind``; registering your name again replaces its row, a built-in name
+    is refused."""
+    if not isinstance(kind, ModelKind):
+        raise TypeError(f"register_model_kind: give a ModelKind, not {type(kind).__name__}")
+    calls = {"build": kind.build} | {
+        f: getattr(kind, f)
+        for f in ("check", "label", "context_length", "temporal_range", "decoder")
+        if getattr(kind, f) is not None
+    }
+    _check_row(MODEL_KINDS, "model kind", kind.name, {}, calls)
+    if not isinstance(kind.fixed_memory, str):
+        raise TypeError(
+            f"register model kind {kind.name!r}: fixed_memory must be a str (why, or ''), not {kind.fixed_memory!r}"
+        )
     MODEL_KINDS[kind.name] = kind
     return kind
 
@@ -457,11 +524,17 @@ FORMATS: dict[str, CorpusFormat] = {
         ),
     )
 }
+_built_in(FORMATS)
 
 
 def register_format(fmt: CorpusFormat) -> CorpusFormat:
-    """Make ``fmt.name`` usable as ``data.format`` and its sources downloadable; a name registered again is
-    replaced."""
+    """Make ``fmt.name`` usable as ``data.format`` and its sources downloadable; your name registered again is
+    replaced, a built-in name is refused."""
+    if not isinstance(fmt, CorpusFormat):
+        raise TypeError(f"register_format: give a CorpusFormat, not {type(fmt).__name__}")
+    flags = {"needs_path": fmt.needs_path, "train_file": fmt.train_file}
+    calls = {"files": fmt.files, "read": fmt.read} | ({"stream": fmt.stream} if fmt.stream is not None else {})
+    _check_row(FORMATS, "format", fmt.name, flags, calls)
     FORMATS[fmt.name] = fmt
     return fmt
 

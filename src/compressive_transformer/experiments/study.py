@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,7 @@ from compressive_transformer.core.config import (
     require,
 )
 from compressive_transformer.core.config_base import flatten, unflatten
-from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.fileio import remove, write_text_atomic
 from compressive_transformer.core.models import model_kind
 from compressive_transformer.data import read_documents
 from compressive_transformer.data.units import summary_line, texts_size, units
@@ -359,7 +358,7 @@ def run_job(job: Job) -> dict[str, Any]:
         started = (job.run_dir / "config.toml").is_file()
         if started and latest_checkpoint(job.run_dir) is None:  # killed before its first checkpoint: nothing to keep
             log(f"{job.run_dir} has no checkpoint; starting it again")
-            shutil.rmtree(job.run_dir)
+            remove(job.run_dir, base=job.run_dir.parent)
             started = False
         t0 = time.perf_counter()
         summary = train_run(job.config, job.run_dir, resume=started, log=log)  # records its CPU time (runs.cputime)

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from compressive_transformer.core.config import eval_lengths
+from compressive_transformer.core.config import ConfigError, eval_lengths
 from compressive_transformer.core.constants import IGNORE_INDEX
-from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.core.fileio import create_text
 from compressive_transformer.core.registry import FORMATS
 from compressive_transformer.core.streaming import stream
 from compressive_transformer.data import StreamBatcher
@@ -140,12 +140,17 @@ def evaluate(
         device=device,
         amp_dtype=amp_dtype,
     )
+    unit = _token_unit(corpus) if token_unit is None else token_unit
     try:
-        total_nll, tokens, unknown, segments = _sums(steps, device, unknown_id, bar)
+        total_nll, tokens, unknown, segments = _sums(steps, device, unknown_id, bar, unit or "token")
     finally:
         steps.close()
         bar.close()
-    unit = _token_unit(corpus) if token_unit is None else token_unit
+    if not tokens:  # a score over no prediction is no score: 0.0 recorded as complete would read as perfect
+        raise ConfigError(
+            f"{split}: holds no token to predict (a document's first token is only context, so each needs at "
+            "least 2); give longer text"
+        )
     size = size if size is not None else getattr(corpus, "size", None)
     if size is None or unit:  # one token is one sample: characters, bytes and words of it mean nothing
         size = TextSize(words=int(getattr(corpus, "num_words", 0) or 0) if not unit else 0)
@@ -175,9 +180,9 @@ def evaluate(
     )
 
 
-def _sums(steps: Any, device: torch.device, unknown_id: int | None, bar: Any) -> tuple[float, int, int, int]:
+def _sums(steps: Any, device: torch.device, unknown_id: int | None, bar: Any, unit: str) -> tuple[float, int, int, int]:
     """The summed NLL, targets, ``<unk>`` targets and segments of a stream of steps (summed on the device: no host
-    synchronisation per segment; the bar shows the running figure now and then)."""
+    synchronisation per segment; the bar shows the running figure, in bits per ``unit``, now and then)."""
     total_nll = torch.zeros((), dtype=torch.float64, device=device)
     tokens = torch.zeros((), dtype=torch.long, device=device)
     unknown = torch.zeros((), dtype=torch.long, device=device)
@@ -192,7 +197,7 @@ def _sums(steps: Any, device: torch.device, unknown_id: int | None, bar: Any) ->
         segments += 1
         bar.update(1)
         if not bar.disable and segments % 16 == 1:
-            bar.set_postfix(bits_per_token=f"{float(total_nll) / max(int(tokens), 1) / LN2:.3f}")
+            bar.set_postfix({f"bits_per_{unit}": f"{float(total_nll) / max(int(tokens), 1) / LN2:.3f}"})
     return float(total_nll), int(tokens), int(unknown), segments
 
 
@@ -203,6 +208,8 @@ def _token_unit(corpus: Any) -> str:
 
 
 def write_eval_record(path: Path, record: dict[str, Any]) -> Path:
-    """Write an evaluation record as JSON (infinities as strings: JSON has none)."""
+    """Write an evaluation record as JSON (infinities as strings: JSON has none) into a new file: ``path``, or the
+    next free name where another result took it meanwhile (two evaluations of one run never replace each other's).
+    Returns the file written."""
     safe = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in record.items()}
-    return write_text_atomic(path, json.dumps(safe, indent=2) + "\n")
+    return create_text(path, json.dumps(safe, indent=2) + "\n")

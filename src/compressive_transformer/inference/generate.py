@@ -44,6 +44,27 @@ def check_sampling(*, max_tokens: int = 0, temperature: float = 1.0, top_k: int 
         )
 
 
+def check_logits(logits: Any) -> None:
+    """What :meth:`SamplingConfig.sample` draws from, checked (one host sync: this is the public door, not the
+    decoder's loop): a floating (B, V) tensor with V >= 1, no NaN, and in each row a token that is not ``-inf``."""
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        raise ValueError(
+            f"logits: expected a floating tensor of shape (B, V), got {type(logits).__name__}"
+            + (f" of {logits.dtype}" if isinstance(logits, torch.Tensor) else "")
+        )
+    if logits.dim() != 2 or logits.shape[1] == 0:
+        raise ValueError(
+            f"logits: expected shape (B, V), the last position's logits of each row, got {tuple(logits.shape)}; "
+            "take logits[:, -1] of the model's (B, T, V)"
+        )
+    if bool(torch.isnan(logits).any()):
+        raise ValueError(
+            f"logits: {int(torch.isnan(logits).sum()):,} of {logits.numel():,} are NaN; nothing can be drawn"
+        )
+    if bool((logits == float("-inf")).all(dim=-1).any()):
+        raise ValueError("logits: a row is -inf everywhere (every token masked); nothing can be drawn from it")
+
+
 def clean_prompt(prompt: str | bytes) -> str:
     """A prompt as valid text: bytes that are not UTF-8 (a command line passes them as surrogate escapes) become
     U+FFFD, so tokenizers and printing never fail on them."""
@@ -106,7 +127,9 @@ class SamplingConfig:
         check_sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
     def sample(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Next token ids (B,) from last-position logits (B, V)."""
+        """Next token ids (B,) from last-position logits (B, V): floating, with no NaN and at least one token
+        possible in each row (``-inf`` masks a token), else a one-line ``ValueError``."""
+        check_logits(logits)
         return sample_next(
             logits, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, generator=generator
         )

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,8 +17,15 @@ import numpy as np
 
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.dtypes import amp_dtype
-from compressive_transformer.core.fileio import require_writable
-from compressive_transformer.core.modality import AUDIO, TEXT, format_modality, require_modality, token_unit
+from compressive_transformer.core.fileio import check_new, free_name, require_writable
+from compressive_transformer.core.modality import (
+    AUDIO,
+    TEXT,
+    binary_reason,
+    format_modality,
+    require_modality,
+    token_unit,
+)
 from compressive_transformer.data.cache import cache_dir_for, load_corpus, token_dtype
 from compressive_transformer.data.documents import Document, DocumentSource, SplitStream, file_pieces, first_bad
 from compressive_transformer.data.readers import decode_file, not_utf8_error, source_files
@@ -45,30 +53,6 @@ class TextSource:
     stream: SplitStream | None = None
     data: DataConfig | None = None
     split: str = ""
-
-
-# a file is not text when it holds a NUL byte, control characters text does not use, or mostly bytes that are not
-# UTF-8; text in a legacy encoding (Latin-1 accents: a few percent of its bytes) stays text
-_CONTROL = "".join(chr(c) for c in range(32) if c not in (9, 10, 11, 12, 13, 27))  # all but tabs, breaks, ESC
-MAX_CONTROL_SHARE, MAX_INVALID_SHARE = 0.05, 0.3
-
-
-def binary_reason(document: str | bytes) -> str | None:
-    """Why a file's content (bytes, or the text it decoded to) is not text, or None when it is."""
-    if not document:
-        return None
-    raw = isinstance(document, bytes)
-    nul = document.find(b"\x00" if raw else "\x00")
-    if nul >= 0:
-        return f"a NUL at {'byte' if raw else 'character'} {nul}"
-    text = document.decode("utf-8", errors="replace") if raw else document
-    control = sum(text.count(c) for c in _CONTROL) / len(text)
-    if control > MAX_CONTROL_SHARE:
-        return f"{control:.0%} control characters"
-    invalid = text.count("\ufffd") / len(document) if raw else 0.0
-    if invalid > MAX_INVALID_SHARE:
-        return f"{invalid:.0%} of its bytes are not UTF-8"
-    return None
 
 
 def files_source(paths: Sequence[str | Path], tokenizer_kind: str, *, allow_binary: bool = False) -> TextSource:
@@ -157,6 +141,13 @@ def evaluate_text(
     stream). Lengths default to the run's evaluation settings."""
     require_modality(run.modality, TEXT, "evaluate_text's input", "score sound files with evaluate_source")
     items = [text_or_path] if isinstance(text_or_path, (str, Path)) else list(text_or_path)
+    for x in items:
+        if isinstance(x, str) and _names_a_file(x):
+            warnings.warn(
+                f"evaluate_text: scoring the string {x!r} itself, which names a file; pass Path({x!r}) to score "
+                "the file",
+                stacklevel=2,
+            )
     docs = [decode_file(x, run.tokenizer.kind) if isinstance(x, Path) else x for x in items]
     return score_documents(
         run,
@@ -169,6 +160,16 @@ def evaluate_text(
         max_batches=max_batches,
         progress=progress,
     )
+
+
+def _names_a_file(text: str) -> bool:
+    """Whether ``text`` (one short line) is the name of an existing file: then it was likely meant as one."""
+    if "\n" in text or len(text) > 4096:
+        return False
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name too long, a NUL: not a file name
+        return False
 
 
 def score_documents(
@@ -204,23 +205,21 @@ def score_documents(
 
 
 def fresh_result_path(run_dir: Path, name: str) -> Path:
-    """``eval_<name>.json``, or with ``-2``, ``-3``... where that exists: earlier results are never replaced."""
-    path, n = run_dir / f"eval_{name}.json", 2
-    while path.exists():
-        path, n = run_dir / f"eval_{name}-{n}.json", n + 1
-    return path
+    """``eval_<name>.json``, or with ``-2``, ``-3``... where that exists: earlier results are never replaced (and a
+    name taken while evaluating gets the next free one when the result is written)."""
+    return free_name(run_dir / f"eval_{name}.json")
 
 
 def result_path(run_dir: Path | None, name: str, out: str | Path | None) -> Path:
     """Where a result is written: ``out`` (which must not exist: a result never replaces a file), else
     :func:`fresh_result_path` in the run; checked writable before any work."""
-    if out is not None and Path(out).exists():
-        raise ConfigError(f"--out: {out} exists; choose a new file (a result never replaces one)")
-    if out is None and run_dir is None:
+    if out is not None:
+        return check_new(Path(out), "--out")
+    if run_dir is None:
         raise ConfigError(
             "evaluate: results are written into a run directory; load a run written by `train` or pass --out FILE"
         )
-    path = Path(out) if out is not None else fresh_result_path(Path(run_dir), name)
+    path = fresh_result_path(Path(run_dir), name)
     require_writable(path)
     return path
 
@@ -247,8 +246,7 @@ def evaluate_source(
                 result = score_corpus(run, corpus, size, name=source.name, progress=progress)
         else:
             result = score_documents(run, source.documents, name=source.name, progress=progress)
-    write_eval_record(path, run_record(run, result, source.description))
-    return result, path
+    return result, write_eval_record(path, run_record(run, result, source.description))
 
 
 @contextlib.contextmanager

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Sequence
@@ -15,8 +13,9 @@ import safetensors.torch
 import torch
 
 from compressive_transformer.core.config import ConfigError, to_dict
+from compressive_transformer.core.fileio import create_file, read_utf8, replace_file
 from compressive_transformer.core.memory import MemoryState
-from compressive_transformer.core.modality import TEXT, require_modality
+from compressive_transformer.core.modality import TEXT, binary_reason, require_modality
 from compressive_transformer.inference.generate import (
     Generation,
     SamplingConfig,
@@ -32,29 +31,48 @@ MEMORY_FORMAT = "compressive-transformer-memory-v1"
 
 
 def model_fingerprint(run: Run) -> str:
-    """A hash of the model config: a memory file fits only the model that wrote it."""
+    """A hash of the model config: a memory file fits only a model of this shape (see :func:`weights_fingerprint`
+    for the weights themselves)."""
     return hashlib.sha256(json.dumps(to_dict(run.config.model), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def save_memory(path: str | Path, run: Run, memory: MemoryState, next_logits: torch.Tensor) -> Path:
-    """Write the memory state and the next token's logits to ``path`` (safetensors, atomically)."""
-    path = Path(path)
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """A hash of every weight of ``model`` (names, dtypes, shapes and bytes): a memory holds what these weights made
+    of a text, and continues it only in them, not in another run of the same config."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes: bfloat16 has no numpy type
+    return h.hexdigest()[:16]
+
+
+def save_memory(
+    path: str | Path, run: Run, memory: MemoryState, next_logits: torch.Tensor, *, replace: bool = False
+) -> Path:
+    """Write the memory state and the next token's logits to ``path`` (safetensors) with the fingerprints of the
+    model and its weights; returns the file written. A new file is created exclusively (a name taken meanwhile gets
+    the next free one); ``replace`` (the memory file a generation continued) replaces it atomically."""
     tensors = {k: v.detach().cpu().clone() for k, v in memory.to_tensors().items()}  # layers may share mask tensors
     tensors["next_logits"] = next_logits.detach().float().cpu().contiguous()
-    meta = {"format": MEMORY_FORMAT, "model": model_fingerprint(run), "checkpoint": str(run.checkpoint)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        safetensors.torch.save_file(tensors, tmp, metadata=meta)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    meta = {
+        "format": MEMORY_FORMAT,
+        "model": model_fingerprint(run),
+        "weights": weights_fingerprint(run.model),
+        "checkpoint": str(run.checkpoint),
+    }
+
+    def write(tmp: Path) -> None:
+        safetensors.torch.save_file(tensors, str(tmp), metadata=meta)
+
+    if replace:
+        return replace_file(Path(path), write)
+    return create_file(Path(path), write, what="--save-memory")
 
 
 def load_memory(path: str | Path, run: Run) -> tuple[MemoryState, torch.Tensor]:
-    """The memory state and next-token logits saved by :func:`save_memory`, on the run's device."""
+    """The memory state and next-token logits saved by :func:`save_memory`, on the run's device, after checking that
+    they were made by this model's weights."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--load-memory: {path} does not exist; write one with --save-memory")
@@ -68,6 +86,17 @@ def load_memory(path: str | Path, run: Run) -> tuple[MemoryState, torch.Tensor]:
         raise ConfigError(f"--load-memory: {path} is not a memory file written by --save-memory")
     if meta.get("model") != model_fingerprint(run):
         raise ConfigError(f"--load-memory: {path} was written by another model; continue it with the run that wrote it")
+    if "weights" not in meta:
+        raise ConfigError(
+            f"--load-memory: {path} does not name the weights that wrote it (an older memory file); "
+            "write it again with --save-memory"
+        )
+    if meta["weights"] != weights_fingerprint(run.model):
+        wrote = f" ({meta['checkpoint']})" if meta.get("checkpoint") not in (None, "None") else ""
+        raise ConfigError(
+            f"--load-memory: {path} was written by other weights{wrote} than {run.checkpoint or 'this model'}'s; "
+            "continue it with the run and checkpoint that wrote it"
+        )
     bad = non_finite(tensors)
     if bad is not None:
         raise ConfigError(f"--load-memory: {path} holds non-finite values in {bad}; it cannot be continued")
@@ -198,7 +227,12 @@ def read_prompts(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--prompts-file: {path} does not exist; give a text file with one prompt per line")
-    prompts = [line.replace("\\n", "\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    remedy = "give a text file with one prompt per line"
+    text = read_utf8(path, "--prompts-file", remedy)
+    reason = binary_reason(text)
+    if reason:
+        raise ConfigError(f"--prompts-file: {path} is not text ({reason}); {remedy}")
+    prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
     if not prompts:
         raise ConfigError(f"--prompts-file: {path} has no prompts; write one per line")
     return prompts
@@ -213,4 +247,5 @@ __all__ = [
     "save_memory",
     "read_prompts",
     "model_fingerprint",
+    "weights_fingerprint",
 ]

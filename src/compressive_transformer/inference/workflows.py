@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from compressive_transformer.core.config import ConfigError, RunConfig, apply_run_overrides
 from compressive_transformer.core.dtypes import amp_dtype
@@ -73,7 +73,16 @@ def split_result_path(
     return split, result_path(Path(run_dir), f"{split}", out)
 
 
-def evaluate_run(
+def evaluate_run(run_dir: str | Path, **options: Any) -> EvalResult:
+    """Stream a whole split through the run's newest good model; write ``eval_<split>.json`` into the run under a
+    name no earlier result holds (``eval_<split>-2.json`` ...), or to ``out``, which must not exist. Where that
+    cannot be written it stops before computing anything. The keywords are :func:`evaluate_run_to`'s (``split``,
+    ``overrides``, ``checkpoint``, ``progress``, ``out``, ``log``, ``device``, ``threads``), which also says which
+    file it wrote."""
+    return evaluate_run_to(run_dir, **options)[0]
+
+
+def evaluate_run_to(
     run_dir: str | Path,
     *,
     split: str | None = None,
@@ -84,10 +93,9 @@ def evaluate_run(
     log: Log = log_stderr,
     device: str | None = None,
     threads: int | None = None,
-) -> EvalResult:
-    """Stream a whole split through the run's newest good model; write ``eval_<split>.json`` into the run under a
-    name no earlier result holds (``eval_<split>-2.json`` ...), or to ``out``, which must not exist. Where that
-    cannot be written it stops before computing anything."""
+) -> tuple[EvalResult, Path]:
+    """:func:`evaluate_run`, returning the file written too: a name another evaluation took meanwhile (two started
+    together) is never replaced, the next free one is taken."""
     run_dir = Path(run_dir)
     split, target = split_result_path(run_dir, split=split, overrides=overrides, out=out)
     cfg, tokenizer = open_run(run_dir, overrides)
@@ -121,8 +129,7 @@ def evaluate_run(
         )
     run = Run(config=cfg, tokenizer=tokenizer, model=model, run_dir=run_dir, checkpoint=path)
     source = {"kind": "split", "format": cfg.data.format, "path": cfg.data.path, "split": split}
-    write_eval_record(target, run_record(run, result, source))
-    return result
+    return result, write_eval_record(target, run_record(run, result, source))
 
 
 def generate_run(
@@ -149,4 +156,4 @@ def generate_run(
     ).text
 
 
-__all__ = ["evaluate_run", "generate_run", "split_result_path"]
+__all__ = ["evaluate_run", "evaluate_run_to", "generate_run", "split_result_path"]

@@ -96,12 +96,24 @@ def check_fits(
     cmem_len: int,
     device: torch.device,
     key: str = "model.seg_len",
+    batch_key: str | None = None,
 ) -> None:
-    """One-line :class:`ConfigError` naming ``key`` when the lower bound exceeds the device's memory."""
+    """One-line :class:`ConfigError` when the lower bound exceeds the device's memory, naming ``batch_key`` (default:
+    ``train.`` or ``eval.batch_size`` beside ``key``) when one row would fit and so the batch is what does not, else
+    ``key`` (the lengths)."""
     total = device_memory_bytes(device)
     need = forward_bytes(cfg, batch_size=batch_size, seg_len=seg_len, mem_len=mem_len, cmem_len=cmem_len)
-    if total is not None and need > total:
+    if total is None or need <= total:
+        return
+    batch_key = batch_key or ("eval.batch_size" if key.startswith("eval.") else "train.batch_size")
+    row = forward_bytes(cfg, batch_size=1, seg_len=seg_len, mem_len=mem_len, cmem_len=cmem_len)
+    if batch_size > 1 and row <= total:
         raise ConfigError(
-            f"{key}: batch {batch_size} x seg_len {seg_len} with mem_len {mem_len} and cmem_len {cmem_len} needs at least "
-            f"{need / GiB:,.1f} GiB for one forward pass, more than the {total / GiB:,.1f} GiB of {device.type}; lower the lengths or the batch size"
+            f"{batch_key}: a batch of {batch_size} x seg_len {seg_len} needs at least {need / GiB:,.1f} GiB for one "
+            f"forward pass, more than the {total / GiB:,.1f} GiB of {device.type}; lower {batch_key} (about "
+            f"{max(int(total // row), 1):,} rows fit)"
         )
+    raise ConfigError(
+        f"{key}: batch {batch_size} x seg_len {seg_len} with mem_len {mem_len} and cmem_len {cmem_len} needs at least "
+        f"{need / GiB:,.1f} GiB for one forward pass, more than the {total / GiB:,.1f} GiB of {device.type}; lower the lengths or the batch size"
+    )

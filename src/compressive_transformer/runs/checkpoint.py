@@ -32,6 +32,7 @@ import safetensors.torch
 import torch
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import inside, remove
 from compressive_transformer.runs.failures import is_disk_full, write_failure
 from compressive_transformer.runs.integrity import IntegrityError, fsync_dir, verify_files, write_manifest
 
@@ -245,6 +246,7 @@ def save_checkpoint(
         raise NonFiniteWeights(f"the model's weights are not finite at step {step}; no checkpoint was written")
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
+    inside(run_dir, root)  # pruning deletes step-* folders: only the run's own
     final = root / f"step-{step:08d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -277,7 +279,7 @@ def save_checkpoint(
             raise _write_error(run_dir, step, e) from None
         raise
     for stale in list_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(stale, ignore_errors=True)
+        remove(stale, base=root)
     for debris in root.glob(".tmp-*"):  # left by a process killed mid-write
         shutil.rmtree(debris, ignore_errors=True)
     return final

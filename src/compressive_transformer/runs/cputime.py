@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from compressive_transformer.core.fileio import inside
 from compressive_transformer.runs.jsonl import append_record, read_records
 
 FILE = "cpu_seconds.jsonl"
@@ -32,6 +33,7 @@ class Clock:
 
     def __init__(self, run_dir: str | Path, step: int) -> None:
         self.run_dir, self.step, self.t0 = Path(run_dir), step, time.process_time()
+        inside(self.run_dir, self.run_dir / FILE)  # a link out of the run is refused before any training
 
     def lap(self, step: int) -> None:
         """Record the steps since the last lap (or the call's start) up to ``step``, about to be checkpointed.

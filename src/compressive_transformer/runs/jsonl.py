@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from compressive_transformer.core.fileio import append_bytes, inside
+
 Record = dict[str, Any]
 _noted: set[tuple[str, int, int]] = set()  # (file, first skipped line, lines skipped): each notice once per process
 
@@ -22,16 +24,8 @@ def _stderr(message: str) -> None:
 
 def append_record(path: Path, record: Record) -> None:
     """Append ``record`` as one line of ``path`` (created with its directory when missing), on a fresh line when
-    the file's last line was cut short."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record).encode("utf-8") + b"\n"
-    with path.open("a+b") as f:
-        size = f.seek(0, 2)
-        if size:
-            f.seek(size - 1)
-            if f.read(1) != b"\n":
-                line = b"\n" + line
-        f.write(line)
+    the file's last line was cut short; a link that leads out of the file's folder (the run) is refused."""
+    append_bytes(path, json.dumps(record).encode("utf-8") + b"\n")
 
 
 def read_records(
@@ -45,7 +39,7 @@ def read_records(
     through ``log`` once per process, in one line naming the file and the first of them."""
     if not path.is_file():
         return []
-    data = path.read_bytes()
+    data = inside(path.parent, path).read_bytes()
     lines = data.split(b"\n")
     records, skipped = [], []
     for number, raw in enumerate(lines, 1):

@@ -10,7 +10,6 @@ run must have been written by the same config (keys that only change logging may
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from compressive_transformer.core.config import (
     tomllib,
 )
 from compressive_transformer.core.config_base import flatten
+from compressive_transformer.core.fileio import check_links, inside, remove
 from compressive_transformer.core.models import MemoryModel, build_model
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.data.readers import data_root_path
@@ -163,11 +163,12 @@ def read_run_tables(run_dir: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"{run_dir}: not a run directory (no {CONFIG_FILE}); train one with `compressive-transformer train`"
         )
-    raw = load_toml(path)
+    raw = load_toml(inside(run_dir, path))
     if AGENT_SECTIONS & set(raw):
         raise ConfigError(
             f"{run_dir}: is an agent run (written by `rl train`; its model reads continuous observations), not a "
-            "text or audio run; continue it with `rl train --resume --run-dir`"
+            f"text or audio run; evaluate it with `rl evaluate {run_dir}`, continue it with "
+            f"`rl train --resume --run-dir {run_dir}`"
         )
     return raw
 
@@ -226,7 +227,7 @@ def claim_run_dir(run_dir: Path, log: Log) -> None:
     log(f"note: {run_dir} held a run stopped before its first checkpoint; starting it again with this config")
     for child in run_dir.iterdir():
         if child.name not in (LOCK_FILE, ".cache"):
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+            remove(child, base=run_dir)  # a link is removed itself, never what it points to
 
 
 def cache_dir(cfg: RunConfig, run_dir: Path) -> Path:
@@ -234,9 +235,11 @@ def cache_dir(cfg: RunConfig, run_dir: Path) -> Path:
 
 
 def open_run(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, Any]:
-    """Config and tokenizer of a trained run."""
+    """Config and tokenizer of a trained run (after checking that nothing in it is a link out of it: what is read
+    from a run is the run's own)."""
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir, overrides)
+    check_links(run_dir)
     if not (run_dir / TOKENIZER_DIR).exists():
         raise ConfigError(f"{run_dir}: has no {TOKENIZER_DIR}/; it is not a complete run directory")
     return cfg, load_tokenizer(run_dir / TOKENIZER_DIR)

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import TracebackType
 
 from compressive_transformer.core.config import ConfigError
+from compressive_transformer.core.fileio import check_links
 
 LOCK_FILE = ".lock"
 
@@ -35,7 +36,14 @@ class RunLock:
     def acquire(self) -> "RunLock":
         if fcntl is None or self.fd is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the pid written below would land in whatever it points to
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as e:
+            if not self.path.is_symlink():
+                raise
+            raise ConfigError(
+                f"{self.path}: is a link ({e.strerror}); delete it (the lock file is the run's own)"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -50,6 +58,11 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self.fd = fd
+        try:
+            check_links(self.path.parent)  # a held run is written and pruned: nothing in it may lead out of it
+        except ConfigError:
+            self.release()
+            raise
         return self
 
     def release(self) -> None:

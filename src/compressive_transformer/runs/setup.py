@@ -8,14 +8,14 @@ run may take, checked against the config given and the newest checkpoint's. The 
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from compressive_transformer.core.config import ConfigError, Log, RunConfig, apply_run_overrides, parse_override
-from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.core.modality import require_modality, run_modality
+from compressive_transformer.core.fileio import remove, write_text_atomic
+from compressive_transformer.core.modality import TEXT, binary_reason, require_modality, run_modality
+from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data import load_tokenizer
 from compressive_transformer.data.cache import cache_dir_for, cached_tokenizer
 from compressive_transformer.data.readers import empty_split, source_files
@@ -40,6 +40,7 @@ from compressive_transformer.runs.rundir import (
 )
 from compressive_transformer.runs.toml_writer import config_text
 
+NOTE_FILES, NOTE_BYTES = 8, 1 << 20  # what note_binary reads of the train split: the start of its first files
 _RESUME_IGNORED = RESUME_FREE_KEYS + RESUME_REMEDY_KEYS + ("eval.",)
 
 
@@ -75,6 +76,7 @@ def plan_new_run(cfg: RunConfig | None, run_dir: Path, *, world_size: int, log: 
         device=resolve_device(cfg.train.device),
     )
     check_train_split(cfg.data)  # a missing or empty corpus stops here, before any write
+    note_binary(cfg, log)
     source = load_source(cfg.train.init_from) if cfg.train.init_from else None
     if source is not None:
         require_modality(
@@ -94,6 +96,27 @@ def check_train_split(cfg: Any) -> None:
     why = empty_split(cfg, "train")
     if why is not None:
         raise ConfigError(f"data.path: the train split has no text ({why}); point data.path at a non-empty corpus")
+
+
+def note_binary(cfg: RunConfig, log: Log) -> None:
+    """Say, in one line, when a text run's train files are not text (``data.path`` naming a binary file): it trains
+    on those bytes as they are, which is rarely what was meant (``evaluate --text`` refuses such a file). Told from
+    the first MB of the first files, of a format read from the user's own files (one with no download source: a
+    benchmark's may be an archive)."""
+    if run_modality(cfg) != TEXT or corpus_format(cfg.data.format).sources:
+        return
+    for path in source_files(cfg.data, "train")[:NOTE_FILES]:
+        try:
+            with open(path, "rb") as f:
+                reason = binary_reason(f.read(NOTE_BYTES))
+        except OSError:
+            return  # unreadable: reading the split says so
+        if reason:
+            log(
+                f"note: data.path {cfg.data.path}: the train split is not text ({path}: {reason}); training on its "
+                "bytes as they are (point data.path at text files if that is not what you meant)"
+            )
+            return
 
 
 def plan_follower(run_dir: Path, cfg: RunConfig) -> TrainingPlan:
@@ -178,11 +201,11 @@ def undo_new_run(run_dir: Path, created: bool) -> None:
     """Remove what a failed start wrote: the directory if this start created it, else its contents (it was empty,
     or held only a token cache, which stays: it is valid or rebuilt)."""
     if created:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        remove(run_dir, base=run_dir.parent)
     elif run_dir.is_dir():
         for child in run_dir.iterdir():
             if child.name not in PREPARED_ENTRIES:
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+                remove(child, base=run_dir)  # a link is removed itself, never what it points to
 
 
 __all__ = [

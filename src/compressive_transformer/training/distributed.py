@@ -20,6 +20,11 @@ from compressive_transformer.core.config import ConfigError
 T = TypeVar("T")
 
 
+class PeerStopped(ConfigError):
+    """A process other than the main one cannot go on because the main one stopped (and undid the run it was
+    starting): the main process says why, so this one says nothing (docs/distributed.md: said once)."""
+
+
 @dataclass(frozen=True)
 class DistInfo:
     rank: int = 0

@@ -312,8 +312,13 @@ class Trainer:
                 ) from None
         try:
             self.batcher.load_state_dict(ckpt.data_state)
-        except ConfigError:
-            raise
+        except ConfigError as e:  # the data position names the corpus's shape; the key to change is data.path
+            detail = str(e).removeprefix("data position: ").split(";")[0]
+            raise ConfigError(
+                f"data.path: {self.cfg.data.path or self.cfg.data.format} is not the data this run was trained on "
+                f"({detail}); data.path may change on resume only to where the same data moved: point it there, "
+                "or start a new run on the new data"
+            ) from None
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise CheckpointError(f"checkpoint {path}: state.json holds no valid data position ({e!r})") from None
         self.batches = iter(self.batcher)

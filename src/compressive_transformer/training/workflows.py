@@ -30,7 +30,14 @@ from compressive_transformer.runs.setup import (
     undo_new_run,
     write_new_run,
 )
-from compressive_transformer.training.distributed import DistInfo, barrier, init_distributed, local_device, shutdown
+from compressive_transformer.training.distributed import (
+    DistInfo,
+    PeerStopped,
+    barrier,
+    init_distributed,
+    local_device,
+    shutdown,
+)
 from compressive_transformer.training.schedule import learning_rate, schedule_too_short
 from compressive_transformer.training.trainer import Trainer, TrainSummary
 
@@ -54,6 +61,7 @@ def train_run(
     resumed = plan_resume(run_dir, cfg, overrides) if resume else None  # read-only: before the processes join
     _prepare_data_before_joining(resumed.cfg if resumed is not None else cfg, run_dir, resumed)
     info = _join_processes(resumed.cfg if resumed is not None else cfg)
+    _check_rows(resumed.cfg if resumed is not None else cfg, info)
     lock = RunLock(run_dir)
     created = not run_dir.exists()
     try:
@@ -81,12 +89,28 @@ def train_run(
     return summary
 
 
+def _check_rows(cfg: RunConfig | None, info: DistInfo) -> None:
+    """The batch splits over the processes: every process reads the same config and finds the same fault, which the
+    main one says (once, as before the processes joined)."""
+    if cfg is None:
+        return
+    try:
+        info.rows(cfg.train.batch_size)
+    except ConfigError as e:
+        if info.is_main:
+            raise
+        raise PeerStopped(str(e)) from None
+
+
 def _plan_new(cfg: RunConfig | None, run_dir: Path, info: DistInfo, log: Log) -> TrainingPlan:
     """A new run's plan: checked by the main process; the others wait until it has written the run, then read it."""
     if info.is_main:
         return plan_new_run(cfg, run_dir, world_size=info.world_size, log=log)
     barrier(info)
-    return plan_follower(run_dir, cfg)
+    try:
+        return plan_follower(run_dir, cfg)
+    except ConfigError as e:  # the main process stopped after the barrier and undid the run: it says why
+        raise PeerStopped(f"rank {info.rank}: the main process stopped ({e})") from None
 
 
 def _start(plan: TrainingPlan, info: DistInfo, log: Log, *, created: bool) -> tuple[Trainer, int]:

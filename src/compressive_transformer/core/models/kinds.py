@@ -30,8 +30,8 @@ def register_model(
     decoder: Callable[..., Any] | str | None = None,
 ) -> ModelKind:
     """Make ``build`` the model of every config with ``model.kind = name`` (each callable may also be given as
-    ``"package.module:attr"``, imported when first used); a name registered again is replaced. The kind shares the
-    common [model] keys; its own rules go in ``check``."""
+    ``"package.module:attr"``, imported when first used); your name registered again is replaced, a built-in one
+    is refused. The kind shares the common [model] keys; its own rules go in ``check``."""
     return register_model_kind(
         ModelKind(
             name,
