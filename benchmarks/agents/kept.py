@@ -8,7 +8,7 @@ Writes ``kept.json`` and ``kept.md`` beside the study's results: per run, the wi
 evaluations, and whether the run ever solved (windowed success >= 0.9); then the paired comparison (runs whose kept
 policy is solved, >= 0.9 on the fresh episodes, against those whose final policy is) by a one-sided exact test of
 the discordant pairs, and the best window's optimism (its windowed success minus its evaluation) with a 95% t
-interval. Runs not finished are left out.
+interval. Runs not finished are left out. ``kept.json`` records the code commit and the machine that played them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from compressive_transformer.agents.report import SOLVED, read_run_metrics, stab
 from compressive_transformer.analysis.stats import mean_interval
 from compressive_transformer.core.config import load_toml
 from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.runs.machine import machine_info
+from compressive_transformer.runs.provenance import report_provenance
 
 
 def finished_runs(folder: Path, spec: dict[str, Any]) -> dict[str, Path]:
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m benchmarks.agents.kept " + " ".join(argv if argv is not None else sys.argv[1:]),
         "episodes": args.episodes,
         "seed": EVAL_SEED,
-        "machine": machine_info(),
+        **report_provenance(exclude=[args.folder]),  # the code and machine that played the episodes
         "runs": runs,
         "decision": decide(runs) if runs else None,
     }
