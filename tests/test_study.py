@@ -96,12 +96,22 @@ def spec(tmp_path: Path) -> Path:
 
 
 def stable(result: object) -> object:
-    """A result without what legitimately differs between two identical runs (timings, paths, machine)."""
+    """A result without what legitimately differs between two identical runs (timings, paths, machine, the tree's
+    state)."""
     if isinstance(result, dict):
         return {
             k: stable(v)
             for k, v in result.items()
-            if k not in ("seconds", "cpu_seconds", "tokens_per_s", "machine", "checkpoint", "final_train_loss_seconds")
+            if k
+            not in (
+                "seconds",
+                "cpu_seconds",
+                "tokens_per_s",
+                "machine",
+                "provenance",
+                "checkpoint",
+                "final_train_loss_seconds",
+            )
         }
     if isinstance(result, list):
         return [stable(v) for v in result]

@@ -21,6 +21,7 @@ BLOCK = 1 << 20  # bytes read at a time: hashing a corpus of many GB holds one b
 GENERATOR_FILE = "generator.json"  # written beside generated data by its generator (e.g. scripts/synth_speech.py)
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the compressive_transformer package: its git tree is the code's
 GIT_SECONDS = 30
+MAX_FILES_LISTED = 100  # files listed per split in a record (a result file stays small; the hash covers them all)
 
 
 def _git(root: Path, *args: str) -> str:
@@ -85,7 +86,8 @@ def file_hash(path: Path, _seen: dict[tuple[str, int, int], str] | None = None) 
 
 
 def data_fingerprint(cfg: DataConfig, splits: Iterable[str]) -> dict[str, Any]:
-    """Per split: its files (``source_files``: path, bytes, sha256) and one hash over them in order; plus the
+    """Per split: its files (``source_files``: path, bytes, sha256; the first :data:`MAX_FILES_LISTED` listed), their
+    count and total size, and one hash over all of them in order; plus the
     generator's record where the data were generated (``generator.json`` at ``data.path``)."""
     seen: dict[tuple[str, int, int], str] = {}  # a file shared by splits (a 90/5/5 split of one file) hashed once
     out: dict[str, Any] = {"format": cfg.format, "path": cfg.path, "splits": {}}
@@ -94,7 +96,7 @@ def data_fingerprint(cfg: DataConfig, splits: Iterable[str]) -> dict[str, Any]:
         rows = [{"path": str(f), "bytes": f.stat().st_size, "sha256": file_hash(f, seen)} for f in files]
         combined = hashlib.sha256("\n".join(f"{r['bytes']} {r['sha256']}" for r in rows).encode()).hexdigest()
         out["splits"][split] = {
-            "files": rows if len(rows) <= 1000 else rows[:1000],  # the combined hash covers every file
+            "files": rows[:MAX_FILES_LISTED],  # the combined hash covers every file
             "file_count": len(rows),
             "bytes": sum(r["bytes"] for r in rows),
             "sha256": combined,
