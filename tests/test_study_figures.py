@@ -371,6 +371,11 @@ def test_stable_adam_decision_as_quoted() -> None:
     assert f"CPU: {min(cpu):.0f}-{max(cpu):.0f} s per run, {sum(cpu):,.0f} CPU s for the 20 runs" in readme
 
 
+def _all(study: str, learner: str) -> list[dict]:
+    """Every run of the four transformer cores with ``learner`` in ``study``."""
+    return [r for c in TRANSFORMER_CORES for r in _runs(study, f"{c}-{learner}")]
+
+
 def _after_solving(runs: list[dict], total: int = 750_000) -> dict[str, float]:
     """Drops after solving per million steps after first solving, over the runs that solved."""
     solved = [r for r in runs if r["solved_at"] is not None]
@@ -401,6 +406,12 @@ def test_stable_adam_rates_after_solving_as_quoted() -> None:
     unsolved = sum(r["solved_at"] is None for c in TRANSFORMER_CORES for r in _runs("learner-stable", f"{c}-stable"))
     assert f"counting the {unsolved} runs `stable` never solved as zero drops" in readme
     assert f"{stable['drops']} of {stable['drops'] + adam['drops']} drops" in readme
+    agents_doc, top = _flat(_text(ROOT / "docs" / "agents.md")), _flat(_text(ROOT / "README.md"))
+    assert (
+        f"(per million steps after first solving, from {adam['rate']:.2f} to {stable['rate']:.2f}, one-sided p = "
+        f"{p:.3f}:" in agents_doc
+    )
+    assert f"(per million steps after solving {stable['rate']:.2f} against {adam['rate']:.2f}, p = {p:.3f})" in top
     results = _flat(_text(ROOT / "docs" / "results.md"))
     assert (
         f"per million steps after first solving, {stable['rate']:.2f} drops against {adam['rate']:.2f}, "
@@ -415,7 +426,11 @@ def test_stable_adam_in_the_docs_as_quoted() -> None:
     med_s, med_a = f"{stable['median_solve'] / 1e3:.0f}", f"{adam['median_solve'] / 1e3:.0f}"
     agents_doc = _flat(_text(ROOT / "docs" / "agents.md"))
     assert (
-        f"cuts the drops per solved run from {per_a} to {per_s} but solves {stable['solved']} runs of 20 against "
+        f"cuts the drops per solved run from {per_a} to {per_s} (per million steps after first solving, from "
+        f"{_after_solving(_all('learner', 'adam'))['rate']:.2f} to "
+        f"{_after_solving(_all('learner-stable', 'stable'))['rate']:.2f}, one-sided p = "
+        f"{_rate_test(_after_solving(_all('learner-stable', 'stable')), _after_solving(_all('learner', 'adam')), 'less'):.3f}: "
+        f"its runs solve later, so have fewer steps left to drop in) but solves {stable['solved']} runs of 20 against "
         f"{adam['solved']} (a median {med_s} k steps against {med_a} k) and keeps {stable['stays']} solved to the end "
         f"against {adam['stays']}" in agents_doc
     )
