@@ -770,3 +770,27 @@ def test_speech_tuned_decisions_and_seeds_as_quoted() -> None:
     )
     assert f"7 seeds, Bonferroni {judged[0]['level']:.1%} intervals:" in top, "the row says its intervals are not 95%"
     assert f"contradicted at this scale, narrowly (upper end {_minus(wn_ct['high'], 3)})" in top
+
+
+def test_the_regenerated_kept_run_as_quoted() -> None:
+    """kept/regenerated/: one kept run trained again matches the committed one in success at every record and in
+    both evaluations, not in its losses; the README says so with these numbers."""
+    regenerated = AGENTS / "kept" / "regenerated"
+    new = read_run_metrics(regenerated / "runs" / "ct4-adam-seed0")
+    old = read_run_metrics(AGENTS / "kept" / "runs" / "ct4-adam-seed0")
+    assert len(new) == len(old) and [r["success_rate"] for r in new] == [r["success_rate"] for r in old]
+    assert [r["episodes"] for r in new] == [r["episodes"] for r in old]
+    first = abs(new[0]["loss"] - old[0]["loss"]) / abs(old[0]["loss"])
+    assert 1e-8 < first < 1e-6, "apart in the eighth significant digit at the first record"
+    most = max(abs(a["loss"] - b["loss"]) for a, b in zip(new, old))
+    evaluated = json.loads(_text(regenerated / "kept.json"))["runs"]["ct4-adam-seed0"]
+    committed = json.loads(_text(AGENTS / "kept" / "kept.json"))["runs"]["ct4-adam-seed0"]
+    for key in ("best_window", "kept", "final", "solved"):
+        assert evaluated[key] == committed[key], key
+    flat = _flat(_section(_text(AGENTS / "README.md"), KEPT_RESULTS))
+    assert (
+        f"matches the committed run's success rate at all {len(new)} metrics records, with its best window at the "
+        f"same update ({evaluated['best_window']['step']}) and the same two evaluations (kept "
+        f"{evaluated['kept']['success_rate']:.3f}, final {evaluated['final']['success_rate']:.3f})" in flat
+    )
+    assert f"by up to {most:.0e} later".replace("e-0", "e-") in flat  # 2e-3
