@@ -21,6 +21,7 @@ from typing import Any
 
 from scipy.stats import binomtest
 
+from benchmarks.agents.run import run_records
 from compressive_transformer.agents.best import read_best
 from compressive_transformer.agents.config import EVAL_SEED
 from compressive_transformer.agents.evaluate import evaluate_agent
@@ -28,7 +29,7 @@ from compressive_transformer.agents.report import SOLVED, read_run_metrics, stab
 from compressive_transformer.analysis.stats import mean_interval
 from compressive_transformer.core.config import load_toml
 from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.runs.provenance import report_provenance
+from compressive_transformer.runs.provenance import code_label, mixed_lines, report_provenance
 
 
 def finished_runs(folder: Path, spec: dict[str, Any]) -> dict[str, Path]:
@@ -105,6 +106,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"(final only), one-sided exact p = {d['p_kept_more']:.2g}. Runs that ever solved: {d['solved_runs']}; "
         f"of those, kept policies below {SOLVED}: {', '.join(d['solved_runs_kept_below']) or 'none'}.",
     ]
+    made = result.get("runs_provenance") or {}
+    lines += ["", *mixed_lines(made)] if made else []
+    lines.append(f"These evaluations: code {code_label(result.get('code'))}.")
     if d["optimism"]:
         o = d["optimism"]
         lines.append(
@@ -128,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         "seed": EVAL_SEED,
         **report_provenance(exclude=[args.folder]),  # the code and machine that played the episodes
         "runs": runs,
+        # what trained each run (its last training call's record; None for runs trained before the records)
+        "runs_provenance": {
+            name: (run_records(run) or [None])[-1] for name, run in finished_runs(args.folder, spec).items()
+        },
         "decision": decide(runs) if runs else None,
     }
     write_text_atomic(args.folder / "kept.json", json.dumps(result, indent=1) + "\n")
