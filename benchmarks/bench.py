@@ -29,6 +29,7 @@ from pathlib import Path
 
 from benchmarks import workloads
 from benchmarks.backends import allowed_phases, backend_targets, base, expand, markdown_lines, split_key
+from compressive_transformer.runs.provenance import code_state
 
 HERE = Path(__file__).resolve().parent
 
@@ -600,6 +601,7 @@ def main() -> None:
         "workload": w.to_dict(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_info(),
+        "code": code_state(),
         "torch": torch.__version__,
         "threads": a.threads,
         "load_start": loadavg(),

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from torch.utils.flop_counter import FlopCounterMode
 
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.runs.provenance import report_provenance
 
 
 def count(work: Callable[[], Any]) -> tuple[int, dict[str, int]]:
@@ -45,7 +46,10 @@ def cost_arguments(doc: str, arms: str, updates: tuple[int, int], argv: list[str
 
 def save_cost(out: Path, result: dict[str, Any], arms: str, markdown: Callable[[dict[str, Any]], list[str]]) -> None:
     """``cost.json`` and ``cost.md`` in ``out``; the arms of ``result[arms]`` join those an earlier call measured
-    (a call may measure only some arms), and the table is printed."""
+    (a call may measure only some arms), each with the code and machine that measured it; the table is printed."""
+    made = report_provenance(exclude=[out])  # per arm: a later call measuring other arms keeps each arm's own
+    for entry in result[arms].values():
+        entry.setdefault("provenance", made)
     previous = out / "cost.json"
     if previous.is_file():
         result[arms] = json.loads(previous.read_text(encoding="utf-8")).get(arms, {}) | result[arms]

@@ -28,6 +28,7 @@ from pathlib import Path
 from benchmarks import workloads
 from benchmarks.bench import SHIPPED_PEERS, child, fmt, get, machine_info, python_for
 from compressive_transformer.core.kernels import KERNELS
+from compressive_transformer.runs.provenance import code_state
 
 HERE = Path(__file__).resolve().parent
 
@@ -162,6 +163,7 @@ def main() -> None:
         "workload": w.to_dict(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_info(),
+        "code": code_state(),
         "gpu": torch.cuda.get_device_name(a.device) if cuda else "cpu",
         "torch": torch.__version__,
         "steps": w.steps if a.steps is None else a.steps,

@@ -24,6 +24,7 @@ from typing import Any
 from benchmarks.common import repo_path, under_autocast
 from compressive_transformer.analysis.stats import mean_interval
 from compressive_transformer.data.readers import data_root_path
+from compressive_transformer.runs.provenance import code_state
 
 HERE = Path(__file__).resolve().parent
 
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     from benchmarks.bench import machine_info
 
     summary = aggregate(records)
-    meta = {**settings(a), "machine": machine_info(), "threads": a.threads}
+    meta = {**settings(a), "machine": machine_info(), "code": code_state(), "threads": a.threads}
     result = {
         "meta": meta,
         "summary": summary,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmarks import workloads
 from benchmarks.bench import child, interleaved, loadavg, machine_info, python_for
+from compressive_transformer.runs.provenance import code_state
 
 HERE = Path(__file__).resolve().parent
 
@@ -68,6 +69,7 @@ def main() -> None:
     res = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_info(),
+        "code": code_state(),
         "threads": a.threads,
         "width": a.width,
         "load_start": loadavg(),

@@ -8,17 +8,26 @@ train passages from the train books, validation from the validation books, test 
     apt-get install -y espeak-ng
     python scripts/synth_speech.py --books PATH/TO/pg19-sample --out data/synth-speech
 
-Deterministic: the same books and options give the same passages, voices and files.
+Deterministic: the same books, options and espeak-ng build give the same passages, voices and files. The files are
+espeak-ng's own WAVs at 22,050 Hz (the audio format resamples them to ``data.sample_rate`` when it reads them).
+``OUT/generator.json`` records what made them: this script's commit, espeak-ng's version (and its Debian package's,
+where there is one), the options, the books' hashes and each split's fingerprint
+(``compressive_transformer.runs.provenance``), which a study's per-run records repeat.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from compressive_transformer.core.config import DataConfig
+from compressive_transformer.runs.provenance import code_state, data_fingerprint, file_hash
 
 VOICES = ("en-us+m3", "en-gb+f2", "en-us+f4", "en-gb-scotland+m1", "en+m7", "en-us+f1")
 SPLITS = ("train", "validation", "test")
@@ -47,6 +56,35 @@ def passages(book: Path, words: int, count: int, skip: int = 200) -> list[str]:
 
 def speak(text: str, voice: str, path: Path, speed: int) -> None:
     subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(path), text], check=True)
+
+
+def espeak_version() -> dict[str, str | None]:
+    """espeak-ng's own version line and, where dpkg knows it, its package's version (the build)."""
+    line = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        package = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", "espeak-ng"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        package = None
+    return {"espeak-ng": line.split("Data at:")[0].strip(), "package": package or None}
+
+
+def generator_record(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """What made the corpus in ``out``: script, commit, synthesiser build, options, books and each split's files."""
+    books = {str(b.relative_to(args.books)): file_hash(b) for b in sorted(args.books.glob("*/*.txt"))}
+    fingerprint = data_fingerprint(DataConfig(format="audio", path=str(out)), SPLITS)
+    for split in fingerprint["splits"].values():  # paths relative to the corpus, so two builds compare
+        for row in split["files"]:
+            row["path"] = str(Path(row["path"]).relative_to(out))
+    return {
+        "generator": "scripts/synth_speech.py",
+        "code": code_state(Path(__file__).resolve().parent),
+        "synthesiser": espeak_version(),
+        "options": {"files": list(args.files), "words": args.words, "speed": args.speed, "voices": list(VOICES)},
+        "books": books,
+        "splits": fingerprint["splits"],
+    }
 
 
 def split_passages(books: list[Path], n_files: int, words: int) -> list[str]:
@@ -102,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"{split}: {len(texts)} files in {folder}{short}", file=sys.stderr if short else sys.stdout)
     (args.out / "README.txt").write_text(
-        "Synthetic speech (espeak-ng) reading passages of public-domain books; made by scripts/synth_speech.py.\n"
+        "Synthetic speech (espeak-ng) reading passages of public-domain books; made by scripts/synth_speech.py\n"
+        "(generator.json records the build, the options and every file's hash).\n"
     )
+    record = generator_record(args, args.out)
+    (args.out / "generator.json").write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

@@ -123,3 +123,35 @@ def test_a_reuse_that_cannot_hold_is_one_line(tmp_path: Path, capsys, arm: str, 
         agents_run.main([str(spec)])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and message in err and "\n" not in err
+
+
+def test_each_run_records_its_provenance_and_a_report_never_rewrites_where_runs_ran(tmp_path: Path) -> None:
+    spec, out = tmp_path / "one.toml", tmp_path / "out"
+    spec.write_text(
+        f'config = "{CONFIG.as_posix()}"\nseeds = [0]\nenv_steps = 48\nbin_steps = 16\nfinal_fraction = 0.5\n'
+        f'[models.txl]\noverrides = [{SMALL}, "model.mem_len=6", "model.cmem_len=0"]\n'
+    )
+    assert agents_run.main([str(spec), "--out", str(out)]) == 0
+    run = out / "runs" / "txl-seed0"
+    (call,) = agents_run.run_records(run)
+    assert call["env_steps"] == [0, 48] and call["data"]["generator"]["env"]["delay"] == 2
+    assert set(call["code"]) >= {"commit", "dirty", "why"} and "cpu" in call["machine"]
+    record = json.loads((run / agents_run.PROVENANCE).read_text())
+    record["calls"][0]["machine"] = {"cpu": "the machine that ran it", "cores": 64}
+    record["calls"][0]["code"] = {"commit": "f" * 40, "dirty": True}
+    (run / agents_run.PROVENANCE).write_text(json.dumps(record))
+    assert agents_run.main([str(spec), "--out", str(out), "--report-only"]) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["machines"] == [{"cpu": "the machine that ran it", "cores": 64}], "the report keeps the runs' machine"
+    assert result["report"]["machine"]["cpu"] != "the machine that ran it" and "machine" not in result
+    assert "every run made by code fffffff (dirty)" in (out / "results.md").read_text()
+
+    (run / agents_run.PROVENANCE).unlink()  # a run from before the records: the earlier report's machine is kept
+    old = json.loads((out / "results.json").read_text())
+    old.pop("report")
+    old["machine"] = {"cpu": "recorded after the runs", "cores": 2}
+    (out / "results.json").write_text(json.dumps(old))
+    for _ in range(2):  # and stays through any number of later reports
+        assert agents_run.main([str(spec), "--out", str(out), "--report-only"]) == 0
+        result = json.loads((out / "results.json").read_text())
+        assert result["machine_before_records"] == {"cpu": "recorded after the runs", "cores": 2}

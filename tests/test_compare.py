@@ -60,6 +60,9 @@ def test_compare_trains_each_variant_and_tabulates(tmp_path):
     assert rows[0]["context_avg"] == 2 * 4 + 2  # l n_m, plus n_s / 2
     assert all(r["tokens_per_s"] > 0 and r["bits_per_token"] > 0 and r["parameters"] > 0 for r in rows)
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == json.loads(json.dumps(rows))
+    provenance = rows[0]["provenance"]  # what made the row: code, the corpus's hash per split, the machine
+    assert set(provenance) == {"code", "data", "machine"} and "commit" in provenance["code"]
+    assert provenance["data"]["splits"]["train"]["sha256"] and provenance["data"] == rows[1]["provenance"]["data"]
     table = (tmp_path / "out" / "results.md").read_text()
     assert "| Transformer-QL | 04/04/- | 8 |" in table
     before = (tmp_path / "out" / "txl" / "metrics.jsonl").read_text()

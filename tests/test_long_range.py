@@ -140,6 +140,8 @@ def test_quick_preset_writes_results_and_plots(tmp_path):
     assert set(txl["accuracy"]) == {str(d) for d in PRESETS["quick"].tasks()["passkey"].distances}
     assert all(0.0 <= a <= 1.0 for a in ct["accuracy"].values())
     assert txl["command"].startswith("compressive-transformer task long-range --preset quick")
+    generator = txl["provenance"]["data"]["generator"]  # generated data: the generator and its settings
+    assert generator["settings"]["task"] == "passkey" and "commit" in txl["provenance"]["code"]
     for png in ("passkey.png", "selective_copy.png", "passkey_ablation.png"):
         assert (out / png).stat().st_size > 0
     assert "ablation" in (out / "results.md").read_text()

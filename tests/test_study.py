@@ -96,12 +96,22 @@ def spec(tmp_path: Path) -> Path:
 
 
 def stable(result: object) -> object:
-    """A result without what legitimately differs between two identical runs (timings, paths, machine)."""
+    """A result without what legitimately differs between two identical runs (timings, paths, machine, the tree's
+    state)."""
     if isinstance(result, dict):
         return {
             k: stable(v)
             for k, v in result.items()
-            if k not in ("seconds", "cpu_seconds", "tokens_per_s", "machine", "checkpoint", "final_train_loss_seconds")
+            if k
+            not in (
+                "seconds",
+                "cpu_seconds",
+                "tokens_per_s",
+                "machine",
+                "provenance",
+                "checkpoint",
+                "final_train_loss_seconds",
+            )
         }
     if isinstance(result, list):
         return [stable(v) for v in result]
@@ -391,3 +401,33 @@ def test_a_run_killed_after_training_keeps_its_final_train_loss(
     result = json.loads((out / "results" / "txl" / "seed-0.json").read_text())
     assert isinstance(result["final_train_loss"], float)
     assert results_of(out) == results_of(reference)
+
+
+def test_each_result_records_its_code_and_data_and_the_report_keeps_the_runs_machines(
+    tmp_path: Path, spec: Path
+) -> None:
+    """A run's result names the commit and the data's fingerprint that made it; rebuilding the report from the
+    results keeps the machines the runs ran on (its own code and machine are recorded apart), and runs made by
+    different code are listed run by run."""
+    from compressive_transformer.experiments.study_report import write_report
+    from compressive_transformer.runs.provenance import code_state, data_fingerprint
+
+    one = tmp_path / "one.toml"
+    one.write_text(spec.read_text().split("[variants.ct.model]")[0])  # txl, seeds 0 and 1
+    out = tmp_path / "out"
+    run_study(one, out, parallel=1, threads=1, log=quiet)
+    study = load_study(one)
+    result_path = out / "results" / "txl" / "seed-0.json"
+    result = json.loads(result_path.read_text())
+    want = data_fingerprint(study.configs["txl"].data, ("train", "validation", "test"))
+    assert result["provenance"]["data"]["splits"] == want["splits"]
+    assert result["provenance"]["code"]["commit"] == code_state(exclude=[out])["commit"]
+    result["machine"] = result["machine"] | {"cpu": "the machine that ran it"}
+    result["provenance"]["code"] = {"commit": "f" * 40, "dirty": True}
+    result_path.write_text(json.dumps(result))
+    summary = write_report(study, out)
+    assert any(m["cpu"] == "the machine that ran it" for m in summary["machines"])
+    assert summary["report"]["machine"]["cpu"] != "the machine that ran it"
+    assert summary["provenance"]["mixed"] is True
+    md = (out / "results.md").read_text()
+    assert "| txl seed 0 | fffffff (dirty) |" in md and "| txl seed 1 |" in md and "This report: code" in md

@@ -8,7 +8,7 @@ Writes ``kept.json`` and ``kept.md`` beside the study's results: per run, the wi
 evaluations, and whether the run ever solved (windowed success >= 0.9); then the paired comparison (runs whose kept
 policy is solved, >= 0.9 on the fresh episodes, against those whose final policy is) by a one-sided exact test of
 the discordant pairs, and the best window's optimism (its windowed success minus its evaluation) with a 95% t
-interval. Runs not finished are left out.
+interval. Runs not finished are left out. ``kept.json`` records the code commit and the machine that played them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from scipy.stats import binomtest
 
+from benchmarks.agents.run import run_records
 from compressive_transformer.agents.best import read_best
 from compressive_transformer.agents.config import EVAL_SEED
 from compressive_transformer.agents.evaluate import evaluate_agent
@@ -28,7 +29,7 @@ from compressive_transformer.agents.report import SOLVED, read_run_metrics, stab
 from compressive_transformer.analysis.stats import mean_interval
 from compressive_transformer.core.config import load_toml
 from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.runs.machine import machine_info
+from compressive_transformer.runs.provenance import code_label, mixed_lines, report_provenance
 
 
 def finished_runs(folder: Path, spec: dict[str, Any]) -> dict[str, Path]:
@@ -105,6 +106,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"(final only), one-sided exact p = {d['p_kept_more']:.2g}. Runs that ever solved: {d['solved_runs']}; "
         f"of those, kept policies below {SOLVED}: {', '.join(d['solved_runs_kept_below']) or 'none'}.",
     ]
+    made = result.get("runs_provenance") or {}
+    lines += ["", *mixed_lines(made)] if made else []
+    lines.append(f"These evaluations: code {code_label(result.get('code'))}.")
     if d["optimism"]:
         o = d["optimism"]
         lines.append(
@@ -126,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m benchmarks.agents.kept " + " ".join(argv if argv is not None else sys.argv[1:]),
         "episodes": args.episodes,
         "seed": EVAL_SEED,
-        "machine": machine_info(),
+        **report_provenance(exclude=[args.folder]),  # the code and machine that played the episodes
         "runs": runs,
+        # what trained each run (its last training call's record; None for runs trained before the records)
+        "runs_provenance": {
+            name: (run_records(run) or [None])[-1] for name, run in finished_runs(args.folder, spec).items()
+        },
         "decision": decide(runs) if runs else None,
     }
     write_text_atomic(args.folder / "kept.json", json.dumps(result, indent=1) + "\n")

@@ -27,15 +27,24 @@ An arm written ``[models.NAME] reuse = "STUDY"`` is the arm NAME of ``STUDY.toml
 finished runs: its overrides are that spec's (its top-level ones, then the arm's), its runs are read from that
 study's folder and never trained or written here, so a comparison against an arm that already ran costs nothing and
 judges the very runs reported there. The seeds and steps must match the other study's, and its runs must be finished.
+
+Provenance (``runs.provenance``): every training call appends to its run's ``provenance.json`` the code commit (and
+whether the tree was dirty), the environment that generated the data (its settings and the packages' versions) and
+the machine, with the environment steps it trained; ``results.json`` lists each run's records (``runs``) and the
+distinct machines that ran them (``machines``), apart from the code and machine that made the report (``report``),
+so ``--report-only`` never rewrites where the runs ran; ``results.md`` says, run by run, where the runs were made by
+different code or data.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +59,13 @@ from compressive_transformer.core.config import load_toml
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.runs import cputime
 from compressive_transformer.runs.checkpoint import latest_checkpoint
-from compressive_transformer.runs.machine import machine_info
+from compressive_transformer.runs.provenance import (
+    code_label,
+    code_state,
+    mixed_lines,
+    report_provenance,
+    run_provenance,
+)
 
 MAX_SIGN_FLIP_PAIRS = 20  # 2 ** 20 sign flips, enumerated in seconds
 
@@ -99,13 +114,51 @@ def _done(run_dir: Path, steps: int) -> bool:
     return bool(records) and records[-1]["env_steps"] >= steps
 
 
+PROVENANCE = "provenance.json"  # in each run directory: one record per training call
+
+
+def env_generator(cfg: Any) -> dict[str, Any]:
+    """What generates an agent's data: the environment's settings and the versions of the packages that run it."""
+    versions = {}
+    for package in ("gymnasium", "minigrid", "torchrl"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "generator": "compressive_transformer.agents.envs",
+        "env": dataclasses.asdict(cfg.env),
+        "versions": versions,
+    }
+
+
+def run_records(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's provenance records, oldest first ([] for a run trained before they were kept)."""
+    try:
+        return json.loads((run_dir / PROVENANCE).read_text(encoding="utf-8"))["calls"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def record_call(run_dir: Path, cfg: Any, env_steps: tuple[int, int]) -> None:
+    """Append this training call's code, data generator and machine to the run's ``provenance.json``."""
+    code = code_state(exclude=[run_dir.parents[1]])  # the study's own folder (its reports) does not count as dirty
+    call = run_provenance(code, {"generator": env_generator(cfg)}) | {"env_steps": list(env_steps)}
+    calls = [*run_records(run_dir), call]
+    write_text_atomic(run_dir / PROVENANCE, json.dumps({"calls": calls}, indent=1) + "\n")
+
+
 def run_one(spec: dict[str, Any], model: str, seed: int, run_dir: Path) -> float:
     """Train (or finish) one run; returns its wall-clock seconds in this call."""
     start = time.perf_counter()
     if not _done(run_dir, spec["env_steps"]):
         cfg = load_rl_config(spec["config"], _overrides(spec, model, seed))
         ckpt = latest_checkpoint(run_dir)
+        records = read_run_metrics(run_dir) if ckpt is not None else []
+        before = records[-1]["env_steps"] if records else 0
         train_agent(cfg, run_dir, resume=ckpt is not None, progress=False)  # may extend a run; records its CPU time
+        after = read_run_metrics(run_dir)
+        record_call(run_dir, cfg, (before, after[-1]["env_steps"] if after else before))
     if (run_dir / "metrics.jsonl").is_file():
         pack_metrics(run_dir)
     return time.perf_counter() - start
@@ -202,10 +255,13 @@ def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
         s["parameters"] = arm_parameters(spec, model)
     cost_path = out / "cost.json"
     cost = json.loads(cost_path.read_text(encoding="utf-8"))["models"] if cost_path.is_file() else {}
+    records = {f"{m}-seed{s}": run_records(runs[m][s]) for m in summary for s in summary[m]["seeds"]}
     result = {
         "spec": str(spec_path),
         "command": f"python -m benchmarks.agents.run {spec_path}",
-        "machine": machine_info() | {"torch_threads": load_rl_config(spec["config"]).train.threads},  # per run
+        **runs_machines(records, out / "results.json"),
+        "runs": records,
+        "report": report_provenance(exclude=[out]),  # what made this report, not where its runs ran
         "env_steps": spec["env_steps"],
         "models": summary,
         "contrasts": [
@@ -219,6 +275,47 @@ def report(spec: dict[str, Any], out: Path, spec_path: Path) -> dict[str, Any]:
     if any(s["seeds"] for s in summary.values()):
         plot_success(summary, out / "success.png", title=f"select nonmatching object ({spec_path.stem})")
     return result
+
+
+def runs_machines(records: dict[str, list[dict[str, Any]]], previous: Path) -> dict[str, Any]:
+    """``machines``: the distinct machines the runs' records name; where a run has no record (trained before they were
+    kept), the machine an earlier ``results.json`` recorded for the runs is carried over as ``machine_before_records``
+    (never the machine making this report)."""
+    seen = {json.dumps(c["machine"], sort_keys=True) for calls in records.values() for c in calls}
+    out: dict[str, Any] = {"machines": [json.loads(m) for m in sorted(seen)]}
+    if any(not calls for calls in records.values()) and previous.is_file():
+        try:
+            old = json.loads(previous.read_text(encoding="utf-8"))
+        except ValueError:
+            old = {}
+        before = old.get("machine_before_records") or (old.get("machine") if "report" not in old else None)
+        if before:
+            out["machine_before_records"] = before
+    return out
+
+
+def provenance_markdown(result: dict[str, Any]) -> list[str]:
+    """Which code, data and machines made the runs (run by run where they differ), and what made this report."""
+    last = {name: (calls[-1] if calls else None) for name, calls in result["runs"].items()}
+    several = [name for name, calls in result["runs"].items() if len({json.dumps(c["code"]) for c in calls}) > 1]
+    lines = ["", *mixed_lines(last)]
+    if several:
+        lines.append(
+            f"Runs trained in several calls by different code (each call in results.json): {', '.join(several)}."
+        )
+    machines = [f"{m.get('cpu')} ({m.get('cores')} cores), torch {m.get('torch')}" for m in result["machines"]]
+    if result.get("machine_before_records"):
+        m = result["machine_before_records"]
+        machines.append(
+            f"{m.get('cpu')} ({m.get('cores')} cores), torch {m.get('torch')} (recorded before per-run records)"
+        )
+    r = result["report"]
+    lines += [
+        "",
+        f"Runs' machines: {'; '.join(machines) or 'not recorded'}. This report: code "
+        f"{code_label(r['code'])}, on {r['machine'].get('cpu')} ({r['machine'].get('cores')} cores).",
+    ]
+    return lines
 
 
 def markdown(spec: dict[str, Any], spec_path: Path, result: dict[str, Any], cost: dict[str, Any]) -> list[str]:
@@ -242,6 +339,7 @@ def markdown(spec: dict[str, Any], spec_path: Path, result: dict[str, Any], cost
         )
         lines.append(f"| {model} | {len(s['seeds'])} | {value} | {per_seed} |")
     lines += stability_markdown(summary)
+    lines += provenance_markdown(result)
     if result.get("pooled"):
         lines += pooled_markdown(result["pooled"])
     if cost:

@@ -20,6 +20,7 @@ from pathlib import Path
 from compressive_transformer.agents.config import load_rl_config
 from compressive_transformer.agents.train import train_agent
 from compressive_transformer.runs.machine import machine_info
+from compressive_transformer.runs.provenance import code_state
 
 
 def steps_per_second(config: Path, overrides: list[str], actors: int, updates: int) -> float:
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     for n, rate in rates.items():
         print(f"train.actors = {n}: {rate:.0f} environment steps/s", flush=True)
     command = " ".join(["python -m benchmarks.agents.throughput", *sys.argv[1:]])
-    print(json.dumps({"command": command, "machine": machine_info(), "steps_per_second": rates}))
+    print(json.dumps({"command": command, "machine": machine_info(), "code": code_state(), "steps_per_second": rates}))
     return 0
 
 

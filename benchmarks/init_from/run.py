@@ -25,6 +25,7 @@ from compressive_transformer.analysis.stats import mean_interval, paired_differe
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data.readers import data_root_path
 from compressive_transformer.runs.machine import machine_info
+from compressive_transformer.runs.provenance import code_state
 
 HERE = Path(__file__).parent
 CMEM = 32
@@ -119,6 +120,7 @@ def main() -> None:
     record = {
         "command": command,
         "machine": machine_info(),
+        "code": code_state(),
         "wall_seconds_this_call": round(time.time() - start, 1),
         "per_seed": {str(s): v for s, v in per_seed.items()},
         "summary": summary,

@@ -29,6 +29,7 @@ from compressive_transformer.data.corpora.wikitext import _TITLE, wikitext_strea
 from compressive_transformer.inference.workflows import evaluate_run  # noqa: E402
 from compressive_transformer.runs.machine import machine_info  # noqa: E402
 from compressive_transformer.runs.precision import describe  # noqa: E402
+from compressive_transformer.runs.provenance import code_state  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -144,6 +145,7 @@ def main() -> None:
     record = {
         "command": "python -m benchmarks.lm_eval.wikitext " + " ".join(sys.argv[1:]),
         "machine": machine_info(),
+        "code": code_state(),
         "run": {
             "dir": str(args.run_dir),
             "checkpoint": str(run.checkpoint),

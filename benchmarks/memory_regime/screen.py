@@ -28,6 +28,7 @@ from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data import read_documents
 from compressive_transformer.runs.machine import machine_info
 from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.provenance import code_state
 from compressive_transformer.runs.rundir import load_model, open_run
 
 HERE = Path(__file__).resolve().parent
@@ -65,6 +66,7 @@ def screen(run_dir: Path, mems: list[int], *, rows: int, segments: int, split: s
         )
     out["memories"] = results
     out["machine"] = machine_info()
+    out["code"] = code_state()
     return out
 
 

@@ -5,7 +5,9 @@ each arm's cost beside its bits per sample.
 
 Reads ``DIR/results/VARIANT/seed-S.json`` (the study runner's per-seed files) and ``DIR/cost.json`` (the cost
 pilot); writes ``DIR/comparisons.md`` and ``DIR/comparisons.json``. The comparisons and their family size are the
-pre-registered ones (README.md, "Fair comparison"); a comparison whose arms have not finished is left out.
+pre-registered ones (README.md, "Fair comparison"); a comparison whose arms have not finished is left out. Each
+run's provenance (code commit, data fingerprint) is listed, run by run where the runs differ, apart from the code and
+machine that made the comparison.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from compressive_transformer.analysis.stats import mean_interval, paired_differences
 from compressive_transformer.core.fileio import write_text_atomic
+from compressive_transformer.runs.provenance import code_label, mixed_lines, report_provenance
 
 JUDGED = (  # (a, b): the interval of a - b decides; the README says which side each prediction expects
     ("compressive", "transformer-xl-wide"),
@@ -52,6 +55,7 @@ def arm(
     runs = per_seed(folder, variant, split)
     if not runs:
         return None
+    provenance = {f"{variant} seed {s}": r.get("provenance") for s, r in sorted(runs.items())}
     bits = {s: r["evaluations"]["train"][split]["bits_per_char"] for s, r in runs.items()}
     train = {s: (r.get("cpu_seconds") or {}).get("train") for s, r in runs.items()}
     cpu = [t["seconds"] for t in train.values() if t]
@@ -66,6 +70,8 @@ def arm(
         "train_cpu_seconds_mean": sum(cpu) / len(cpu) if cpu else None,
         "pilot_cpu_seconds": c["cpu_seconds_per_update"] * updates if c else None,
         "train_flops": c["flops_per_update"]["total"] * updates if c else None,
+        "provenance": provenance,
+        "machines": sorted({json.dumps(r.get("machine"), sort_keys=True) for r in runs.values()}),
     }
 
 
@@ -88,6 +94,7 @@ def compare(folder: Path, split: str, design: str = "fair") -> dict[str, Any]:
         "design": design,
         "judged": [d for a, b in judged if (d := diff(a, b, level))],
         "reported": [d for a, b in reported if (d := diff(a, b, 0.95))],
+        "report": report_provenance(exclude=[folder]),  # what made this comparison, not its runs
     }
 
 
@@ -124,6 +131,9 @@ def markdown(result: dict[str, Any], command: str) -> list[str]:
             ci = f"{d['level']:.1%} [{iv['low']:+.4f}, {iv['high']:+.4f}]" if iv["half_width"] is not None else "-"
             p = f"{d['p']:.4f}" if d["p"] is not None else "-"
             lines.append(f"| {d['a']} - {d['b']} | {iv['mean']:+.4f} | {seeds} | {ci} | {p} |")
+    runs = {name: r for a in result["arms"].values() for name, r in a["provenance"].items()}
+    report = result["report"]
+    lines += ["", *mixed_lines(runs), "", f"This comparison: code {code_label(report['code'])}."]
     return lines
 
 

@@ -154,9 +154,11 @@ def write_tuned(seeds: int) -> Path:
         f"learning rates their sweeps chose on validation ({chosen_text}; {WAVENET} {lr_name(wavenet['train']['lr'])}\n"
         "from wavenet-sweep.toml), equal updates, seeds 0 to N-1; written by `python -m benchmarks.speech.tune tuned`\n"
         "(and `... seeds`, which grows N by the pre-registered rule).\n\n"
+        "  python -m benchmarks.speech.cost benchmarks/speech/tuned.toml --updates 20 60 --out benchmarks/speech/tuned\n"
         "  nice -n 19 compressive-transformer study benchmarks/speech/tuned.toml --out benchmarks/speech/tuned "
-        "--parallel 1 --threads 1\n"
-        "  python -m benchmarks.speech.compare benchmarks/speech/tuned --design tuned --split test"
+        "--parallel 2 --threads 2\n"
+        "  python -m benchmarks.speech.compare benchmarks/speech/tuned --design tuned --split test\n\n"
+        "(the commands benchmarks/queue.sh ran: two runs at a time, one thread each)"
     )
     study = study_table(
         "Speech (CPU, 16 kHz mu-law synthetic speech): the three arms at their tuned learning rates",

@@ -21,6 +21,7 @@ from compressive_transformer.experiments.runner import run_cells, write_json
 from compressive_transformer.experiments.spec import load_spec
 from compressive_transformer.inference.workflows import evaluate_run
 from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.provenance import code_state, data_fingerprint, run_provenance
 from compressive_transformer.runs.rundir import read_run_config
 from compressive_transformer.training.workflows import train_run
 
@@ -51,9 +52,16 @@ def compare(
     out_dir = Path(out_dir)
     configs = load_spec(spec, overrides)
     rows: list[dict[str, Any]] = []
+    code, data = code_state(exclude=[out_dir]), {}
+    for cfg in configs.values():  # each corpus fingerprinted once
+        if id(cfg.data) not in data:
+            data[id(cfg.data)] = data_fingerprint(cfg.data, ("train", "validation", "test"))
     run_cells(
         list(configs.items()),
-        lambda variant: _variant_row(*variant, out_dir, split=split, log=log),
+        lambda variant: (
+            _variant_row(*variant, out_dir, split=split, log=log)
+            | {"provenance": run_provenance(code, data[id(variant[1].data)])}
+        ),
         on_done=lambda _, row: rows.append(row),
     )
     write_results(out_dir, rows)

@@ -40,6 +40,7 @@ from compressive_transformer.experiments.tasks.training import (
     load_task_run_config,
     train_task,
 )
+from compressive_transformer.runs.provenance import code_state, generated, run_provenance
 
 
 def describe_model(cfg: ModelConfig) -> dict[str, Any]:
@@ -106,6 +107,13 @@ def run_one(run: TaskRunConfig, *, log: Log = _quiet) -> dict[str, Any]:
         "history": _history_summary(history),
         "train_seconds": train_seconds,
         "n_parameters": sum(p.numel() for p in model.parameters()),
+        # the code, the task's generator and the machine that made this record
+        "provenance": run_provenance(
+            code_state(),
+            generated(
+                "compressive_transformer.experiments.tasks.generators", {"task": run.task.name, **to_dict(run.task)}
+            ),
+        ),
     }
 
 

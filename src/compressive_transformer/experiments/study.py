@@ -10,7 +10,9 @@ variant the same data order, which is what makes the per-seed paired differences
 run is measured (:func:`measure_run`): for every evaluation and split, the per-token loss over whole documents with
 memory carried from each document's start, as bits per character / byte / token and word perplexity, split by how
 far back each word last occurred and by its frequency in the train split; and its attention by memory region. The
-measurements land in ``OUT/results/VARIANT/seed-S.json`` (small, meant to be committed); the run directories
+measurements land in ``OUT/results/VARIANT/seed-S.json`` (small, meant to be committed), with the code commit and
+the data's fingerprint that made them (``provenance``, :mod:`compressive_transformer.runs.provenance`) and the
+machine they ran on (``machine``); the run directories
 (checkpoints) and the token cache are scratch (``OUT/.gitignore`` says so).
 
 A study is resumable at any moment: a result file whose config and measurement settings match is reused; a run
@@ -222,6 +224,7 @@ class Job:
     attention_segments: int
     threads: int
     progress: bool
+    provenance: dict[str, Any] | None = None  # the code and data the run is made by (runs.provenance), not its identity
 
     @property
     def name(self) -> str:
@@ -368,6 +371,7 @@ def run_job(job: Job) -> dict[str, Any]:
         result["seconds"] = {"train_this_call": train_s, "measure": time.perf_counter() - t0}
         result["cpu_seconds"] = {"train": cputime.total(job.run_dir), "measure": time.process_time() - c0}
         result["final_train_loss"] = final_train_loss(job.run_dir, job.config.train.steps, summary.last_loss)
+        result["provenance"] = job.provenance or {"code": None, "data": None}
         write_text_atomic(job.result_path, json.dumps(result, indent=1) + "\n")
         log(f"wrote {job.result_path}")
     return result

@@ -12,6 +12,7 @@ from compressive_transformer.analysis.plots import (
     plot_study_curves,
     plot_study_lookback,
 )
+from compressive_transformer.runs.provenance import code_label, mixed_lines
 
 
 def fmt_interval(d: dict[str, Any] | None, digits: int = 3, *, percent: bool = False) -> str:
@@ -35,6 +36,21 @@ def _machine_line(summary: dict[str, Any]) -> str:
             f"{m.get('cpu') or 'unknown CPU'} ({m.get('cores')} cores; flags: {flags}), torch {m.get('torch')}, {m.get('torch_threads')} thread(s) per run"
         )
     return "; ".join(lines) or "-"
+
+
+def _provenance_lines(summary: dict[str, Any]) -> list[str]:
+    """Which code and data made the runs (run by run where they differ), and which code and machine made this
+    report."""
+    runs = (summary.get("provenance") or {}).get("runs") or {}
+    out = [*mixed_lines(runs), ""] if runs else []
+    report = summary.get("report")
+    if report:
+        m = report["machine"]
+        out += [
+            f"This report: code {code_label(report['code'])}, on {m.get('cpu') or 'unknown CPU'} ({m.get('cores')} cores).",
+            "",
+        ]
+    return out
 
 
 def _lower_in(entry: dict[str, Any]) -> str:
@@ -120,8 +136,9 @@ def _header(summary: dict[str, Any]) -> list[str]:
         "",
         f"Reproduce: `{summary['command'] or 'compressive-transformer study ' + summary['spec']}`",
         "",
-        f"Machine: {_machine_line(summary)}",
+        f"Machine (the runs'): {_machine_line(summary)}",
         "",
+        *_provenance_lines(summary),
         "## Variants",
         "",
         "| variant | model | n_s / n_m / n_cm | c | compression | parameters (compressor) | keys per query | reach per layer (tokens; WaveNet: receptive field - 1) | updates | training CPU s per run | seeds done |",

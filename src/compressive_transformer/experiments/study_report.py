@@ -17,6 +17,7 @@ from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.experiments.compare import model_name
 from compressive_transformer.experiments.study import Study, read_result, stored_identity, study_jobs
 from compressive_transformer.experiments.study_render import markdown, plots
+from compressive_transformer.runs.provenance import is_mixed, report_provenance
 
 METRICS = ("bits_per_char", "bits_per_byte", "bits_per_token", "word_ppl")
 
@@ -113,6 +114,10 @@ def _summary_header(study: Study, results: dict[str, dict[int, dict[str, Any]]],
         ),
     }
     summary["machines"] = [json.loads(m) for m in summary["machines"]]
+    records = {
+        f"{v} seed {seed}": r.get("provenance") for v, runs in results.items() for seed, r in sorted(runs.items())
+    }
+    summary["provenance"] = {"runs": records, "mixed": is_mixed(records)}
     return summary
 
 
@@ -203,6 +208,7 @@ def _mean_attention(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
 def write_report(study: Study, out: Path, *, command: str = "") -> dict[str, Any]:
     """Aggregate the finished runs into ``results.json``, ``results.md`` and PNG plots in ``out``."""
     summary = aggregate(study, load_results(study, out), command=command)
+    summary["report"] = report_provenance(exclude=[out])  # who made this report, kept apart from the runs' machines
     summary["plots"] = plots(summary, out) if summary["runs_done"] else []
     write_text_atomic(out / "results.json", json.dumps(summary, indent=1) + "\n")
     write_text_atomic(out / "results.md", markdown(summary))

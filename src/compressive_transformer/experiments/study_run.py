@@ -3,6 +3,7 @@ and rewrite the report after each (:mod:`.study` defines the study and its jobs,
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from compressive_transformer.experiments.study import (
 )
 from compressive_transformer.experiments.study_report import write_report
 from compressive_transformer.runs.metrics import read_metrics
+from compressive_transformer.runs.provenance import code_state, data_fingerprint
 
 
 def _progress_of(job: Job) -> int:
@@ -53,7 +55,7 @@ def run_study(
     total, asked = threads or s.threads or os.cpu_count() or 1, parallel or s.parallel
     lanes, per_job = split_threads(total, asked)
     jobs = study_jobs(study, out, threads=per_job, progress=lanes == 1)
-    todo = _jobs_to_run(study, jobs, out)
+    todo = _with_provenance(study, _jobs_to_run(study, jobs, out), out, log)
     capped = (
         f" (parallel {asked} capped by {total} thread(s) in all: raise threads to run more)" if lanes < asked else ""
     )
@@ -106,6 +108,22 @@ def _jobs_to_run(study: Study, jobs: list[Job], out: Path) -> list[Job]:
             + "\n",
         )
     return [j for j in jobs if states[j] != "done"]
+
+
+def _with_provenance(study: Study, todo: list[Job], out: Path, log: Log) -> list[Job]:
+    """The jobs, each carrying the code commit (the study's own output folder does not make the tree dirty) and its
+    data's fingerprint (every split a run reads, hashed once per data config), recorded in its result."""
+    if not todo:
+        return todo
+    code = code_state(exclude=[out])
+    splits = ("train", *study.settings.splits, study.settings.attention_split)
+    data = {}
+    for c in study.configs.values():
+        if id(c.data) not in data:
+            log(f"fingerprinting the data at {c.data.path or c.data.format} ...")
+            data[id(c.data)] = data_fingerprint(c.data, splits)
+    by_variant = {v: data[id(c.data)] for v, c in study.configs.items()}
+    return [dataclasses.replace(j, provenance={"code": code, "data": by_variant[j.variant]}) for j in todo]
 
 
 def _run_in_parallel(
