@@ -64,7 +64,7 @@ def eager_and_compiled_steps(model: CompressiveTransformerLM, device: torch.devi
     """Training steps of ``model`` and of ``compile_model(model)`` (what ``train.compile = true`` runs) side by side,
     each carrying its own memory from empty through full and compressed: per step, (eager, compiled) tuples of
     (logits, aux loss, the gradients of every parameter that has one)."""
-    from compressive_transformer.training.trainer import compile_model
+    from compressive_transformer.training.step import compile_model
 
     compiled = compile_model(model)
     memories = [model.init_memory(2), model.init_memory(2)]
@@ -188,4 +188,4 @@ def recorded(monkeypatch):
     import compressive_transformer.core.graphs as graphs
 
     monkeypatch.setattr(graphs, "DEFAULT_GRAPH", graphs.RecordedGraph)
-    monkeypatch.setattr("compressive_transformer.training.trainer.capture_reason", lambda *a: None)
+    monkeypatch.setattr("compressive_transformer.training.step.capture_reason", lambda *a: None)
