@@ -111,9 +111,19 @@ class TiledKernel:
         """The tile constexprs this kernel takes."""
         return {k: v for k, v in tiles.kwargs.items() if k in self.fn.arg_names}
 
+    def triton_configs(self) -> list:
+        """The tuned configurations as the autotuner holds them."""
+        return [triton.Config(self.constexprs(t), num_warps=t.warps, num_stages=t.stages) for t in self.configs]
+
+    def compile_only(self, grid, args: tuple, meta: dict, config) -> None:
+        """Compile (into Triton's cache) what the tuning would launch with ``config``, without launching it: the same
+        arguments and options, so the same specialisation and the same cache entry (a prepared check compiles every
+        configuration in parallel before anything is tuned)."""
+        self.fn.run(*args, grid=grid, warmup=True, **meta, **config.all_kwargs())
+
     @functools.cached_property
     def tuned(self):
-        configs = [triton.Config(self.constexprs(t), num_warps=t.warps, num_stages=t.stages) for t in self.configs]
+        configs = self.triton_configs()
         prune = {"early_config_prune": _configs_worth_timing}
         return triton.autotune(configs, key=self.key, reset_to_zero=list(self.zeroed), prune_configs_by=prune)(self.fn)
 
