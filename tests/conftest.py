@@ -189,3 +189,13 @@ def recorded(monkeypatch):
 
     monkeypatch.setattr(graphs, "DEFAULT_GRAPH", graphs.RecordedGraph)
     monkeypatch.setattr("compressive_transformer.training.step.capture_reason", lambda *a: None)
+
+
+def clamped_table(rows: torch.Tensor, nearest: int, clamp: int) -> torch.Tensor:
+    """A positional table (H, n_rows, dh), row m at distance nearest + n_rows - 1 - m, as ``clamp_len`` makes it:
+    every row beyond distance ``clamp`` repeats that distance's row (clamp 0: unchanged)."""
+    if clamp <= 0:
+        return rows
+    n_rows = rows.shape[1]
+    dist = torch.arange(nearest + n_rows - 1, nearest - 1, -1)
+    return rows[:, (nearest + n_rows - 1 - dist.clamp(max=clamp)).clamp(0, n_rows - 1)]

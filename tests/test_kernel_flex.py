@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import clamped_table, tiny_config
 from test_kernels import assert_same, build, segments, tokens_for
 
 pytest.importorskip("torch.nn.attention.flex_attention")
@@ -29,11 +29,7 @@ def inputs(B=2, H=2, T=8, C=4, M=8, dh=16, *, dtype=torch.float32, window=0, cla
         return (torch.randn(*shape, generator=g) * 0.7).to(dtype)
 
     def table(n_rows, nearest):  # row m encodes distance nearest + n_rows - 1 - m
-        rows = rand(H, n_rows, dh)
-        if clamp > 0:
-            dist = torch.arange(nearest + n_rows - 1, nearest - 1, -1)
-            rows = rows[:, (nearest + n_rows - 1 - dist.clamp(max=clamp)).clamp(0, n_rows - 1)]
-        return rows
+        return clamped_table(rand(H, n_rows, dh), nearest, clamp)
 
     valid = torch.rand(B, K, generator=g) >= 0.33
     valid[0, : C + M] = False
@@ -119,7 +115,7 @@ def test_the_block_mask_marks_full_blocks_and_is_the_key_masks_rule():
 
 def test_training_without_torchdynamo_is_refused_in_one_line(monkeypatch):
     """FlexAttention's eager path without TorchDynamo would drop the positional scores' gradients without a word."""
-    monkeypatch.setattr(torch._dynamo.config, "disable", True)
+    monkeypatch.setenv("TORCHDYNAMO_DISABLE", "1")
     tensors, mask = inputs()
     with pytest.raises(RuntimeError, match="unset TORCHDYNAMO_DISABLE"):
         attend(flex_attention, tensors, mask)

@@ -24,6 +24,7 @@ the public function's refusal of a CPU backward lifted for the call (what the CP
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import replace
 from unittest import mock
 
@@ -100,7 +101,7 @@ def flex_relative_attention(
     rc (H, Lc, dh) as :mod:`this module <.flex>` describes; ``mask`` with its BlockMask (:func:`prepare`) or
     without (made here)."""
     T = qu.shape[2]
-    if torch._dynamo.config.disable and torch.is_grad_enabled() and qu.requires_grad:
+    if os.environ.get("TORCHDYNAMO_DISABLE") == "1" and torch.is_grad_enabled() and qu.requires_grad:
         # without TorchDynamo FlexAttention's eager path drops the captured buffers' gradients without a word
         raise RuntimeError("attn_impl 'flex' trains only with TorchDynamo: unset TORCHDYNAMO_DISABLE")
     pm = qv @ r.transpose(-1, -2)  # (B, H, T, Lm)
