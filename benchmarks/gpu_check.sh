@@ -6,8 +6,8 @@
 # alone; the end prints a one-screen summary (benchmarks/gpu_summary.py).
 #
 #   1. env         versions of everything the later parts import
-#   2. warm        every tuned configuration of every fused-attention pass, the first kernel and FlexAttention
-#                  compiled in parallel, one process each, into the caches the later parts read (warm_kernels.py)
+#   2. warm        every tuned configuration of every fused-attention pass, the first kernel, FlexAttention and the
+#                  compiled step, in parallel, one process each, into the caches the later parts read (warm_kernels.py)
 #   3. kernels     fused, the first fused kernel, sdpa-bias, flex and the explicit reference at the `gpu` shape: each
 #                  pass by CUDA events, forward and backward TFLOP/s of useful work, saved-for-backward MiB
 #   4. step        the training step as the trainer builds it (kept bf16 weights), compiled and captured: tokens/s,
@@ -39,6 +39,7 @@ OUT="${1:-${OUT:-benchmarks/results/gpu}}"
 shift $(($# > 0 ? 1 : 0))
 ONLY=" $* "
 BUDGET="${BUDGET:-420}"  # seconds for all parts together
+SCALE="${LIMIT_SCALE:-1}"  # every part's limit times this (a dry run on a loaded CPU)
 DEVICE="${DEVICE:-cuda}"
 GPU_TESTS=(tests/test_kernel_triton.py tests/test_cuda.py tests/test_kernels.py tests/test_kernel_flex.py tests/test_captured.py)
 CUDA_TESTS="benchmark_shape or graph_captures or captured_update_on_cuda or cuda_training_equals or compiled_and_captured_trainer_step_on_cuda"
@@ -64,7 +65,7 @@ PYTEST=("$PY" -m pytest -q -p no:cacheprovider --tb=short -rfE)
 # part NAME LIMIT CMD...: CMD with at most LIMIT seconds (less when the budget runs short), output to OUT/NAME.log,
 # its line in summary.txt replaced; skipped when PARTs were named and NAME is not one of them
 part() {
-  local name=$1 limit=$2
+  local name=$1 limit=$(($2 * SCALE))
   shift 2
   if [ "$ONLY" != "  " ] && [[ "$ONLY" != *" $name "* ]]; then
     return
@@ -110,9 +111,9 @@ from torch.nn.attention import flex_attention; import compressive_transformer; p
 GPU=(--workload "$WORKLOAD" --device "$DEVICE" --amp bf16 --python "$PY" --out "$OUT" --threads 4)
 
 part env 30 "$PY" -c "$versions"
-part warm 80 "$PY" -m benchmarks.warm_kernels --device "$DEVICE" --out "$OUT/warm.json"
+part warm 100 "$PY" -m benchmarks.warm_kernels --device "$DEVICE" --out "$OUT/warm.json"
 part kernels 70 "$PY" -m benchmarks.fused_attention --device "$DEVICE" --out "$OUT/kernels.json"
-part step 110 "$PY" -m benchmarks.profile_gpu_step --workload "$WORKLOAD" --device "$DEVICE" --kernels "$STEP_KERNEL" \
+part step 100 "$PY" -m benchmarks.profile_gpu_step --workload "$WORKLOAD" --device "$DEVICE" --kernels "$STEP_KERNEL" \
   "${STEP[@]}" --out "$OUT/step.json"
 part tests-cuda 90 "${PYTEST[@]}" -k "$CUDA_TESTS" "${GPU_TESTS[@]}"
 part tests 60 "${PYTEST[@]}" -m "not slow" -k "not ($CUDA_TESTS)" "${GPU_TESTS[@]}"

@@ -7,8 +7,9 @@ On a fresh GPU machine the first call of each pass tunes its tiles, compiling ab
 after another; here each is compiled at the ``gpu`` workload's attention shape exactly as the tuning will launch it
 (the same arguments, hence the same specialisation and the same cache entry: ``fused_attention.attention_shape``
 sizes the tables as the model does), so that the tuning and the model's step only read the cache. Also compiled, each
-in its own process: the first fused kernel (``benchmarks/impls/fused_v1``) and FlexAttention under torch.compile
-(forward and backward, into inductor's cache). On the CPU (a dry run) each job runs its pass once through Triton's
+in its own process: the first fused kernel (``benchmarks/impls/fused_v1``), FlexAttention under torch.compile
+(forward and backward, into inductor's cache) and the `gpu` workload's training step compiled and captured as
+``profile_gpu_step`` builds it (two updates: inductor's cache then holds the step's kernels). On the CPU (a dry run) each job runs its pass once through Triton's
 interpreter at a tiny shape with its configuration, one job per pass (the interpreter has nothing to cache).
 Writes ``--out`` with each job's status and seconds; exits non-zero when a job failed.
 """
@@ -38,10 +39,10 @@ PASSES = {"forward": current.FORWARD, "key": current.KEY_GRADS, "query": current
 
 
 def jobs(device: str) -> list[str]:
-    """One name per compilation: ``<pass>:<config index>``, ``first`` and ``flex`` (on the CPU the first config of
-    each pass only)."""
+    """One name per compilation: ``<pass>:<config index>``, ``first``, ``flex`` and ``step`` (on the CPU the first
+    config of each pass only)."""
     names = [f"{p}:{i}" for p, k in PASSES.items() for i in range(len(k.configs) if device == "cuda" else 1)]
-    return names + ["first", "flex"]
+    return names + ["first", "flex", "step"]
 
 
 def _inputs(device: str):
@@ -69,6 +70,17 @@ def _both_passes(module, shape, tensors, key_valid, *sizes):
 
 def run_job(name: str, device: str) -> None:
     """Compile (CUDA) or run once in the interpreter (CPU) what job ``name`` stands for."""
+    if name == "step":  # on the CPU the dry run's step: tiny, eager, with sdpa-bias (the interpreter is slow)
+        from benchmarks import profile_gpu_step, workloads
+
+        cuda = device == "cuda"
+        w = workloads.get("gpu" if cuda else "tiny")
+        step, x, y, memory = profile_gpu_step.build(w, "fused" if cuda else "sdpa-bias", torch.device(device), cuda)
+        mask = torch.ones_like(x, dtype=torch.bool)
+        for _ in range(2):  # eager (compiling), then the capture
+            (stats, _), memory = step.captured(x, y, mask, memory)
+        float(stats[0])
+        return
     shape, tensors, key_valid = _inputs(device)
     if name == "flex":
         leaves = [t.requires_grad_() for t in tensors]
