@@ -36,7 +36,7 @@ from torch import Tensor
 from benchmarks import workloads
 from benchmarks.impls.fused_v1 import fused_relative_attention_v1
 from benchmarks.impls.fused_v1 import launch as first_launch
-from compressive_transformer.core.attention import KeyMask, aligned_rows
+from compressive_transformer.core.attention import AttentionInputs, KeyMask, aligned_rows
 from compressive_transformer.core.kernels import fused_triton
 from compressive_transformer.core.kernels.flex import flex_relative_attention, prepare
 from compressive_transformer.core.kernels.fused_triton import fused_relative_attention
@@ -132,7 +132,7 @@ def flex(qu, k, v, qv, r, qc, rc, mask: KeyMask) -> Tensor:
     """The ``flex`` backend as the model runs it on a GPU: under torch.compile, its BlockMask made once per segment
     (outside the timing); eager on the CPU, whose backend compiles no FlexAttention backward."""
     fn = _flex_compiled() if qu.device.type == "cuda" else flex_relative_attention
-    return fn(qu, k, v, qv, r, qc, rc, mask)
+    return fn(AttentionInputs(qu=qu, qv=qv, qc=qc, k=k, v=v, r=r, rc=rc, mask=mask))
 
 
 IMPLS = {

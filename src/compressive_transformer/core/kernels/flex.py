@@ -88,19 +88,11 @@ def _cpu_backward() -> contextlib.AbstractContextManager:
     return mock.patch.object(flex, "_validate_device", lambda *tensors: None)
 
 
-def flex_relative_attention(
-    qu: Tensor,
-    k: Tensor,
-    v: Tensor,
-    qv: Tensor,
-    r: Tensor,
-    qc: Tensor | None,
-    rc: Tensor | None,
-    mask: KeyMask,
-) -> Tensor:
-    """(B, H, T, dh): the attention of qu, qv, qc (B, H, T, dh) over k, v (B, H, K, dh), the tables r (H, Lm, dh) and
-    rc (H, Lc, dh) as :mod:`this module <.flex>` describes; ``mask`` with its BlockMask (:func:`prepare`) or
-    without (made here)."""
+def flex_relative_attention(a: AttentionInputs) -> Tensor:
+    """(B, H, T, dh): the attention of a's queries (B, H, T, dh) over its keys and values (B, H, K, dh) and tables
+    r (H, Lm, dh), rc (H, Lc, dh), as :mod:`this module <.flex>` describes; its mask with a BlockMask
+    (:func:`prepare`) or without (made here)."""
+    qu, k, v, qv, r, qc, rc, mask = a.qu, a.k, a.v, a.qv, a.r, a.qc, a.rc, a.mask
     T = qu.shape[2]
     if os.environ.get("TORCHDYNAMO_DISABLE") == "1" and torch.is_grad_enabled() and qu.requires_grad:
         # without TorchDynamo FlexAttention's eager path drops the captured buffers' gradients without a word
@@ -116,4 +108,4 @@ def flex_relative_attention(
 
 def flex_attention(a: AttentionInputs) -> tuple[Tensor, None]:
     """The ``flex`` row's kernel."""
-    return flex_relative_attention(a.qu, a.k, a.v, a.qv, a.r, a.qc, a.rc, a.mask), None
+    return flex_relative_attention(a), None
