@@ -1,61 +1,77 @@
 #!/usr/bin/env bash
 # The prepared GPU check: on one H100/H200 with only the machine's own PyTorch (2.11 or newer, with Triton) and the
-# peers' pure-Python wheels, in at most 8 minutes. Each part runs under its own time limit and writes its results
-# as it finishes, so a run cut off part-way still reports what it reached:
+# peers' pure-Python wheels, the parts that decide the GPU path first, the whole within BUDGET seconds (420: a
+# 15-minute window keeps room for the start and for rerunning a part). Each part runs under its own time limit
+# (SIGINT when it runs out, so pytest still prints its failures), writes its results as it ends, and can be rerun
+# alone; the end prints a one-screen summary (benchmarks/gpu_summary.py).
 #
-#   1. env      the GPU, torch and Triton versions
-#   2. kernel   the fused attention at the `gpu` workload's shape, bf16: the current kernels (their tiles tuned on the
-#               first call) against the first fused kernel (frozen in benchmarks/impls/fused_v1), the reference with
-#               explicit scores and SDPA-with-a-bias; forward and forward + backward ms, TFLOP/s of useful work
-#   3. peers    the peers' wheels (compressive-transformer-pytorch 0.4.0, labml-nn 0.5.1 and their needs) from
-#               WHEELS (default .whl/) into a private folder, no index, no dependencies pulled
-#   4. bench    the `gpu` workload in bf16: ours (captured and eager), our Transformer-XL at equal keys, the peers
-#   5. profile  the captured and the eager training step's kernel time by kind (attention, matmuls, copies, ...)
-#   6. tests    the CUDA tests with full failure output: the fused kernel against the reference, every kernel in
-#               training, bf16/fp16, the captured update and the graphed decoder, the trainer end to end (60 s each)
-#   7. compile  the compiled ones (training, and the decoder compiled and replayed as generate runs it on a GPU),
-#               each under its own 240 s limit; within the default budget they get what the parts before left
-#               (BUDGET=720 gives them their whole time)
-#   8. paper    one update of configs/enwik8.toml timed, and the hours to its schedule's tokens
-#   9. more     what time is left: fp32, and the other kernels captured
+#   1. env         versions of everything the later parts import
+#   2. warm        every tuned configuration of every fused-attention pass, the first kernel, FlexAttention and the
+#                  compiled step, in parallel, one process each, into the caches the later parts read (warm_kernels.py)
+#   3. kernels     fused, the first fused kernel, sdpa-bias, flex and the explicit reference at the `gpu` shape: each
+#                  pass by CUDA events, forward and backward TFLOP/s of useful work, saved-for-backward MiB
+#   4. step        the training step as the trainer builds it (kept bf16 weights), compiled and captured: tokens/s,
+#                  MFU, peak memory, one graph replay profiled by kernel kind (profile_gpu_step.py)
+#   5. tests-cuda  the CUDA-shape and graph-capture tests, alone
+#   6. tests       the rest of the GPU test files, -m "not slow"
+#   7. step-flex   the step with attn_impl = "flex"
+#   8. peers       the peers' wheels from WHEELS (default .whl/) into a private folder, no index, no dependencies
+#   9. train       ours (captured) against the peers, training, bf16 (benchmarks/gpu.py --phase train)
+#  10. eval        evaluation, likewise;  11. generation  generation, likewise
+#  12. paper       one update of configs/enwik8.toml timed, and the hours to its schedule's tokens
 #
-#   bash benchmarks/gpu_check.sh [OUT]        # OUT defaults to $OUT, else benchmarks/results/gpu
-#   DEVICE=cpu bash benchmarks/gpu_check.sh /tmp/dry   # the whole script on the CPU at tiny sizes (a dry run)
+#   bash benchmarks/gpu_check.sh prepare            # download the peers' wheels into WHEELS (what the window carries)
+#   bash benchmarks/gpu_check.sh [OUT] [PART...]    # OUT defaults to $OUT, else benchmarks/results/gpu; PARTs: rerun
+#   DEVICE=cpu bash benchmarks/gpu_check.sh /tmp/dry  # every part's code path on the CPU at tiny sizes (a dry run;
+#                                                   # the step eager, with sdpa-bias: the interpreter is slow)
 #
-# OUT gets summary.txt (one line per part: its status and seconds), tests.log, bench.log (the versions and every
-# benchmark's output), kernel.json (rewritten after each implementation), gpu.json / gpu.md (the benchmark table),
-# profile_step.json, gpu-more.json and paper_time.json.
+# OUT gets summary.txt (one line per part: its status and seconds; a rerun replaces its part's line), <part>.log,
+# warm.json, kernels.json, step.json, step-flex.json, gpu-train/-eval/-generation.json and .md, paper_time.json.
+# The exit status is 1 when a part failed or ran out of time.
 set -u
 cd "$(dirname "$0")/.."
-OUT="${1:-${OUT:-benchmarks/results/gpu}}"
-WHEELS="${WHEELS:-.whl}"
-BUDGET="${BUDGET:-470}"  # seconds for all parts together
 PY="${PYTHON:-python3}"
+WHEELS="${WHEELS:-.whl}"
+if [ "${1:-}" = prepare ]; then
+  exec "$PY" -m pip download --no-deps --dest "$WHEELS" -r benchmarks/peers-requirements.txt
+fi
+OUT="${1:-${OUT:-benchmarks/results/gpu}}"
+shift $(($# > 0 ? 1 : 0))
+ONLY=" $* "
+BUDGET="${BUDGET:-420}"  # seconds for all parts together
+SCALE="${LIMIT_SCALE:-1}"  # every part's limit times this (a dry run on a loaded CPU)
 DEVICE="${DEVICE:-cuda}"
-if [ "$DEVICE" = cpu ]; then  # a dry run: tiny sizes, the fused kernels through Triton's interpreter if installed
-  WORKLOAD=tiny
+GPU_TESTS=(tests/test_kernel_triton.py tests/test_cuda.py tests/test_kernels.py tests/test_kernel_flex.py tests/test_captured.py)
+CUDA_TESTS="benchmark_shape or graph_captures or captured_update_on_cuda or cuda_training_equals or compiled_and_captured_trainer_step_on_cuda"
+if [ "$DEVICE" = cpu ]; then  # a dry run: tiny sizes, the fused kernels through Triton's interpreter, the step eager
+  WORKLOAD=tiny STEP=(--no-compile --replays 1) STEP_KERNEL=sdpa-bias
   PAPER=(--device cpu --steps 1 --set model.n_layers=2 --set model.d_model=32 --set model.d_ff=64 --set model.seg_len=16
     --set model.memory.mem_len=16 --set model.memory.cmem_len=8 --set train.batch_size=2 --set train.amp=none)
-  KERNEL=(--device cpu)
-  PROFILE=(--workload tiny)
-  TESTS=(tests/test_cuda.py)  # they skip without a GPU: the part's command is what a dry run checks
-  export TORCHDYNAMO_DISABLE=1
+  GPU_TESTS=(tests/test_cuda.py)  # they skip without a GPU: the part's command is what a dry run checks
 else
-  WORKLOAD=gpu PAPER=() KERNEL=() PROFILE=()
-  TESTS=(tests/test_kernel_triton.py tests/test_cuda.py "tests/test_kernels.py::test_cuda_training_equals_the_reference")
+  WORKLOAD=gpu PAPER=() STEP=() STEP_KERNEL=fused
 fi
 mkdir -p "$OUT"
+touch "$OUT/summary.txt"
 START=$(date +%s)
-PEERS_DIR="${PEERS_DIR:-$(mktemp -d)}"  # the peers' wheels unpacked here, nowhere else
+FAILED=0
+PEERS_DIR="${PEERS_DIR:-$OUT/.peers}"  # the peers' wheels unpacked here, nowhere else
 export PYTHONPATH="$PWD/src:$PWD:$PEERS_DIR${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/gpu-check-inductor
-: > "$OUT/summary.txt"
+export PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/gpu-check-triton}" TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpu-check-inductor}"
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider --tb=short -rfE)
+"$PY" -c "import pytest_timeout" 2>/dev/null && PYTEST+=(--timeout 120)
 
-# part NAME LIMIT LOG CMD...: run CMD with at most LIMIT seconds (less when the budget runs short), output to LOG
+# part NAME LIMIT CMD...: CMD with at most LIMIT seconds (less when the budget runs short), output to OUT/NAME.log,
+# its line in summary.txt replaced; skipped when PARTs were named and NAME is not one of them
 part() {
-  local name=$1 limit=$2 log=$3
-  shift 3
-  local left=$((BUDGET - ($(date +%s) - START)))
+  local name=$1 limit=$(($2 * SCALE))
+  shift 2
+  if [ "$ONLY" != "  " ] && [[ "$ONLY" != *" $name "* ]]; then
+    return
+  fi
+  local left=$((BUDGET - ($(date +%s) - START))) status
+  sed -i "/^$name: /d" "$OUT/summary.txt"
   if [ "$left" -lt 10 ]; then
     echo "$name: skipped (budget spent)" >> "$OUT/summary.txt"
     return
@@ -63,29 +79,51 @@ part() {
   [ "$limit" -gt "$left" ] && limit=$left
   local t0
   t0=$(date +%s)
-  echo "== $name (limit ${limit}s)" >> "$log"
-  timeout --kill-after=5 "$limit" "$@" >> "$log" 2>&1
+  echo "== $name (limit ${limit}s, $(date -u +%H:%M:%S))" > "$OUT/$name.log"
+  timeout -s INT --kill-after=15 "$limit" "$@" >> "$OUT/$name.log" 2>&1
   local rc=$?
-  local status=ok
-  [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && status="timed out after ${limit}s"
-  [ "$rc" -ne 0 ] && [ "$status" = ok ] && status="failed (exit $rc)"
+  case $rc in
+    0) status=ok ;;
+    124 | 130 | 137) status="timed out after ${limit}s" ;;
+    *) status="failed (exit $rc)" ;;
+  esac
+  [ "$rc" -ne 0 ] && FAILED=1
   echo "$name: $status, $(($(date +%s) - t0))s" >> "$OUT/summary.txt"
 }
 
-part env 30 "$OUT/bench.log" "$PY" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'); import triton; print('triton', triton.__version__)"
-part kernel 100 "$OUT/bench.log" "$PY" -m benchmarks.fused_attention "${KERNEL[@]}" --out "$OUT/kernel.json"
-part peers 30 "$OUT/bench.log" "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PEERS_DIR" $WHEELS/*.whl
-part bench 150 "$OUT/bench.log" "$PY" -m benchmarks.gpu --workload $WORKLOAD --device "$DEVICE" --amp bf16 \
-  --python "$PY" --out "$OUT" --name gpu --impl ours+graphs,ours,ours_txl+graphs,lucidrains,labml
-part profile 50 "$OUT/bench.log" "$PY" -m benchmarks.profile_gpu_step "${PROFILE[@]}" --kernels fused \
-  --out "$OUT/profile_step.json"
-part tests 60 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider --tb=long -rfE --timeout 60 -k "not compiled" \
-  "${TESTS[@]}"
-part compile 240 "$OUT/tests.log" "$PY" -m pytest -q -p no:cacheprovider --tb=long -rfE --timeout 240 -k compiled \
-  tests/test_cuda.py
-part paper 60 "$OUT/bench.log" "$PY" -m benchmarks.paper_time "${PAPER[@]}" --out "$OUT"
-part more 600 "$OUT/bench.log" "$PY" -m benchmarks.gpu --workload $WORKLOAD --device "$DEVICE" --amp none,bf16 \
-  --python "$PY" --out "$OUT" \
-  --name gpu-more --impl ours+graphs,ours+sdpa-bias+graphs,ours+reference+compile,lucidrains
-rm -f "$OUT/gpu-more.md"  # its table is in bench.log; eight files come back at most
-cat "$OUT/summary.txt"
+peers() {  # the wheels (files only) into PEERS_DIR; none there: nothing to install, the peers' rows say so
+  local wheels=()
+  while IFS= read -r -d '' f; do wheels+=("$f"); done < <(find "$WHEELS" -maxdepth 1 -type f -name '*.whl' -print0 2>/dev/null)
+  if [ "${#wheels[@]}" -eq 0 ]; then
+    echo "no wheels in $WHEELS (bash benchmarks/gpu_check.sh prepare downloads them)"
+    return 0
+  fi
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$PEERS_DIR" "${wheels[@]}"
+}
+
+export -f peers
+export PY WHEELS PEERS_DIR
+versions='import sys, torch, triton, numpy, hypothesis, pytest
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)
+print("numpy", numpy.__version__, "hypothesis", hypothesis.__version__, "pytest", pytest.__version__)
+print("device", torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")
+from torch.nn.attention import flex_attention; import compressive_transformer; print("flex_attention: ok")'
+GPU=(--workload "$WORKLOAD" --device "$DEVICE" --amp bf16 --python "$PY" --out "$OUT" --threads 4)
+
+part env 30 "$PY" -c "$versions"
+part warm 100 "$PY" -m benchmarks.warm_kernels --device "$DEVICE" --out "$OUT/warm.json"
+part kernels 70 "$PY" -m benchmarks.fused_attention --device "$DEVICE" --out "$OUT/kernels.json"
+part step 100 "$PY" -m benchmarks.profile_gpu_step --workload "$WORKLOAD" --device "$DEVICE" --kernels "$STEP_KERNEL" \
+  "${STEP[@]}" --out "$OUT/step.json"
+part tests-cuda 90 "${PYTEST[@]}" -k "$CUDA_TESTS" "${GPU_TESTS[@]}"
+part tests 60 "${PYTEST[@]}" -m "not slow" -k "not ($CUDA_TESTS)" "${GPU_TESTS[@]}"
+part step-flex 90 "$PY" -m benchmarks.profile_gpu_step --workload "$WORKLOAD" --device "$DEVICE" --kernels flex \
+  "${STEP[@]}" --out "$OUT/step-flex.json"
+part peers 20 bash -c peers
+part train 90 "$PY" -m benchmarks.gpu "${GPU[@]}" --phase train --name gpu-train --impl ours+graphs,lucidrains,labml
+part eval 45 "$PY" -m benchmarks.gpu "${GPU[@]}" --phase eval --name gpu-eval --impl ours+graphs,lucidrains,labml
+part generation 45 "$PY" -m benchmarks.gpu "${GPU[@]}" --phase generate --name gpu-generation \
+  --impl ours+graphs,lucidrains
+part paper 60 "$PY" -m benchmarks.paper_time "${PAPER[@]}" --out "$OUT"
+"$PY" -m benchmarks.gpu_summary "$OUT"
+exit $FAILED

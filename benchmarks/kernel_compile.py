@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
-from benchmarks.fused_attention import GPU_SHAPE
+from benchmarks.fused_attention import GPU_SHAPE, table_rows
 from benchmarks.impls.fused_v1 import launch as first
 from compressive_transformer.core.kernels import fused_triton as current
 
@@ -107,7 +107,8 @@ def _inputs(shape: dict) -> tuple:
         return torch.empty(s, dtype=DTYPE, device="meta")
 
     qu, k, v, qv, qc = t(B, H, T, dh), t(B, H, K, dh), t(B, H, K, dh), t(B, H, T, dh), t(B, H, T, dh)
-    r, rc = t(H, M + T + 1, dh), t(H, C + T - 1, dh)
+    Rm, Rc = table_rows(shape)  # as long as the model's (aligned) where the shape names them
+    r, rc = t(H, Rm, dh), t(H, Rc, dh)
     key_valid = torch.empty(B, K, dtype=torch.bool, device="meta")
     return (qu, k, v, qv, r, qc, rc, key_valid), t(B, H, T, dh), torch.empty(B, H, T, device="meta")
 

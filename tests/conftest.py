@@ -64,7 +64,7 @@ def eager_and_compiled_steps(model: CompressiveTransformerLM, device: torch.devi
     """Training steps of ``model`` and of ``compile_model(model)`` (what ``train.compile = true`` runs) side by side,
     each carrying its own memory from empty through full and compressed: per step, (eager, compiled) tuples of
     (logits, aux loss, the gradients of every parameter that has one)."""
-    from compressive_transformer.training.trainer import compile_model
+    from compressive_transformer.training.step import compile_model
 
     compiled = compile_model(model)
     memories = [model.init_memory(2), model.init_memory(2)]
@@ -188,4 +188,14 @@ def recorded(monkeypatch):
     import compressive_transformer.core.graphs as graphs
 
     monkeypatch.setattr(graphs, "DEFAULT_GRAPH", graphs.RecordedGraph)
-    monkeypatch.setattr("compressive_transformer.training.trainer.capture_reason", lambda *a: None)
+    monkeypatch.setattr("compressive_transformer.training.step.capture_reason", lambda *a: None)
+
+
+def clamped_table(rows: torch.Tensor, nearest: int, clamp: int) -> torch.Tensor:
+    """A positional table (H, n_rows, dh), row m at distance nearest + n_rows - 1 - m, as ``clamp_len`` makes it:
+    every row beyond distance ``clamp`` repeats that distance's row (clamp 0: unchanged)."""
+    if clamp <= 0:
+        return rows
+    n_rows = rows.shape[1]
+    dist = torch.arange(nearest + n_rows - 1, nearest - 1, -1)
+    return rows[:, (nearest + n_rows - 1 - dist.clamp(max=clamp)).clamp(0, n_rows - 1)]

@@ -89,15 +89,36 @@ def test_a_captured_run_checkpoints_plain_learning_rates_and_resumes(tmp_path: P
 
 
 def test_cuda_graphs_on_the_cpu_train_eagerly_and_say_so(tmp_path: Path):
-    lines: list[str] = []
-    t = trainer(tiny("train.cuda_graphs=true"), tmp_path)
-    assert t.captured is None
-    from compressive_transformer.training.trainer import Trainer
+    import test_train
 
-    t2 = Trainer.__new__(Trainer)  # the notice itself, as the constructor logs it
-    t2.cfg, t2.device, t2.amp, t2.dist = t.cfg, t.device, t.amp, t.dist
-    assert t2._captured_update(lines.append) is None
-    assert len(lines) == 1 and "CUDA graphs need a CUDA device" in lines[0]
+    lines: list[str] = []
+    cfg = tiny("train.cuda_graphs=true")
+    tok = test_train.build_tokenizer(cfg.data, test_train.read_documents(cfg.data, "train"))
+    corpus = test_train.load_corpus(cfg.data, "train", tok, tmp_path / ".cache")
+    t = test_train.Trainer(cfg, train_corpus=corpus, run_dir=tmp_path, log=lines.append)
+    assert t.captured is None
+    notices = [line for line in lines if line.startswith("train.cuda_graphs")]
+    assert len(notices) == 1 and "CUDA graphs need a CUDA device" in notices[0]
+
+
+@pytest.mark.slow
+def test_compiled_and_captured_training_equals_eager_training(tmp_path: Path, recorded):
+    """train.compile with train.cuda_graphs: the compiled step (inductor without CUDA graphs of its own) captured as
+    the update; the same losses, weights and memories as eager training, through memory filling into steady state."""
+    overrides = ("train.accumulate=[[0, 1]]", "model.dropout=0.0")
+    eager = trainer(tiny(*overrides), tmp_path / "eager")
+    both = trainer(tiny(*overrides, "train.cuda_graphs=true", "train.compile=true"), tmp_path / "both")
+    assert both.captured is not None and both.captured.model is both.forward and both.forward is not both.model
+    a = [eager.train_step() for _ in range(6)]
+    b = [both.train_step() for _ in range(6)]
+    assert len(both.captured.graphs.graphs) >= 1  # the steady state was replayed
+    for x, y in zip(a, b):
+        for key in ("loss", "aux_loss", "grad_norm"):
+            assert y[key] == pytest.approx(x[key], rel=1e-4, abs=1e-6), key
+    for (name, p), q in zip(eager.model.named_parameters(), both.model.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5, msg=name)
+    for x, y in zip(tensors_of(eager.memory), tensors_of(both.memory)):
+        torch.testing.assert_close(y, x, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("variant", [dict(), dict(cmem_len=0), dict(compression="most_used", compression_loss="none")])

@@ -152,6 +152,18 @@ def test_the_captured_update_on_cuda_follows_eager_training(variant):
         torch.testing.assert_close(q, p, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.timeout(240)
+def test_the_compiled_and_captured_trainer_step_on_cuda_follows_eager_training(tmp_path: Path):
+    """train.compile with train.cuda_graphs on a GPU (real CUDA graphs over the compiled step, bf16 with the kept
+    weight copies): the trainer's losses follow the eager trainer's."""
+    quiet = ["train.progress=false", "train.val_batches=2", 'train.device="cuda"', 'train.amp="bf16"', "train.steps=8"]
+    quiet += ["train.log_every=1", "model.dropout=0.0"]
+    eager = train_run(config_from_text(TINY_TOML, quiet), tmp_path / "eager", log=lambda s: None)
+    both = config_from_text(TINY_TOML, [*quiet, "train.compile=true", "train.cuda_graphs=true"])
+    both = train_run(both, tmp_path / "both", log=lambda s: None)
+    torch.testing.assert_close(torch.tensor(both.losses), torch.tensor(eager.losses), rtol=2e-2, atol=2e-2)
+
+
 # Compiling takes minutes where a step takes milliseconds: the compile tests get their own limit (benchmarks/gpu_check.sh
 # runs them as a part of their own, the other CUDA tests under --timeout 90).
 COMPILE_TIMEOUT = 240

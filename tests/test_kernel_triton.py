@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import clamped_table
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
@@ -68,11 +69,7 @@ def inputs(B, H, T, C, M, dh, *, dtype=torch.float32, seed=0, p_invalid=0.3, ext
         return torch.randn(*shape, generator=g).to(DEVICE, dtype)
 
     def table(n_rows, nearest):  # row m encodes distance nearest + n_rows - 1 - m
-        rows = rand(H, n_rows, dh)
-        if clamp > 0:
-            dist = torch.arange(nearest + n_rows - 1, nearest - 1, -1)
-            rows = rows[:, (nearest + n_rows - 1 - dist.clamp(max=clamp)).clamp(0, n_rows - 1)]
-        return rows
+        return clamped_table(rand(H, n_rows, dh), nearest, clamp)
 
     qu, k, v, qv = rand(B, H, T, dh), rand(B, H, K, dh), rand(B, H, K, dh), rand(B, H, T, dh)
     r = table(M + T + extra_rows, -extra_rows)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+from unittest import mock
+
 import torch
 
 from compressive_transformer import CompressionConfig, CompressiveTransformerLM, MemoryConfig, ModelConfig
 from compressive_transformer.core import graphs
+from compressive_transformer.core.config import TrainConfig
 from compressive_transformer.core.graphs import StaticGraphs
 from compressive_transformer.core.models.decode import Decoder
-from compressive_transformer.training.captured import CapturedUpdate, make_capturable
-from compressive_transformer.training.trainer import compile_model
+from compressive_transformer.training import step as training
 
 from . import stamp
 
@@ -49,8 +52,9 @@ class Impl:
         self.w = w
         self.model = CompressiveTransformerLM(cfg)
         # compile: the training step through train.compile's torch.compile, as `train.compile = true` runs it
-        # (the trainer's validation is eager, and so is eval_step here)
-        self.forward = compile_model(self.model) if compile else self.model
+        # (the trainer's validation is eager, and so is eval_step here); with graphs, compiled and captured
+        self.compile = compile
+        self.step: training.TrainingStep | None = None  # the trainer's own step, made on first use
         self.opt = w.optimizer(self.model.parameters())
         self.param_count = sum(p.numel() for p in self.model.parameters())
         self.config = {k: getattr(cfg, k) for k in ("norm", "attn_impl")}
@@ -63,16 +67,28 @@ class Impl:
         # graphs: training as train.cuda_graphs runs it (the update replayed as one CUDA graph, clipping off as the
         # peers run), evaluation and the decoder's steps replayed likewise
         self.graphs = graphs
-        self.update = self.eval_graphs = None
+        self.eval_graphs = None
 
-    def _captured(self) -> None:
-        """Made on first use, once the model is on its device."""
-        if self.update is None:
-            if next(self.model.parameters()).device.type == "cpu":  # a dry run: the recorded stand-in
+    def _training_step(self) -> training.TrainingStep:
+        """The step as the trainer builds it (``training.step.training_step``), made on first use, once the model is
+        on its device and the step runs under the child's autocast: under bf16 the kept bf16 weight copies, compiled
+        and / or captured as asked, clipping off as the peers run, the optimizer the workload gives every
+        implementation."""
+        if self.step is None:
+            device = next(self.model.parameters()).device
+            bf16 = torch.is_autocast_enabled(device.type) and torch.get_autocast_dtype(device.type) == torch.bfloat16
+            t = TrainConfig(compile=self.compile, cuda_graphs=self.graphs, grad_clip=0.0)
+            cpu = device.type == "cpu"
+            if cpu and self.graphs:  # a dry run: the recorded stand-in for the capture, allowed on the CPU
                 graphs.DEFAULT_GRAPH = graphs.RecordedGraph
-            make_capturable(self.opt)
-            self.update = CapturedUpdate(self.model, self.opt, amp="none", grad_clip=0.0)
-            self.eval_graphs = StaticGraphs(self._eval)
+            allow = mock.patch.object(training, "capture_reason", lambda *a: None) if cpu else contextlib.nullcontext()
+            with allow:
+                self.step = training.training_step(
+                    self.model, t, device, "bf16" if bf16 else "none", optimizer=self.opt
+                )
+            if self.graphs:
+                self.eval_graphs = StaticGraphs(self._eval)
+        return self.step
 
     def _eval(self, inputs, memory):
         x, y = inputs
@@ -90,15 +106,17 @@ class Impl:
         self.model.train()
         if self.memory is None:
             self.memory = self.model.init_memory(x.shape[0])
-        if self.graphs:
-            self._captured()
-            (stats, _), self.memory = self.update(x, y, torch.ones_like(x, dtype=torch.bool), self.memory)
+        step = self._training_step()
+        if step.captured is not None:
+            (stats, _), self.memory = step.captured(x, y, torch.ones_like(x, dtype=torch.bool), self.memory)
             return float(stats[0])
-        out = self.forward(x, memory=self.memory, targets=y)
+        out = step.forward(x, memory=self.memory, targets=y)
         loss = out.loss + out.aux_loss
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
+        if step.low_precision is not None:
+            step.low_precision.refresh()
         self.memory = out.memory
         return float(out.loss.detach())
 
@@ -109,7 +127,7 @@ class Impl:
         if self.memory is None:
             self.memory = self.model.init_memory(x.shape[0])
         if self.graphs:
-            self._captured()
+            self._training_step()
             loss, self.memory = self.eval_graphs((x, y), self.memory)
             return float(loss)
         out = self.model(x, memory=self.memory, targets=y)

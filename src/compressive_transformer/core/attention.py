@@ -41,6 +41,12 @@ def sinusoid(distances: Tensor, d_model: int) -> Tensor:
 TABLE_ALIGN = 8
 
 
+def aligned_rows(n: int) -> int:
+    """The rows a table of ``n`` distances gets: ``n`` rounded up to a multiple of :data:`TABLE_ALIGN` (a benchmark
+    that builds its tables with these sizes launches the kernels the model launches, specialised alike)."""
+    return -(-n // TABLE_ALIGN) * TABLE_ALIGN
+
+
 @dataclass(frozen=True)
 class Positions:
     """The sinusoids of one forward, shared by all layers (each projects them with its own W_r). Rows run from the
@@ -58,7 +64,7 @@ def make_positions(
     """The two streams' sinusoids for ``seg_len`` queries over ``cmem_len`` + ``mem_capacity`` + ``seg_len`` keys."""
 
     def table(hi: int, lo: int) -> Tensor:  # distances hi, hi - 1, ... down to lo or lower, TABLE_ALIGN rows at a time
-        rows = -(-(hi + 1 - lo) // TABLE_ALIGN) * TABLE_ALIGN
+        rows = aligned_rows(hi + 1 - lo)
         dist = torch.arange(hi, hi - rows, -1, device=device, dtype=torch.float32)
         return sinusoid(dist.clamp(max=clamp_len) if clamp_len > 0 else dist, d_model).to(dtype)
 
@@ -80,6 +86,7 @@ class KeyMask:
     window: int = 0  # same_length: how many earlier memory + segment positions a query reads (0: all)
     dense: Tensor | None = None  # (B, 1, T, K) additive (0 / -inf) in the compute dtype, for kernels that read one
     self_in_valid: bool = False  # T = 1 with the query's own key not last (a decoder's ring): valid is the rule
+    block: object | None = None  # a kernel's own form of the rule, made once per forward (FlexAttention's BlockMask)
 
     def allowed(self, T: int) -> Tensor:
         """(B, 1, T, K) bool: the rule applied to every query of a T-position segment."""

@@ -177,6 +177,15 @@ class MemoryState:
 KEY_ALIGN = 8
 
 
+def memory_capacity(*, mem_len: int, cmem_len: int, compression_rate: int) -> int:
+    """The memory's slots: ``mem_len`` plus room for the c - 1 states pending compression (only when compressing),
+    rounded up so that the memory keys (cmem_len + capacity) are a multiple of :data:`KEY_ALIGN`."""
+    pending = compression_rate - 1 if cmem_len > 0 else 0
+    if pending:
+        pending += -(cmem_len + mem_len + pending) % KEY_ALIGN
+    return mem_len + pending
+
+
 def empty_layer(
     batch_size: int,
     d_model: int,
@@ -195,10 +204,7 @@ def empty_layer(
     rounded up so that the memory keys (cmem_len + capacity) are a multiple of :data:`KEY_ALIGN`. ``window`` is the
     compressor's :attr:`~compressive_transformer.core.compression.Compressor.window` and ``context`` its context h (the
     evicted states it reads before each group, kept in ``history``)."""
-    pending = compression_rate - 1 if cmem_len > 0 else 0
-    if pending:
-        pending += -(cmem_len + mem_len + pending) % KEY_ALIGN
-    capacity = mem_len + pending
+    capacity = memory_capacity(mem_len=mem_len, cmem_len=cmem_len, compression_rate=compression_rate)
     kw = dict(device=device, dtype=dtype)
     return LayerMemory(
         mem=torch.zeros(batch_size, capacity, d_model, **kw),

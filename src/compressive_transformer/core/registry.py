@@ -283,6 +283,8 @@ class KernelSpec:
     output (B, H, T, dh) and, where it has them, the weights.
 
     ``dense_mask``: it reads the key mask as one dense additive (T, K) bias, built once per forward.
+    ``mask_form``: else a function ``(KeyMask, T, dtype) -> KeyMask`` adding the kernel's own form of the mask
+    (FlexAttention's BlockMask), also built once per forward.
     ``weights``: it returns the attention weights. ``dropout``: it applies attention dropout. ``traceable``:
     ``torch.compile`` traces it without a graph break.
     """
@@ -293,14 +295,17 @@ class KernelSpec:
     weights: bool = False
     dropout: bool = False
     traceable: bool = True
+    mask_form: Callable[..., Any] | str | None = None
 
     def __post_init__(self) -> None:
-        _refs(self, "run")
+        _refs(self, "run", "mask_form")
 
     def prepare(self, mask: Any, T: int, dtype: Any) -> Any:
         """What this kernel reads of the key mask (a ``KeyMask``), made once per forward: with the dense (T, K)
-        additive bias for a ``dense_mask`` kernel, else as it is."""
-        return mask.with_dense(T, dtype) if self.dense_mask else mask
+        additive bias for a ``dense_mask`` kernel, with its own form for a ``mask_form`` one, else as it is."""
+        if self.dense_mask:
+            return mask.with_dense(T, dtype)
+        return self.mask_form(mask, T, dtype) if self.mask_form is not None else mask
 
 
 _KERNELS = "compressive_transformer.core.kernels"
@@ -311,10 +316,11 @@ KERNELS: dict[str, KernelSpec] = {
         KernelSpec("explicit", f"{_KERNELS}.explicit:explicit_attention", dense_mask=True, weights=True, dropout=True, traceable=False),
         KernelSpec("sdpa-bias", f"{_KERNELS}.torch_kernels:sdpa_bias_attention", dense_mask=True, dropout=True),
         KernelSpec("fused", f"{_KERNELS}:fused_attention"),
+        KernelSpec("flex", f"{_KERNELS}.flex:flex_attention", mask_form=f"{_KERNELS}.flex:prepare"),
     )
 }  # fmt: skip
 AUTO_KERNEL = "auto"  # model.attn_impl's default: core.kernels.auto_choice picks per device, dtype and compile
-KERNEL_ALIASES = {"math": "explicit", "sdpa": "sdpa-bias", "flex": "fused"}  # names configs and checkpoints used before
+KERNEL_ALIASES = {"math": "explicit", "sdpa": "sdpa-bias"}  # names configs and checkpoints used before
 _built_in(KERNELS, AUTO_KERNEL, *KERNEL_ALIASES)  # "auto" and an alias never reach a registered row
 
 
@@ -326,12 +332,13 @@ def register_kernel(
     weights: bool = False,
     dropout: bool = False,
     traceable: bool = True,
+    mask_form: Callable[..., Any] | str | None = None,
 ) -> KernelSpec:
     """Make ``name`` usable as ``model.attn_impl``; registering your name again replaces its row, a built-in name
     (or ``auto``, or an earlier name of one) is refused."""
     flags = {"dense_mask": dense_mask, "weights": weights, "dropout": dropout, "traceable": traceable}
     _check_row(KERNELS, "kernel", name, flags, {"run": run})
-    spec = KernelSpec(name, run, dense_mask, weights, dropout, traceable)
+    spec = KernelSpec(name, run, dense_mask, weights, dropout, traceable, mask_form)
     KERNELS[name] = spec
     return spec
 

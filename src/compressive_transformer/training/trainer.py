@@ -17,17 +17,17 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from compressive_transformer.core.config import ConfigError, RunConfig, TrainConfig
+from compressive_transformer.core.config import ConfigError, RunConfig
 from compressive_transformer.core.dtypes import amp_dtype, autocast
 from compressive_transformer.core.memory import MemoryState, is_row_tensor
 from compressive_transformer.core.modality import run_modality, token_unit
-from compressive_transformer.core.models import IGNORE_INDEX, MemoryModel, build_model
+from compressive_transformer.core.models import IGNORE_INDEX, build_model
 from compressive_transformer.data import StreamBatcher
 from compressive_transformer.inference.evaluate import EvalResult, evaluate
 from compressive_transformer.runs import cputime
@@ -51,7 +51,7 @@ from compressive_transformer.runs.precision import (
     resolve_amp,
 )
 from compressive_transformer.runs.toml_writer import config_text
-from compressive_transformer.training.captured import CapturedUpdate, capture_reason, make_capturable
+from compressive_transformer.training.captured import make_capturable
 from compressive_transformer.training.distributed import (
     all_reduce_sum,
     gather_rows,
@@ -59,8 +59,8 @@ from compressive_transformer.training.distributed import (
     local_device,
     with_every_parameter,
 )
-from compressive_transformer.training.low_precision import LowPrecisionWeights, WithLowPrecisionWeights
 from compressive_transformer.training.schedule import learning_rate
+from compressive_transformer.training.step import adam, build_optimizer, compile_model, training_step  # noqa: F401
 from compressive_transformer.training.update import apply_update, set_learning_rate
 
 
@@ -109,36 +109,6 @@ class ThroughputWatch:
             f"warning: {tokens_per_s:,.0f} tokens/s, down from {self.best:,.0f}; is another process using the cores? "
             "(train.num_threads = 1 holds up best on a shared machine)"
         )
-
-
-def compile_model(module: torch.nn.Module) -> torch.nn.Module:
-    """``torch.compile`` with the AOT-autograd cache off: with torch 2.13 on CPU, a warm cache replays an aliased
-    output of the attention graph with garbage sizes (tests/test_compile.py fails on every run after the first)."""
-    import torch._functorch.config as functorch_config
-
-    functorch_config.enable_autograd_cache = False
-    return torch.compile(module)
-
-
-def build_optimizer(model: MemoryModel, t: TrainConfig) -> torch.optim.Adam:
-    """Adam with one param group for the model and one for the compressor (its lr is scaled by
-    ``train.compressor_lr_scale``). ``lr_scale`` rides along in each group so the schedule can set both."""
-    trainable = lambda group: [p for p in model.parameters_of(group) if p.requires_grad]  # noqa: E731 - not frozen
-    groups = [{"params": trainable("model"), "name": "model", "lr_scale": 1.0}] if trainable("model") else []
-    compressor = trainable("compressor")
-    if compressor:
-        groups.append({"params": compressor, "name": "compressor", "lr_scale": t.compressor_lr_scale})
-    return adam(groups, lr=t.lr_start, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay)
-
-
-def adam(params: Iterable, **kwargs) -> torch.optim.Adam:
-    """Adam with the fused kernel (one pass over all parameters; its step is 3-4x faster than the default on CPU)
-    where this torch and the parameters' device have it, else the default implementation."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, fused=True, **kwargs)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.Adam(params, **kwargs)
 
 
 def memory_fill(memory: MemoryState) -> tuple[float, float]:
@@ -201,16 +171,11 @@ class Trainer:
             torch.manual_seed(t.seed + self.dist.rank)  # each rank its own dropout masks
         self.amp = resolve_amp(t.amp, self.device)  # "auto" decided once, for this device
         self.amp_dtype = amp_dtype(self.amp)
-        wrapped: torch.nn.Module = self.model
-        # under autocast the matmul weights' casts are kept from one update to the next (training/low_precision.py)
-        self.low_precision = LowPrecisionWeights(self.model, self.amp_dtype) if self.amp_dtype is not None else None
-        if self.low_precision is not None:
-            wrapped = WithLowPrecisionWeights(wrapped, self.low_precision)
-        if self.dist.active:  # gradients are averaged over ranks; every parameter takes part in every step
-            wrapped = torch.nn.parallel.DistributedDataParallel(wrapped)
-        self.forward = compile_model(wrapped) if t.compile else wrapped
-        self.optimizer = build_optimizer(self.model, t)
-        self.captured = self._captured_update(log)
+        step = training_step(self.model, t, self.device, self.amp, distributed=self.dist.active)
+        self.forward, self.optimizer, self.low_precision = step.forward, step.optimizer, step.low_precision
+        self.captured = step.captured
+        if step.eager_reason is not None and self.dist.is_main:
+            log(f"train.cuda_graphs: training eagerly: {step.eager_reason}")
         self.eval_amp = inference_amp(cfg, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == "fp16")
         if self.dist.is_main:
@@ -231,21 +196,6 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.max_loss = loss_bound(cfg)
         self.metrics = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
-
-    def _captured_update(self, log: Callable[[str], None]) -> CapturedUpdate | None:
-        """``train.cuda_graphs``: the update as a CUDA graph where this run allows it (else one line and eager)."""
-        t = self.cfg.train
-        if not t.cuda_graphs:
-            return None
-        reason = capture_reason(self.device, self.amp, self.dist.active)
-        if reason is not None or t.compile:
-            if self.dist.is_main:
-                log(f"train.cuda_graphs: training eagerly: {reason or 'train.compile compiles the forward instead'}")
-            return None
-        make_capturable(self.optimizer)
-        return CapturedUpdate(
-            self.forward, self.optimizer, amp=self.amp, grad_clip=t.grad_clip, weights=self.low_precision
-        )
 
     # ----------------------------------------------------------------------------------------------------------
     # checkpoints

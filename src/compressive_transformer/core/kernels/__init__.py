@@ -10,15 +10,16 @@ Every kernel is a function of one :class:`~compressive_transformer.core.attentio
 - ``fused``: Triton kernels forward and backward that compute the positional scores inside their tiles, never
   writing a (B, H, T, K) buffer; compiled on CUDA, through Triton's interpreter for CPU tensors (exact and slow: for
   tests; ``auto`` never picks it there).
+- ``flex``: FlexAttention with the positional scores precomputed as two (B, H, T, L) buffers read by distance in its
+  ``score_mod`` and the mask as a ``BlockMask`` (:mod:`.flex`); fused only under ``torch.compile``. ``auto`` does not
+  pick it: whether it beats ``fused`` on a GPU is for ``benchmarks/fused_attention.py`` to measure.
 
 ``auto`` picks ``fused`` on CUDA in bf16 / fp16, compiled or not (a ``torch.library`` custom op, which
 ``torch.compile`` traces without a graph break while it compiles everything around it), else ``sdpa-bias`` on CUDA,
 ``reference`` under ``torch.compile`` and ``explicit`` on the CPU. A kernel that cannot do what a step asks is
 replaced, with one warning naming why: weights wanted -> ``explicit`` (or ``reference`` under ``torch.compile``);
 attention dropout -> ``sdpa-bias``; ``fused`` without Triton, in fp64 or on another device -> ``sdpa-bias``;
-``explicit`` under ``torch.compile`` -> ``reference``. The earlier ``flex`` kernel (FlexAttention with
-the positional scores in a ``score_mod``) read a (B, H, T, K) table and gave NaN for padded rows when compiled on the
-CPU; ``fused`` does its job without the table, and configs naming ``flex`` get it.
+``explicit`` under ``torch.compile`` -> ``reference``, and so does ``flex`` compiled on the CPU with gradients.
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ def choose_kernel(
         _warn("attn_impl 'fused' on the CPU runs through Triton's interpreter: exact but slow, meant for tests")
     if name == "explicit" and compiling:
         name = "reference"  # its strided views do not trace; compile fuses the reference
+    if name == "flex" and compiling and device.type == "cpu" and torch.is_grad_enabled():
+        name = "reference"  # the CPU backend compiles FlexAttention's forward only
     return name
 
 

@@ -111,9 +111,19 @@ class TiledKernel:
         """The tile constexprs this kernel takes."""
         return {k: v for k, v in tiles.kwargs.items() if k in self.fn.arg_names}
 
+    def triton_configs(self) -> list:
+        """The tuned configurations as the autotuner holds them."""
+        return [triton.Config(self.constexprs(t), num_warps=t.warps, num_stages=t.stages) for t in self.configs]
+
+    def compile_only(self, grid, args: tuple, meta: dict, config) -> None:
+        """Compile (into Triton's cache) what the tuning would launch with ``config``, without launching it: the same
+        arguments and options, so the same specialisation and the same cache entry (a prepared check compiles every
+        configuration in parallel before anything is tuned)."""
+        self.fn.run(*args, grid=grid, warmup=True, **meta, **config.all_kwargs())
+
     @functools.cached_property
     def tuned(self):
-        configs = [triton.Config(self.constexprs(t), num_warps=t.warps, num_stages=t.stages) for t in self.configs]
+        configs = self.triton_configs()
         prune = {"early_config_prune": _configs_worth_timing}
         return triton.autotune(configs, key=self.key, reset_to_zero=list(self.zeroed), prune_configs_by=prune)(self.fn)
 
@@ -220,6 +230,15 @@ def _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem: int, window: int, bloc
     return _Geometry(B, H, T, K, dh, C, M, win, tiles, qu.device, qu.dtype)
 
 
+LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
+
+
+def _base2(q: Tensor) -> Tensor:
+    """Queries times log2(e), contiguous: the kernels' scores come out in base 2 (exp2) without a multiply per
+    score; the key and table gradients they take against these queries are scaled back (by ln 2)."""
+    return torch.mul(q, LOG2E, out=torch.empty(q.shape, dtype=q.dtype, device=q.device))  # one pass, any strides
+
+
 def _rows(t: Tensor) -> Tensor:
     """t with unit stride along its last dim (the kernels' tiles read rows)."""
     return t if t.stride(-1) == 1 else t.contiguous()
@@ -227,9 +246,9 @@ def _rows(t: Tensor) -> Tensor:
 
 def _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n) -> tuple[Tensor, Tensor]:
     g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n)
-    qu, qv = qu.contiguous(), qv.contiguous()
+    qu, qv = _base2(qu), _base2(qv)
     k, v, r = _rows(k), _rows(v), _rows(r)
-    qc, rc = (qc.contiguous(), _rows(rc)) if g.C > 0 else (qv, r)  # unread when there is no compressed stream
+    qc, rc = (_base2(qc), _rows(rc)) if g.C > 0 else (qv, r)  # unread when there is no compressed stream
     kv = key_valid.contiguous().view(torch.uint8)
     out = torch.empty((g.B, g.H, g.T, g.dh), dtype=qu.dtype, device=qu.device)
     lse = torch.empty((g.B, g.H, g.T), dtype=torch.float32, device=qu.device)
@@ -246,9 +265,9 @@ def _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_
 def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window, block_m, block_n):
     """dqu, dk, dv, dqv, dr, dqc, drc (the last two empty without a compressed stream)."""
     g = _geometry(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n)
-    qu, qv, grad = qu.contiguous(), qv.contiguous(), grad.contiguous()
+    qu, qv, grad = _base2(qu), _base2(qv), grad.contiguous()
     k, v, r = _rows(k), _rows(v), _rows(r)
-    qc, rc = (qc.contiguous(), _rows(rc)) if g.C > 0 else (None, None)
+    qc, rc = (_base2(qc), _rows(rc)) if g.C > 0 else (None, None)
     kv = key_valid.contiguous().view(torch.uint8)
     di = (grad.float() * out.float()).sum(-1)  # (B, H, T): rowsum(dO * O)
     dk = torch.empty((g.B, g.H, g.K, g.dh), dtype=k.dtype, device=g.device)
@@ -274,8 +293,8 @@ def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window
             g.H, g.T, g.C, g.M, r.shape[1], rc_.shape[1], g.dh, g.win,
         )  # fmt: skip
         _launch(QUERY_GRADS, g.query_grid(), args, dict(HAS_C=g.C > 0, **g.meta), g.device, g.query_tiles)
-    dr = drm.to(r.dtype)
-    drc = drc.to(rc.dtype) if g.C > 0 else r.new_empty(0)
+    dr = (drm * LN2).to(r.dtype)  # taken against the base-2 queries
+    drc = (drc * LN2).to(rc.dtype) if g.C > 0 else r.new_empty(0)
     return dqu, dk, dv, dqv, dr, dqc, drc
 
 

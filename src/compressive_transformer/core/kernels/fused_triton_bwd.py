@@ -15,6 +15,7 @@ through their strides; dk and dv are written contiguous (B, H, K, dh).
 """
 
 from compressive_transformer.core.kernels.fused_triton_tiles import (
+    LN2,
     add_rows,
     band_part,
     band_row0,
@@ -95,7 +96,7 @@ def key_value_grad_kernel(
         dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b2, hi, T, M, win, dh,
         BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
     )  # fmt: skip
-    store_rows(dense(DK, bh, n_all, dh), dk, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
+    store_rows(dense(DK, bh, n_all, dh), dk * LN2, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
     store_rows(dense(DV, bh, n_all, dh), dv, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
 
 

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)  # scores are kept in base 2: exp2 is the GPU's native exponential
+LN2 = tl.constexpr(0.6931471805599453)  # 1 / LOG2E: a gradient taken against base-2 queries, back to theirs
 
 
 @triton.jit
@@ -183,10 +184,11 @@ def band_part(z, q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def scores(content, pos, kv, i, n, key0, n_keys, T, M, win, MASK: tl.constexpr):
-    """Base-2 scores of one tile, (qu . k + positional) log2(e), with -inf where a key may not be read: an empty
-    slot (every tile, as a bias per key); with MASK (memory + segment tiles on the diagonal or the window's edge)
-    also a future key or one farther back than ``win``, except that a query always reads itself."""
-    raw = (content + pos) * LOG2E
+    """Base-2 scores of one tile, qu . k + positional from queries the host scaled by log2(e) (no multiply per score),
+    with -inf where a key may not be read: an empty slot (every tile, as a bias per key); with MASK (memory + segment
+    tiles on the diagonal or the window's edge) also a future key or one farther back than ``win``, except that a
+    query always reads itself."""
+    raw = content + pos
     valid = tl.load(kv + key0 + n, mask=n < n_keys, other=0) != 0
     if MASK:
         dist = M + i[:, None] - n[None, :]
