@@ -52,6 +52,13 @@ FORMATS = ("pg19", "wikitext", "enwik8")
 TOKENIZERS = ("bytes", "words", "bpe", "unigram")
 FORMAT_TOKENIZERS = {"enwik8": ("bytes",)}  # the project models enwik8 byte by byte only
 PIPELINES = ("ours", "anchor", "anchor-encode")
+# GB per tokenizer: bytes reach disk speed, so they go to 2 GB; a 32K BPE costs minutes per 100 MB on 2 cores
+DEFAULT_SIZES = {
+    "bytes": [0.1, 0.5, 2.0],
+    "words": [0.1, 0.5, 1.0],
+    "bpe": [0.1, 0.25, 0.5],
+    "unigram": [0.1, 0.25, 0.5],
+}
 SPLITS = ("train", "validation", "test")
 BATCH_DOCS = 16  # documents per encode_batch call of the anchor
 LINE_CHUNK = 1 << 20  # one-file corpora: lines grouped into pieces of about this many characters per document
@@ -594,7 +601,7 @@ def child_main(spec_path: str) -> None:
 # the parent: one child per measurement, results as each ends
 
 
-def run_child(spec: dict[str, Any], work: Path) -> dict[str, Any]:
+def run_child(spec: dict[str, Any], work: Path, timeout: float | None = None) -> dict[str, Any]:
     """``spec`` run in a fresh interpreter: its phases and peak RSS, and its wall and CPU seconds (``os.wait4``)."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -612,9 +619,10 @@ def run_child(spec: dict[str, Any], work: Path) -> dict[str, Any]:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        status, usage, timed_out, tree_peak = reap(proc, timeout)
     wall = time.perf_counter() - t0
+    if timed_out:
+        return {"error": f"timed out after {timeout:g} s (--timeout)", "log": str(stem) + ".log"}
     if proc.returncode != 0 or not Path(spec["result"]).is_file():
         tail = Path(str(stem) + ".log").read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
         return {"error": f"exit {proc.returncode}: {tail[0][:300]}", "log": str(stem) + ".log"}
@@ -622,8 +630,45 @@ def run_child(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     result["process"] = {
         "seconds": wall,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "tree_pss_peak_mib": tree_peak,  # sampled: the child with any worker processes it starts
     }
     return result
+
+
+def tree_pss_mib(pid: int) -> float:
+    """Proportional set size of ``pid`` and all its descendants (a worker pool's memory, shared pages counted
+    once); 0 where /proc cannot say."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+                    break
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total / 1024
+
+
+def reap(proc: subprocess.Popen, timeout: float | None) -> tuple[int, Any, bool, float]:
+    """Wait for ``proc`` (killed after ``timeout`` seconds): its wait status, its resource usage, whether it was
+    killed, and the peak of its process tree's PSS, sampled every 0.2 s. ``os.wait4`` reaps it itself, since
+    ``Popen.wait`` would take the usage with it."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    killed, peak = False, 0.0
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return status, usage, killed, peak
+        peak = max(peak, tree_pss_mib(proc.pid))
+        if deadline is not None and time.monotonic() > deadline:
+            proc.kill()
+            killed, deadline = True, None
+        time.sleep(0.2)
 
 
 def summarise(result: dict[str, Any], corpus_bytes: int) -> dict[str, Any]:
@@ -633,6 +678,7 @@ def summarise(result: dict[str, Any], corpus_bytes: int) -> dict[str, Any]:
         "seconds": seconds,
         "mb_per_s": corpus_bytes / 1e6 / seconds if seconds else None,
         "peak_rss_mib": result["peak_rss_mib"],
+        "tree_pss_peak_mib": result["process"]["tree_pss_peak_mib"],
         "total_tokens": sum(result["tokens"].values()),
         "total_documents": sum(result["documents"].values()),
     }
@@ -647,6 +693,13 @@ class Results:
         if self.path.is_file():
             self.data = json.loads(self.path.read_text())
         self.data |= header
+        self.machine_noted = False
+
+    def note_machine(self) -> None:
+        """The machine record, taken once per invocation that measures something (importing torch takes a while)."""
+        if not self.machine_noted:
+            self.data["machine"] = machine()
+            self.machine_noted = True
 
     def find(self, settings: dict[str, Any]) -> dict[str, Any] | None:
         for m in self.data["measurements"]:
@@ -687,7 +740,7 @@ def measure(args, results: Results, fmt: str, kind: str, size_gb: float, repeat:
         if have is not None and not (pipeline == "ours" and needs_ours_dir(args, results, base, run_dir)):
             continue
         if needs_run_dir and not (run_dir / "tokenizer.json").is_file():
-            print(f"{tag} {pipeline}: the project's run directory {run_dir} is gone; measure ours again (--force)")
+            print(f"{tag} {pipeline}: skipped, it needs the tokenizer the project's build writes ({run_dir} has none)")
             continue
         if pipeline == "ours":
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -699,8 +752,9 @@ def measure(args, results: Results, fmt: str, kind: str, size_gb: float, repeat:
             "run_dir": str(run_dir),
             "out_dir": str(anchor_dir / pipeline),
         }
+        results.note_machine()
         load = os.getloadavg()  # a busy machine makes every number here slower: recorded beside each
-        result = run_child(spec, args.work)
+        result = run_child(spec, args.work, args.timeout)
         record = {
             "settings": settings,
             "corpus": {k: manifest[k] for k in ("bytes", "documents")},
@@ -812,29 +866,32 @@ def ratio(ours: dict[str, Any] | None, other: dict[str, Any] | None, phase: str 
 
 def markdown(data: dict[str, Any]) -> str:
     best = medians(data["measurements"])
-    mach = data["machine"]
+    mach = data.get("machine", {})
     lines = [
         "# Corpus ingestion: the project's cache build against Hugging Face `tokenizers`",
         "",
-        f"`{data['command']}`, {data['date']}. Machine: {mach.get('cpu')} ({', '.join(mach.get('cpu_flags', []))}), "
+        f"{data['date']}. Machine: {mach.get('cpu')} ({', '.join(mach.get('cpu_flags', []))}), "
         f"{mach.get('cores')} cores, {mach.get('ram_gib', '?')} GiB RAM, load average {mach.get('load_average')} at "
         f"the start; torch {mach.get('torch')}, tokenizers {mach.get('tokenizers')}, numpy {mach.get('numpy')}, "
         f"commit {mach.get('commit', '?')[:10]}{' (src modified)' if mach.get('dirty') else ''}.",
         "",
         "Seconds are the timed phases of each child (imports excluded); MB/s is the whole corpus (every split) over "
-        "them; peak RSS is the child's own high-water mark (`VmHWM`) over its imports and phases. `tokenizer` is tokenizer training (ours: `prepare_tokenizer`;"
-        " anchor-encode: loading the project's file), `encode` the cache build / the anchor's encoding of every "
-        "split. Ratios are ours' throughput over the other's (> 1: ours faster). `tokens equal`: the anchor's "
-        "encoding with the project's own tokenizer gives ours' token count per split (and ids, by sha256).",
+        "them; peak RSS is the child's own high-water mark (`VmHWM`) over its imports and phases; tree PSS the peak "
+        "of the proportional set size of the child and any worker processes it starts, sampled every 0.2 s (shared "
+        "pages counted once; a peak shorter than that can be missed). `tokenizer` is tokenizer training (ours: "
+        "`prepare_tokenizer`; anchor-encode: loading the project's file), `encode` the cache build / the anchor's "
+        "encoding of every split. Ratios are ours' throughput over the other's (> 1: ours faster). `tokens equal`: "
+        "the anchor's encoding with the project's own tokenizer gives ours' token count per split (and ids, by "
+        "sha256). Measured by: " + "; ".join(f"`{c}`" for c in data.get("commands", [data["command"]])) + ".",
     ]
     combos = sorted({(k[0], k[1]) for k in best}, key=lambda c: (FORMATS.index(c[0]), TOKENIZERS.index(c[1])))
     fits: list[str] = []
     for fmt, kind in combos:
         lines += ["", f"## {fmt}, {kind}", ""]
         lines += [
-            "| GB | documents | pipeline | tokenizer s | encode s | total s | MB/s | peak RSS MiB | tokens | ours ÷ anchor "
+            "| GB | documents | pipeline | tokenizer s | encode s | total s | MB/s | peak RSS MiB | tree PSS MiB | tokens | ours ÷ anchor "
             "(total) | ours ÷ anchor-encode (encode) | tokens equal |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         sizes = sorted({k[2] for k in best if k[:2] == (fmt, kind)})
         notes: list[str] = []
@@ -855,6 +912,7 @@ def markdown(data: dict[str, Any]) -> str:
                     f"{s['seconds']:.1f}",
                     f"{s['mb_per_s']:.1f}",
                     f"{s['peak_rss_mib']:.0f}",
+                    f"{s['tree_pss_peak_mib']:.0f}",
                     f"{s['total_tokens']:,}",
                     ratio(ours, best.get((fmt, kind, size, "anchor"))) if pipeline == "ours" else "",
                     ratio(ours, anchor_encode, "encode") if pipeline == "ours" else "",
@@ -882,7 +940,9 @@ def markdown(data: dict[str, Any]) -> str:
             a, b = f
             note = f"{fmt} {kind} {pipeline}: seconds ≈ {a:.1f} + {b:.1f} × GB over {len(pts)} sizes"
             note += f"; peak RSS {rss[0]:.0f} → {rss[-1]:.0f} MiB ({rss[-1] / rss[0]:.2f}×)"
-            if fmt == "pg19":
+            if fmt == "pg19" and b <= 0:
+                note += "; no positive slope (the sizes are too close for the noise), so no extrapolation"
+            elif fmt == "pg19":
                 hours = (a + b * PG19_FULL["gb"]) / 3600
                 note += (
                     f"; the full PG-19 ({PG19_FULL['gb']} GB, {PG19_FULL['books']:,} books): {hours:.2f} h on this "
@@ -918,7 +978,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
             ax.grid(alpha=0.3)
         row[1].set_ylim(bottom=0)
         row[0].legend(fontsize=7)
-    mach = data["machine"]
+    mach = data.get("machine", {})
     fig.suptitle(
         f"{mach.get('cpu')}, {mach.get('cores')} cores; flags: {' '.join(mach.get('cpu_flags', []))}", fontsize=9
     )
@@ -954,11 +1014,12 @@ def names(choices: tuple[str, ...]):
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.ingest", description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", type=floats, default=[0.1, 0.5, 2.0], help="corpus sizes in GB (all splits together)")
+    p.add_argument(
+        "--sizes", type=floats, default=None, help="corpus sizes in GB (all splits together) for every tokenizer"
+    )
     for kind in TOKENIZERS:
-        p.add_argument(
-            f"--{kind}-sizes", type=floats, default=None, help=f"sizes for the {kind} tokenizer (default --sizes)"
-        )
+        default = ",".join(f"{x:g}" for x in DEFAULT_SIZES[kind])
+        p.add_argument(f"--{kind}-sizes", type=floats, default=None, help=f"the {kind} tokenizer's (default {default})")
     p.add_argument("--formats", type=names(FORMATS), default=list(FORMATS))
     p.add_argument("--tokenizers", type=names(TOKENIZERS), default=["bytes", "words", "bpe"])
     p.add_argument("--repeats", type=int, default=1, help="measurements per setting (the median is reported)")
@@ -968,6 +1029,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpora")
     p.add_argument("--work", type=Path, default=DEFAULT_WORK, help="corpora, run directories, logs (not in the repo)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, results.md, ingest.png")
+    p.add_argument("--timeout", type=float, default=None, help="seconds one child may run (default: no limit)")
     p.add_argument("--force", action="store_true", help="measure again what results.json holds already")
     p.add_argument("--keep", action="store_true", help="keep the token caches and the anchor's id files")
     p.add_argument("--quick", action="store_true", help="a smoke run: 1-2 MB corpora, vocabulary 512")
@@ -976,7 +1038,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def sizes_for(args, kind: str) -> list[float]:
-    return getattr(args, f"{kind}_sizes") or args.sizes
+    """``--<kind>-sizes``, else ``--sizes``, else the kind's default (BPE at 2 GB would take hours on 2 cores)."""
+    return getattr(args, f"{kind}_sizes") or args.sizes or DEFAULT_SIZES[kind]
+
+
+def check_sample_settings(args) -> None:
+    """A tokenizer-sample option the installed ``DataConfig`` does not have would be silently ignored: refused."""
+    from compressive_transformer.core.config import DataConfig
+
+    fields = {f.name for f in dataclasses.fields(DataConfig)}
+    for key in ("tokenizer_sample", "tokenizer_sample_seed"):
+        if getattr(args, key) is not None and key not in fields:
+            raise SystemExit(f"--{key.replace('_', '-')}: this version's DataConfig has no {key}; drop the option")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -987,17 +1060,19 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.sizes, args.vocab_size = [0.001], 512
         args.bytes_sizes = args.bytes_sizes or [0.001, 0.002]
+    check_sample_settings(args)
     args.work = args.work.expanduser().absolute()
     if args.work.resolve().is_relative_to(ROOT.resolve()):
         raise SystemExit(f"--work {args.work}: is inside the repository; give a scratch directory, e.g. /tmp/ingest")
+    command = " ".join(["python -m benchmarks.ingest", *argv])
     header = {
-        "command": "python -m benchmarks.ingest " + " ".join(argv),
+        "command": command,
         "date": now(),
-        "machine": machine(),
         "python": platform.python_version(),
     }
     out = args.out.expanduser().absolute()
     results = Results(out, header)
+    results.data["commands"] = list(dict.fromkeys([*results.data.get("commands", []), command]))  # every invocation
     plan = [
         (size, fmt, kind, r)
         for kind in args.tokenizers
