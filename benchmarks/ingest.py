@@ -1,11 +1,11 @@
 """Corpus ingestion at scale: the project's token-cache build against Hugging Face ``tokenizers`` used as its README
 shows it, on seeded synthetic corpora in PG-19's, enwik8's and WikiText's layouts, at several sizes.
 
-    python -m benchmarks.ingest --sizes 0.1,0.5,2 --bpe-sizes 0.1,0.25,0.5 --words-sizes 0.1,0.5,1   # the real run
-    python -m benchmarks.ingest --quick --out /tmp/ingest                                             # smoke run
+    python -m benchmarks.ingest                          # the real run: bytes to 2 GB, words and bpe to 0.5 GB
+    python -m benchmarks.ingest --quick --out /tmp/ingest   # smoke run
 
-Per corpus (format x size) and tokenizer, three pipelines, each one child process (its peak RSS is its own, read
-with ``os.wait4``; per phase from ``VmHWM``, reset between phases):
+Per corpus (format x size) and tokenizer, three pipelines, each one child process (its peak RSS is its own:
+``VmHWM``, reset between phases; CPU time from ``os.wait4``; the PSS of its process tree sampled):
 
 - ``ours``: the public path of a ``train`` run, ``data.cache.prepare_corpora`` into a fresh run directory, after
   ``prepare_tokenizer`` (so tokenizer training and encoding are timed apart);
@@ -55,13 +55,13 @@ PIPELINES = ("ours", "anchor", "anchor-encode")
 # GB per tokenizer: bytes reach disk speed, so they go to 2 GB; a 32K BPE costs minutes per 100 MB on 2 cores
 DEFAULT_SIZES = {
     "bytes": [0.1, 0.5, 2.0],
-    "words": [0.1, 0.5, 1.0],
+    "words": [0.1, 0.25, 0.5],
     "bpe": [0.1, 0.25, 0.5],
     "unigram": [0.1, 0.25, 0.5],
 }
 SPLITS = ("train", "validation", "test")
 BATCH_DOCS = 16  # documents per encode_batch call of the anchor
-LINE_CHUNK = 1 << 20  # one-file corpora: lines grouped into pieces of about this many characters per document
+LINE_CHUNK = 384 << 10  # one-file corpora: lines grouped into documents of about a PG-19 book's characters
 BOOK_BYTES = 385_000  # a PG-19 book's mean size (11.7 GB / 28,752 books, rounded)
 PG19_FULL = {"gb": 11.7, "books": 28_602}
 EOS, UNK = "<eos>", "<unk>"
@@ -531,7 +531,12 @@ def training_files(spec: dict[str, Any]) -> tuple[list[Path], str]:
         names = [str(n) for n in json.loads(sample.read_text()).get("names", [])]
         by_stem = {p.stem: p for p in files}
         if names and all(n in by_stem for n in names):
-            return [by_stem[n] for n in names], f"the project's sample: {len(names)} of {len(files)} train files"
+            chosen = [by_stem[n] for n in names]
+            mb = sum(p.stat().st_size for p in chosen) / 1e6
+            return chosen, (
+                f"the project's sample: {len(names)} of {len(files)} train files, {mb:.1f} MB "
+                f"(the project's record: {json.loads(sample.read_text()).get('bytes', 0) / 1e6:.1f} MB)"
+            )
         return files, f"the whole train split ({root.name}'s sample names are not its train files)"
     return files, "the whole train split (as the project)"
 
@@ -691,7 +696,13 @@ class Results:
         self.path = out / "results.json"
         self.data = {"measurements": []}
         if self.path.is_file():
-            self.data = json.loads(self.path.read_text())
+            try:
+                self.data = json.loads(self.path.read_text())
+                assert isinstance(self.data.get("measurements"), list)
+            except (ValueError, AssertionError, AttributeError):
+                raise SystemExit(
+                    f"{self.path}: not a results file of this benchmark; move it away or pick another --out"
+                ) from None
         self.data |= header
         self.machine_noted = False
 

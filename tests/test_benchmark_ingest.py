@@ -122,3 +122,43 @@ def test_quick_run_measures_ours_and_the_anchor_equally_and_reuses_its_results(t
     assert " ours: " not in again.stdout and " anchor: " not in again.stdout  # nothing measured again
     assert json.loads((out / "results.json").read_text())["measurements"] == data["measurements"]
     assert tree(ROOT) == before  # nothing written inside the repository
+
+
+def test_the_anchor_trains_on_the_projects_sample_when_its_run_records_one(tmp_path: Path):
+    root, _ = ingest.corpus(tmp_path, "pg19", 0.002, seed=0)
+    train = ingest.split_files("pg19", root, "train")
+    spec = {"format": "pg19", "corpus": str(root), "run_dir": str(tmp_path / "run")}
+    (tmp_path / "run").mkdir()
+    assert ingest.training_files(spec) == (train, "the whole train split (as the project)")
+    record = {"names": [train[-1].stem], "bytes": 1234}
+    (tmp_path / "run" / "tokenizer_sample.json").write_text(json.dumps(record))
+    files, said = ingest.training_files(spec)
+    assert files == [train[-1]] and said.startswith(f"the project's sample: 1 of {len(train)} train files")
+    (tmp_path / "run" / "tokenizer_sample.json").write_text(json.dumps({"names": ["train"], "bytes": 1234}))
+    assert ingest.training_files(spec)[0] == train  # names that are not files: the whole split, and it says so
+
+
+def test_sample_settings_reach_a_data_config_that_has_them_and_are_left_out_of_one_that_does_not(monkeypatch):
+    import dataclasses
+
+    import compressive_transformer.core.config as config
+
+    spec = {"format": "pg19", "corpus": "/c", "tokenizer": "bpe", "vocab_size": 300, "tokenizer_sample": 10**8}
+    spec["tokenizer_sample_seed"] = 7
+    fields = {f.name for f in dataclasses.fields(config.DataConfig)}
+    if "tokenizer_sample" not in fields:
+        cfg = ingest.data_config(spec)
+        assert cfg.vocab_size == 300 and cfg.path == "/c"
+
+    @dataclasses.dataclass(frozen=True)
+    class WithSample:
+        format: str
+        path: str
+        tokenizer: str
+        vocab_size: int = 0
+        tokenizer_sample: int = 0
+        tokenizer_sample_seed: int = 0
+
+    monkeypatch.setattr(config, "DataConfig", WithSample)
+    assert ingest.data_config(spec) == WithSample("pg19", "/c", "bpe", 300, 10**8, 7)
+    assert ingest.data_config(spec | {"tokenizer_sample": None}).tokenizer_sample == 0  # the project's default
