@@ -62,7 +62,7 @@ DEFAULT_SIZES = {
 SPLITS = ("train", "validation", "test")
 BATCH_DOCS = 16  # documents per encode_batch call of the anchor
 LINE_CHUNK = 384 << 10  # one-file corpora: lines grouped into documents of about a PG-19 book's characters
-BOOK_BYTES = 385_000  # a PG-19 book's mean size (11.7 GB / 28,752 books, rounded)
+BOOK_BYTES = 385_000  # a typical PG-19 book (the mean is ~400 KB: 11.7 GB / 28,752 books)
 PG19_FULL = {"gb": 11.7, "books": 28_602}
 EOS, UNK = "<eos>", "<unk>"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "ingest"
@@ -98,7 +98,7 @@ def vocabulary(rng: np.random.Generator, style: str, types: int = 50_000) -> Voc
     """Random letter strings, shorter ones more frequent; ``prose`` (PG-19, enwik8) has capitals and punctuation
     attached, ``tokens`` (WikiText) has punctuation, ``@-@`` and ``<unk>`` as words of their own, ``xml`` links and
     entities."""
-    # frequent words are short: ~2 letters at the top ranks, ~8 at the bottom (4.6 on average over the text)
+    # frequent words are short: ~2 letters at the top ranks, ~8 at the bottom (~5 on average over the text)
     n_letters = np.clip(np.rint(2 + 0.55 * np.log1p(np.arange(types)) + rng.normal(0, 1.0, types)), 1, 12)
     letters = LETTERS[rng.choice(len(LETTERS), size=(types, 12), p=LETTER_P / LETTER_P.sum())]
     kind = rng.random(types)
@@ -172,13 +172,12 @@ class TextSource:
         n_lines = int(np.clip(size // (4 * (line or 600)), 1 << 12, 1 << 20))
         text = text_block(self.rng, vocab, n_lines * (line or 600), line=line)
         sep = b"\n" if line else b"\n \n"  # a line end / a paragraph's line and the blank line after it
-        pool = [p + sep for p in text.split(sep)[1:-1]]  # whole lines only
+        pool = [p + sep for p in text.split(sep)[1:-1]]  # whole lines only (PG-19: blank ones too, paragraphs)
         if not line:
             pool = [p if p.startswith(b" ") else b" " + p for p in pool]  # WikiText lines start with a space
-        self.pool = np.array(pool + [b"\n"], dtype=object)  # the last entry: a blank line (paragraph break)
+        self.pool = np.array(pool, dtype=object)
         self.lens = np.array([len(p) for p in self.pool], dtype=np.int64)
-        self.blank = 0.1 if line else 0.0
-        self.mean = float(self.lens[:-1].mean())
+        self.mean = float(self.lens.mean())
 
     def pieces(self, sizes: Iterable[int]) -> Iterator[bytes]:
         """One piece of at least each size (whole lines), about 64 MB of them drawn at a time."""
@@ -197,8 +196,7 @@ class TextSource:
         want = np.cumsum(np.asarray(group, dtype=np.int64))
         n = int(want[-1] / self.mean * 1.05) + 64 * len(group)
         while True:
-            idx = self.rng.integers(0, len(self.pool) - 1, n)
-            idx[self.rng.random(n) < self.blank] = len(self.pool) - 1
+            idx = self.rng.integers(0, len(self.pool), n)
             cum = np.cumsum(self.lens[idx])
             if cum[-1] >= want[-1]:
                 break
@@ -287,7 +285,7 @@ def write_wikitext(root: Path, size: int, seed: int) -> int:
                 if written >= target:
                     break
                 title = titles[i % len(titles)]
-                if src.rng.random() < 0.3:  # a new article
+                if i == 0 or src.rng.random() < 0.3:  # a new article
                     articles += 1
                     head = f" = {title} = \n \n"
                 else:
