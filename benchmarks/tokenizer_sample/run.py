@@ -67,12 +67,13 @@ def one_run(out: Path, arm: str, seed: int, data: str) -> dict[str, Any]:
     """Train and evaluate one (arm, seed) unless already done; its record for results.json."""
     run = out / f"{arm}-seed{seed}"
     train, evaluate = train_command(run, arm, seed, data), eval_command(run)
+    log = out / f"{arm}-seed{seed}.log"  # beside the run: train wants a run directory it creates
+    out.mkdir(parents=True, exist_ok=True)
     if not (run / "eval_test.json").is_file():
         if not (run / "checkpoints" / f"step-{STEPS:08d}").is_dir():
             shutil.rmtree(run, ignore_errors=True)
-            run.mkdir(parents=True)
-            _run(train, run / "study.log")
-        _run(evaluate, run / "study.log")
+            _run(train, log)
+        _run(evaluate, log)
     ev = json.loads((run / "eval_test.json").read_text(encoding="utf-8"))
     sample = json.loads((run / "tokenizer" / "tokenizer_sample.json").read_text(encoding="utf-8"))
     return {
