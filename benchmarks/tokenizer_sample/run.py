@@ -23,6 +23,7 @@ from typing import Any
 from compressive_transformer.analysis.stats import paired_differences
 from compressive_transformer.core.fileio import write_text_atomic
 from compressive_transformer.data.readers import data_root_path
+from compressive_transformer.runs import cputime
 from compressive_transformer.runs.machine import machine_info
 
 HERE = Path(__file__).parent
@@ -89,7 +90,10 @@ def one_run(out: Path, arm: str, seed: int, data: str) -> dict[str, Any]:
         "test_bits_per_char": ev["bits_per_char"],
         "test_bits_per_token": ev["bits_per_token"],
         "step": ev["step"],
+        "train_cpu_seconds": (cputime.total(run) or {}).get("seconds"),
         "commands": [shlex.join(train), shlex.join(evaluate)],
+        "machine": machine_line(machine_info()),
+        "commit": git_commit("src"),
     }
 
 
@@ -135,19 +139,20 @@ def render(record: dict[str, Any]) -> str:
     """results.md: one row per run, then the judged differences."""
     runs, summary, m = record["runs"], record["summary"], record["machine"]
     lines = [
-        f"Machine: {m.get('cpu', '?')}, {m.get('cores')} cores shared with other jobs, one thread per process, "
-        f"torch {m.get('torch')}; commit {record['commit'][:12]}. Test split of the PG-19 sample "
+        f"Machine: {machine_line(m)}, shared with other jobs, one thread per process; source at commit "
+        f"{record['src_commit'][:12]}. Test split of the PG-19 sample "
         f"({runs[0]['test_chars']:,} characters) after {STEPS} updates."
         if runs
         else "No run finished yet.",
         "",
-        "| arm | seed | tokenizer_sample | sample drawn (bytes, share of train) | test tokens | test bits/char |",
-        "|---|---|---|---|---|---|",
+        "| arm | seed | tokenizer_sample | sample drawn (bytes, share of train) | test tokens | test bits/char | train CPU s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in sorted(runs, key=lambda r: (list(ARMS).index(r["arm"]), r["seed"])):
         lines.append(
             f"| {r['arm']} | {r['seed']} | {r['tokenizer_sample']:,} | {r['sample_bytes_drawn']:,} "
-            f"({100 * r['sample_share']:.1f}%) | {r['test_tokens']:,} | {r['test_bits_per_char']:.4f} |"
+            f"({100 * r['sample_share']:.1f}%) | {r['test_tokens']:,} | {r['test_bits_per_char']:.4f} | "
+            f"{r['train_cpu_seconds']:.0f} |"
         )
     lines += [
         "",
@@ -168,13 +173,19 @@ def render(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def git_commit() -> str:
+def git_commit(path: str | None = None) -> str:
+    """HEAD, or with ``path`` (relative to the repository root) the last commit that changed it: the commit of the
+    code a run ran, which the study's own later commits (results, this script) do not move."""
+    cmd = ["git", "log", "-1", "--format=%H", "--", path] if path else ["git", "rev-parse", "HEAD"]
     try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True
-        ).stdout.strip()
+        out = subprocess.run(cmd, cwd=HERE.parents[1], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return out or "unknown"
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    return f"{m.get('cpu', '?')}, {m.get('cores')} cores, torch {m.get('torch')}"
 
 
 def write(runs: list[dict[str, Any]], command: str) -> dict[str, Any]:
@@ -182,6 +193,7 @@ def write(runs: list[dict[str, Any]], command: str) -> dict[str, Any]:
         "command": command,
         "machine": machine_info(),
         "commit": git_commit(),
+        "src_commit": git_commit("src"),
         "config": str(CONFIG),
         "runs": runs,
         "summary": summarize(runs),
