@@ -29,6 +29,7 @@ import argparse
 import csv
 import dataclasses
 import datetime
+import functools
 import hashlib
 import itertools
 import json
@@ -456,8 +457,9 @@ def data_config(spec: dict[str, Any]):
     kwargs: dict[str, Any] = {"format": spec["format"], "path": spec["corpus"], "tokenizer": spec["tokenizer"]}
     if spec["tokenizer"] in ("bpe", "unigram"):
         kwargs["vocab_size"] = spec["vocab_size"]
+    trained = spec["tokenizer"] in ("words", "bpe", "unigram")  # the bytes tokenizer learns nothing: no sample
     for key in ("tokenizer_sample", "tokenizer_sample_seed"):
-        if spec.get(key) is not None and key in fields:
+        if spec.get(key) is not None and key in fields and trained:
             kwargs[key] = spec[key]
     return DataConfig(**kwargs)
 
@@ -467,13 +469,11 @@ def run_ours(spec: dict[str, Any], phases: Phases) -> dict[str, Any]:
 
     run_dir = Path(spec["run_dir"])
     cfg = data_config(spec)
-    try:
-        from compressive_transformer.data.tokenizers import prepare_tokenizer
+    from compressive_transformer.data.sample import prepare_tokenizer
 
-        phases.run("tokenizer", prepare_tokenizer, cfg, run_dir)
-    except ImportError:  # a data package without it: the whole build is one phase
-        pass
-    tok, corpora = phases.run("encode", cache.prepare_corpora, cfg, run_dir)
+    phases.run("tokenizer", prepare_tokenizer, cfg, run_dir)
+    build = functools.partial(cache.prepare_corpora, progress=False)  # no bar: its redraws would be timed too
+    tok, corpora = phases.run("encode", build, cfg, run_dir)
     out = {
         "tokens": {s: c.num_tokens for s, c in corpora.items()},
         "documents": {s: c.num_docs for s, c in corpora.items()},

@@ -7,9 +7,7 @@ takes, and Ctrl-C during them ends in one line.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from compressive_transformer.core.lazy import lazy_names
 from compressive_transformer.core.version import __version__ as __version__
 
 # public name -> the module (below this package) that defines it
@@ -39,17 +37,7 @@ _EXPORTS = {
 }  # fmt: skip
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # looked up once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -6,8 +6,7 @@ without the rest (a word tokenizer's worker processes import only :mod:`~compres
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from compressive_transformer.core.lazy import lazy_names
 
 # public name -> the module (below this package) that defines it
 _EXPORTS = {
@@ -24,17 +23,10 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # looked up once
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
 
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
+# `download` names a module of this package as well as its function: importing the module (anything may) would set
+# the package's attribute to the module, so the function is bound here, as an eager import would have bound it
+from compressive_transformer.data.download import download as download  # noqa: E402
 
 __all__ = sorted(_EXPORTS)

@@ -184,23 +184,10 @@ def score_documents(
     max_batches: int | None = None,
     progress: bool = False,
 ) -> EvalResult:
-    e = run.config.eval
     corpus = encode_documents(run, documents)
-    return evaluate(
-        run.model,
-        corpus,
-        split=name,
-        batch_size=batch_size or e.batch_size,
-        seg_len=seg_len or run.seg_len,
-        mem_len=run.mem_len if mem_len is None else mem_len,
-        cmem_len=run.cmem_len if cmem_len is None else cmem_len,
-        max_batches=e.max_batches if max_batches is None else max_batches,
-        progress=progress,
-        size=texts_size(documents),
-        tokenizer_kind=run.tokenizer.kind,
-        token_unit=token_unit(run.modality),
-        amp_dtype=amp_dtype(inference_amp(run.config, next(run.model.parameters()).device)),
-        unknown_id=getattr(run.tokenizer, "unk_id", None),
+    lengths = {"batch_size": batch_size, "seg_len": seg_len, "mem_len": mem_len, "cmem_len": cmem_len}
+    return score_corpus(
+        run, corpus, texts_size(documents), name=name, max_batches=max_batches, progress=progress, **lengths
     )
 
 
@@ -277,18 +264,31 @@ def encoded_source(run: Run, source: TextSource) -> Iterator[tuple[Any, TextSize
         shutil.rmtree(work, ignore_errors=True)
 
 
-def score_corpus(run: Run, corpus: Any, size: TextSize, *, name: str, progress: bool = False) -> EvalResult:
-    """:func:`score_documents` for ids already encoded (a memory-mapped corpus), with the run's settings."""
+def score_corpus(
+    run: Run,
+    corpus: Any,
+    size: TextSize,
+    *,
+    name: str,
+    batch_size: int | None = None,
+    seg_len: int | None = None,
+    mem_len: int | None = None,
+    cmem_len: int | None = None,
+    max_batches: int | None = None,
+    progress: bool = False,
+) -> EvalResult:
+    """Ids already encoded (in memory, or a memory-mapped corpus) scored with the run's model; lengths default to
+    the run's evaluation settings."""
     e = run.config.eval
     return evaluate(
         run.model,
         corpus,
         split=name,
-        batch_size=e.batch_size,
-        seg_len=run.seg_len,
-        mem_len=run.mem_len,
-        cmem_len=run.cmem_len,
-        max_batches=e.max_batches,
+        batch_size=batch_size or e.batch_size,
+        seg_len=seg_len or run.seg_len,
+        mem_len=run.mem_len if mem_len is None else mem_len,
+        cmem_len=run.cmem_len if cmem_len is None else cmem_len,
+        max_batches=e.max_batches if max_batches is None else max_batches,
         progress=progress,
         size=size,
         tokenizer_kind=run.tokenizer.kind,
