@@ -396,3 +396,32 @@ def test_word_ids_from_the_pool_of_processes_equal_those_of_one_process(tmp_path
     alone = word_ids(texts, tok._index, tok.unk_id)
     assert len(pooled) == len(texts) and all(np.array_equal(a, b) for a, b in zip(pooled, alone))
     assert any((a == tok.unk_id).any() for a in alone)
+
+
+def test_a_shard_whose_ids_the_disk_lost_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids reach the file without a sync per shard: after a machine stopped before writing its cache back, a shard's
+    record may outlive its ids. The resumed build checks each shard's ids and goes back to the last that holds."""
+    cfg = write_books(tmp_path / "books")
+    tok = WordTokenizer.train(read_split(cfg, "train").documents)
+    whole = load_corpus(cfg, "train", tok, tmp_path / "whole", progress=False, shard_bytes=200, batch_bytes=100)
+    real, calls = shards_module._Writer._encode, [0]
+
+    def stop_on_eighth(self, texts):
+        calls[0] += 1
+        if calls[0] == 8:
+            raise KeyboardInterrupt
+        return real(self, texts)
+
+    monkeypatch.setattr(shards_module._Writer, "_encode", stop_on_eighth)
+    with pytest.raises(KeyboardInterrupt):
+        load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=200, batch_bytes=100)
+    monkeypatch.undo()
+    (build,) = (tmp_path / "cache").glob("*.build")
+    records = sorted(build.glob("shard-*.json"))
+    assert len(records) >= 2
+    last = json.loads(records[-1].read_text())
+    with (build / "tokens.bin").open("r+b") as f:  # the last shard's ids never reached the disk: garbage
+        f.seek((last["tokens_end"] - 1) * np.dtype(whole.tokens.dtype).itemsize)
+        f.write(b"\xff" * np.dtype(whole.tokens.dtype).itemsize)
+    corpus = load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=200, batch_bytes=100)
+    assert np.array_equal(corpus.tokens, whole.tokens) and corpus.names == whole.names

@@ -16,6 +16,7 @@ they are ``bytes``: which one is decided for the whole document, from a first pa
 from __future__ import annotations
 
 import codecs
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,6 +285,9 @@ def first_bad(data: bytes) -> int | None:
 
 _STR_SPACE = np.zeros(256, dtype=bool)
 _STR_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # str.split()'s whitespace among ASCII characters
+# str.split()'s whitespace beyond ASCII; a text without any is counted over its UTF-8 bytes, whose non-ASCII bytes
+# all belong to characters that are not whitespace
+_WIDE_SPACE = re.compile("[" + "".join(c for c in map(chr, range(128, 0x3001)) if c.isspace()) + "]")
 _BYTES_SPACE = np.zeros(256, dtype=bool)
 _BYTES_SPACE[[9, 10, 11, 12, 13, 32]] = True  # bytes.split()'s whitespace
 
@@ -311,7 +315,7 @@ class TextCounter:
         self.bytes += len(raw)
         if isinstance(text, str):
             self.chars += len(text)
-            if text.isascii():
+            if text.isascii() or not _WIDE_SPACE.search(text):  # its whitespace is ASCII: count over its bytes
                 words, first, last = _words_of(raw, _STR_SPACE)
             else:
                 words = len(text.split())

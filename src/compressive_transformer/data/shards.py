@@ -20,6 +20,7 @@ import resource
 import shutil
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -64,6 +65,7 @@ class Shard:
     totals: dict[str, int]
     hash: str
     files: list[list[Any]] = field(default_factory=list)  # [path, size, mtime_ns] of files read in this shard
+    tokens_crc: str = ""  # CRC-32 of the shard's ids as written: a resumed build checks what the disk kept
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -202,7 +204,26 @@ def _read_shards(build_dir: Path, dtype: np.dtype) -> list[Shard] | str:
     have = tokens.stat().st_size if tokens.exists() else 0
     if shards and have < shards[-1].tokens_end * dtype.itemsize:
         return "its tokens file is shorter than its shards say"
+    # the ids are not synced to disk shard by shard (the build would run at the disk's speed, not the cache's); a
+    # machine that stopped without writing back its cache may have kept a record without its ids: the last shard
+    # whose ids check out is where the build resumes
+    while (
+        shards
+        and _tokens_crc(tokens, shards[-2].tokens_end if len(shards) > 1 else 0, shards[-1].tokens_end, dtype)
+        != shards[-1].tokens_crc
+    ):
+        shards.pop()
     return shards
+
+
+def _tokens_crc(path: Path, start: int, end: int, dtype: np.dtype) -> str:
+    """CRC-32 of ids ``[start, end)`` of a tokens file, read a block at a time."""
+    crc, step = 0, (64 << 20) // dtype.itemsize
+    with path.open("rb") as f:
+        f.seek(start * dtype.itemsize)
+        for at in range(start, end, step):
+            crc = zlib.crc32(f.read((min(end, at + step) - at) * dtype.itemsize), crc)
+    return f"{crc:08x}"
 
 
 @dataclass(frozen=True)
@@ -261,6 +282,7 @@ class _Writer:
         self.ends: list[int] = []
         self.names: list[str] = []
         self.hash = content_hash()
+        self.tokens_crc = 0
         self.shard_start = self.totals.text_bytes
         self.files: dict[str, Path] = {}
 
@@ -309,7 +331,9 @@ class _Writer:
         texts = [item for item in self.batch if not isinstance(item, _End)]
         arrays = self._encode(texts) if texts else []
         if arrays:
-            np.concatenate(arrays).astype(self.dtype, copy=False).tofile(self.f)
+            ids = np.concatenate(arrays).astype(self.dtype, copy=False)
+            self.tokens_crc = zlib.crc32(ids.data, self.tokens_crc)
+            ids.tofile(self.f)
         lengths = iter([len(a) for a in arrays])
         for item in self.batch:
             if not isinstance(item, _End):
@@ -321,11 +345,10 @@ class _Writer:
         self.batch, self.batch_size = [], 0
 
     def _commit(self, doc: int, piece: int, *, final: bool = False) -> None:
-        """Make the shard durable: tokens on disk first, then its record (a kill in between loses only it)."""
+        """Make the shard's ids reach the file, then write its record (a kill in between loses only this shard)."""
         if not final and self.totals.text_bytes == self.shard_start and not self.ends:
             return
         self.f.flush()
-        os.fsync(self.f.fileno())
         for name, path in self.files.items():
             st = path.stat() if path.exists() else None
             now = [st.st_size, st.st_mtime_ns] if st else None
@@ -344,6 +367,7 @@ class _Writer:
             self.totals.to_dict(),
             self.hash.hexdigest(),
             [[n, *self.stat.get(n, [])] for n in sorted(self.files)],
+            f"{self.tokens_crc:08x}",
         )
         write_text_atomic(self.build_dir / f"shard-{shard.index:05d}.json", json.dumps(shard.to_dict()))
         self.shards.append(shard)
