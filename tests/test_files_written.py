@@ -218,10 +218,18 @@ def test_two_agent_evaluations_with_one_json_file_keep_both(agent_run: Path, tmp
         subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
     ]
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-    written = {out.strip().splitlines()[-1].removeprefix("wrote ") for out, _ in outs}
-    assert written == {str(out), str(tmp_path / "eval-2.json")}
+    # both checked the name before either wrote: each keeps its result under its own name; one that started after
+    # the other had written is refused before it plays (the name is taken): either way nothing is lost or replaced
+    written = []
+    for p, (stdout, err) in zip(procs, outs):
+        if p.returncode == 0:
+            written.append(stdout.strip().splitlines()[-1].removeprefix("wrote "))
+        else:
+            assert p.returncode == 2 and "exists; give a new file name" in err and len(err.strip().splitlines()) == 1, (
+                err
+            )
+    assert written and len(set(written)) == len(written) <= 2
+    assert set(written) <= {str(out), str(tmp_path / "eval-2.json")} and str(out) in written
     for w in written:
         assert json.loads(Path(w).read_text())["episodes"] == 4
 
