@@ -22,7 +22,14 @@ from compressive_transformer.data import cache as cache_module
 from compressive_transformer.data import documents as documents_module
 from compressive_transformer.data import shards as shards_module
 from compressive_transformer.data.corpora import text as text_format
-from compressive_transformer.data.documents import TextCounter, file_pieces, iter_chunks, rechunk, utf8_of
+from compressive_transformer.data.documents import (
+    TextCounter,
+    file_pieces,
+    has_wide_space,
+    iter_chunks,
+    rechunk,
+    utf8_of,
+)
 from compressive_transformer.data.readers import not_text
 from compressive_transformer.data.sample import Sample, train_tokenizer
 from compressive_transformer.data.units import text_size
@@ -64,6 +71,14 @@ def test_counts_piece_by_piece_equal_the_whole_documents(parts: list[str], as_by
         counter.add(p, utf8_of(p))
     expected = text_size(whole)
     assert counter.finish() == (expected.chars, expected.bytes, expected.words)
+
+
+SPACES = [chr(c) for c in range(0x3001) if chr(c).isspace()]  # every whitespace character there is
+
+
+@given(st.text(st.characters(codec="utf-8"), max_size=40) | st.text(st.sampled_from([*SPACES, "\u2030", "\xe9", "a"])))
+def test_wide_whitespace_is_found_in_the_bytes_exactly_where_str_sees_it(text: str) -> None:
+    assert has_wide_space(text.encode()) == any(c.isspace() and not c.isascii() for c in text)
 
 
 def test_invalid_utf8_bytes_count_one_character_each() -> None:

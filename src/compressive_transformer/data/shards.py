@@ -21,6 +21,8 @@ import shutil
 import sys
 import time
 import zlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -30,13 +32,14 @@ from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.data.documents import SplitStream, TextCounter, content_hash, utf8_of
-from compressive_transformer.data.tokenizers import Tokenizer, WordTokenizer, as_text
+from compressive_transformer.data.documents import SplitStream, TextCounter, content_hash
+from compressive_transformer.data.tokenizers import ByteTokenizer, Tokenizer, WordTokenizer, as_text
 from compressive_transformer.data.word_ids import WordPool
 
 SHARD_BYTES = 256 << 20  # text per shard: at most this much work is lost to a kill
 BATCH_BYTES = 4 << 20  # text per encode_pieces call: a subword library is fastest near here (16 books of PG-19)
 BUILD_VERSION = 1
+IN_FLIGHT = 2  # batches being encoded at once: the next is read while one encodes, and two fill each other's tails
 
 
 @dataclass
@@ -259,15 +262,28 @@ class _Writer:
         self.stat = {s[0]: s[1:] for s in key.get("sources", [])}
         self.batch: list[str | bytes | _End] = []  # pieces to encode, and the ends of documents among them
         self.batch_size = 0
+        self.as_bytes = isinstance(tokenizer, ByteTokenizer)  # its ids are the text's bytes: it is given them
         self.pool = WordPool(tokenizer._index, tokenizer.unk_id) if isinstance(tokenizer, WordTokenizer) else None
+        if self.pool is not None:
+            self.pool.start()  # before the encoding threads: its processes are forked from this one
+        # batches are encoded on threads (the libraries release the GIL) while this one reads and counts the next;
+        # their ids are written in order, so the file is the same as a build that encodes one batch at a time. A
+        # byte cache's ids are its text: nothing to wait for, so nothing is held in flight
+        self.in_flight = 0 if self.as_bytes else IN_FLIGHT
+        self.encoder = ThreadPoolExecutor(self.in_flight, thread_name_prefix="encode") if self.in_flight else None
+        self.pending: deque[tuple[Future[list[np.ndarray]], list[str | bytes | _End]]] = deque()
         self._new_shard()
 
     def close(self) -> None:
+        if self.encoder is not None:
+            self.encoder.shutdown(wait=True, cancel_futures=True)
         if self.pool is not None:
             self.pool.close()
 
     def _encode(self, texts: list[str | bytes]) -> list[np.ndarray]:
         """The batch's ids: a word tokenizer's on every core through its pool, any other's own way."""
+        if not texts:
+            return []
         if self.pool is not None:
             return self.pool([as_text(t, "words") for t in texts])
         return self.tokenizer.encode_pieces(texts)
@@ -300,14 +316,14 @@ class _Writer:
                     self.files[str(path.resolve())] = path
                 counter, articles = TextCounter(), 0
                 for k, piece in enumerate(doc.read()):
-                    raw = utf8_of(piece.text)
+                    raw = piece.utf8()
                     counter.add(piece.text, raw)
                     articles += piece.articles
                     bar.update(piece.consumed)
                     if (d, k) < (d0, k0) or not piece.text:
                         continue  # encoded before the build stopped: counted again, not written again
                     self.hash.update(raw)
-                    self.batch.append(piece.text)
+                    self.batch.append(raw if self.as_bytes else piece.text)
                     self.batch_size += len(raw)
                     self.totals.text_bytes += len(raw)
                     if self.totals.text_bytes - self.shard_start >= self.shard_bytes:
@@ -327,25 +343,40 @@ class _Writer:
             print(note, file=sys.stderr)
 
     def _flush(self) -> None:
-        """Encode the batch's pieces in one call and write their ids; place the ends of the documents it closes."""
+        """Send the batch's pieces to be encoded in one call; write the oldest batches beyond those kept in flight."""
         texts = [item for item in self.batch if not isinstance(item, _End)]
-        arrays = self._encode(texts) if texts else []
-        if arrays:
-            ids = np.concatenate(arrays).astype(self.dtype, copy=False)
-            self.tokens_crc = zlib.crc32(ids.data, self.tokens_crc)
-            ids.tofile(self.f)
+        if self.encoder is not None:
+            future = self.encoder.submit(self._encode, texts)
+        else:
+            future = Future()
+            future.set_result(self._encode(texts))
+        self.pending.append((future, self.batch))
+        self.batch, self.batch_size = [], 0
+        while len(self.pending) > self.in_flight:
+            self._write_oldest()
+
+    def _write_oldest(self) -> None:
+        """Write the ids of the oldest batch sent, and place the ends of the documents it closes."""
+        future, items = self.pending.popleft()
+        arrays = future.result()
+        for ids in arrays:  # one at a time: no copy of the batch
+            ids = ids.astype(self.dtype, copy=False)
+            if not self.as_bytes:  # a byte cache's ids are its text: their CRC is the text's (``_commit``)
+                self.tokens_crc = zlib.crc32(ids.data, self.tokens_crc)
+            self.f.write(ids.data)
         lengths = iter([len(a) for a in arrays])
-        for item in self.batch:
+        for item in items:
             if not isinstance(item, _End):
                 self.tokens += next(lengths)
             elif self.tokens > self.doc_start:  # an empty document holds nothing to predict: no reset for it
                 self.ends.append(self.tokens)
                 self.names.append(item.name)
                 self.doc_start = self.tokens
-        self.batch, self.batch_size = [], 0
 
     def _commit(self, doc: int, piece: int, *, final: bool = False) -> None:
         """Make the shard's ids reach the file, then write its record (a kill in between loses only this shard)."""
+        while self.pending:
+            self._write_oldest()
         if not final and self.totals.text_bytes == self.shard_start and not self.ends:
             return
         self.f.flush()
@@ -367,9 +398,10 @@ class _Writer:
             self.totals.to_dict(),
             self.hash.hexdigest(),
             [[n, *self.stat.get(n, [])] for n in sorted(self.files)],
-            f"{self.tokens_crc:08x}",
+            self.hash.hexdigest() if self.as_bytes else f"{self.tokens_crc:08x}",
         )
         write_text_atomic(self.build_dir / f"shard-{shard.index:05d}.json", json.dumps(shard.to_dict()))
+        shard.files = []  # recorded, never read again: a long build keeps only what the cache's JSON needs
         self.shards.append(shard)
         self.new_shards += 1
         self._new_shard()
