@@ -237,20 +237,25 @@ def test_a_corpus_changed_during_the_build_is_refused_in_one_line(
     assert "\n" not in str(e.value)
 
 
+def interrupt_encode(monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
+    """Make the build's ``at_call``-th batch encoding raise KeyboardInterrupt (Ctrl-C while it encodes)."""
+    real, calls = shards_module._Writer._encode, [0]
+
+    def encode(self, texts):
+        calls[0] += 1
+        if calls[0] == at_call:
+            raise KeyboardInterrupt
+        return real(self, texts)
+
+    monkeypatch.setattr(shards_module._Writer, "_encode", encode)
+
+
 def test_a_build_interrupted_then_corpus_changed_starts_again_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     cfg = write_books(tmp_path / "books")
     tok = WordTokenizer.train(read_split(cfg, "train").documents)
-    real, calls = shards_module._Writer._encode, [0]
-
-    def stop_on_third(self, texts):
-        calls[0] += 1
-        if calls[0] == 3:
-            raise KeyboardInterrupt
-        return real(self, texts)
-
-    monkeypatch.setattr(shards_module._Writer, "_encode", stop_on_third)
+    interrupt_encode(monkeypatch, at_call=3)
     with pytest.raises(KeyboardInterrupt):
         load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=200, batch_bytes=100)
     monkeypatch.undo()
@@ -419,15 +424,7 @@ def test_a_shard_whose_ids_the_disk_lost_is_built_again(tmp_path: Path, monkeypa
     cfg = write_books(tmp_path / "books")
     tok = WordTokenizer.train(read_split(cfg, "train").documents)
     whole = load_corpus(cfg, "train", tok, tmp_path / "whole", progress=False, shard_bytes=200, batch_bytes=100)
-    real, calls = shards_module._Writer._encode, [0]
-
-    def stop_on_eighth(self, texts):
-        calls[0] += 1
-        if calls[0] == 8:
-            raise KeyboardInterrupt
-        return real(self, texts)
-
-    monkeypatch.setattr(shards_module._Writer, "_encode", stop_on_eighth)
+    interrupt_encode(monkeypatch, at_call=8)
     with pytest.raises(KeyboardInterrupt):
         load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=200, batch_bytes=100)
     monkeypatch.undo()

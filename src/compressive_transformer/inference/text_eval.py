@@ -149,17 +149,8 @@ def evaluate_text(
                 stacklevel=2,
             )
     docs = [decode_file(x, run.tokenizer.kind) if isinstance(x, Path) else x for x in items]
-    return score_documents(
-        run,
-        docs,
-        name=name,
-        batch_size=batch_size,
-        seg_len=seg_len,
-        mem_len=mem_len,
-        cmem_len=cmem_len,
-        max_batches=max_batches,
-        progress=progress,
-    )
+    lengths = Lengths(batch_size, seg_len, mem_len, cmem_len, max_batches)
+    return score_documents(run, docs, name=name, lengths=lengths, progress=progress)
 
 
 def _names_a_file(text: str) -> bool:
@@ -172,23 +163,22 @@ def _names_a_file(text: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Lengths:
+    """What a scoring may set apart from the run's evaluation settings (None: the run's)."""
+
+    batch_size: int | None = None
+    seg_len: int | None = None
+    mem_len: int | None = None
+    cmem_len: int | None = None
+    max_batches: int | None = None
+
+
 def score_documents(
-    run: Run,
-    documents: Sequence[Document],
-    *,
-    name: str,
-    batch_size: int | None = None,
-    seg_len: int | None = None,
-    mem_len: int | None = None,
-    cmem_len: int | None = None,
-    max_batches: int | None = None,
-    progress: bool = False,
+    run: Run, documents: Sequence[Document], *, name: str, lengths: Lengths = Lengths(), progress: bool = False
 ) -> EvalResult:
     corpus = encode_documents(run, documents)
-    lengths = {"batch_size": batch_size, "seg_len": seg_len, "mem_len": mem_len, "cmem_len": cmem_len}
-    return score_corpus(
-        run, corpus, texts_size(documents), name=name, max_batches=max_batches, progress=progress, **lengths
-    )
+    return score_corpus(run, corpus, texts_size(documents), name=name, lengths=lengths, progress=progress)
 
 
 def fresh_result_path(run_dir: Path, name: str) -> Path:
@@ -265,30 +255,20 @@ def encoded_source(run: Run, source: TextSource) -> Iterator[tuple[Any, TextSize
 
 
 def score_corpus(
-    run: Run,
-    corpus: Any,
-    size: TextSize,
-    *,
-    name: str,
-    batch_size: int | None = None,
-    seg_len: int | None = None,
-    mem_len: int | None = None,
-    cmem_len: int | None = None,
-    max_batches: int | None = None,
-    progress: bool = False,
+    run: Run, corpus: Any, size: TextSize, *, name: str, lengths: Lengths = Lengths(), progress: bool = False
 ) -> EvalResult:
     """Ids already encoded (in memory, or a memory-mapped corpus) scored with the run's model; lengths default to
     the run's evaluation settings."""
-    e = run.config.eval
+    e, n = run.config.eval, lengths
     return evaluate(
         run.model,
         corpus,
         split=name,
-        batch_size=batch_size or e.batch_size,
-        seg_len=seg_len or run.seg_len,
-        mem_len=run.mem_len if mem_len is None else mem_len,
-        cmem_len=run.cmem_len if cmem_len is None else cmem_len,
-        max_batches=e.max_batches if max_batches is None else max_batches,
+        batch_size=n.batch_size or e.batch_size,
+        seg_len=n.seg_len or run.seg_len,
+        mem_len=run.mem_len if n.mem_len is None else n.mem_len,
+        cmem_len=run.cmem_len if n.cmem_len is None else n.cmem_len,
+        max_batches=e.max_batches if n.max_batches is None else n.max_batches,
         progress=progress,
         size=size,
         tokenizer_kind=run.tokenizer.kind,
