@@ -92,7 +92,7 @@ def materialize(stream: SplitStream) -> RawSplit:
     for source in stream.documents:
         counter, parts = TextCounter(), []
         for piece in source.read():
-            counter.add(piece.text, utf8_of(piece.text))
+            counter.add(piece.text, piece.utf8())
             articles += piece.articles
             parts.append(piece.text)
         words += counter.finish()[2]

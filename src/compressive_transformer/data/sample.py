@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.data.documents import CHUNK_CHARS, Document, SplitStream, rechunk, utf8_of
+from compressive_transformer.data.documents import CHUNK_CHARS, Document, SplitStream, rechunk
 from compressive_transformer.data.readers import stream_split
 from compressive_transformer.data.tokenizers import (
     TOKENIZER_FILE,
@@ -88,7 +88,7 @@ class Sample:
     def _drawn_pieces(self, d: int, pieces: Iterator[Any], bar: tqdm) -> Iterator[str | bytes]:
         for k, piece in enumerate(pieces):
             if piece.text and drawn(self.seed, d, k, self.rate):
-                n = len(utf8_of(piece.text))
+                n = len(piece.utf8())
                 self.bytes += n
                 self.pieces += 1
                 bar.update(n if self.rate < 1.0 else piece.consumed)
