@@ -217,21 +217,23 @@ def loop_bodies(sass: str) -> list[str]:
 
 def per_tile(sass: str, warps: int) -> dict:
     """Per loop iteration (one tile), over the kernel's loops (masked and unmasked tiles): SASS instructions issued
-    by all warps together, block-wide barriers, shared-memory loads and stores, spilled registers reloaded and
-    stored."""
+    by all warps together, those of them that are not tensor-core products (HGMMA, HMMA), block-wide barriers,
+    shared-memory loads and stores, spilled registers reloaded and stored."""
     stats = []
     for body in loop_bodies(sass):
         count = lambda p, b=body: len(re.findall(p, b))  # noqa: E731
+        instructions = count(r"/\*[0-9a-f]{4,}\*/")
         stats.append(
             {
-                "warp_instructions": count(r"/\*[0-9a-f]{4,}\*/") * warps,
+                "warp_instructions": instructions * warps,
+                "other_instructions": (instructions - count(r"\bH(G)?MMA\b")) * warps,
                 "barriers": count(r"\bBAR\.SYNC"),
                 "shared_accesses": count(r"\b(LDS|STS)(\.\S+)?\s"),
                 "spill_reloads": count(r"\bLDL\b"),
                 "spill_stores": count(r"\bSTL\b"),
             }
         )
-    keys = ("warp_instructions", "barriers", "shared_accesses", "spill_reloads", "spill_stores")
+    keys = ("warp_instructions", "other_instructions", "barriers", "shared_accesses", "spill_reloads", "spill_stores")
     return {f"tile_{k}": [min(s[k] for s in stats), max(s[k] for s in stats)] for k in keys} if stats else {}
 
 
