@@ -17,9 +17,11 @@ through their strides; dk and dv are written contiguous (B, H, K, dh).
 from compressive_transformer.core.kernels.fused_triton_tiles import (
     LN2,
     add_rows,
+    band_index,
     band_part,
     band_row0,
     band_scores,
+    chunk_index,
     dense,
     first_chunks,
     head,
@@ -37,12 +39,13 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
     tl,
     triton,
     unskew,
+    unskew_index,
 )
 
 
 @triton.jit
 def _key_value_grads(
-    dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, hi, T, M, win, dh,
+    dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, hi, T, M, win, dh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
     MASK: tl.constexpr,
 ):  # fmt: skip
@@ -54,7 +57,7 @@ def _key_value_grads(
         do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D)
         lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M)
         content = mma(qu, tl.trans(k), PREC)
-        pos = band_scores(qp, content, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND)
+        pos = band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND)
         s = scores(content, pos, kv, i0 + tl.arange(0, BLOCK_M), n, key0, n_keys, T, M, win, MASK)
         p, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dv += mma(tl.trans(p.to(do.dtype)), do, PREC)
@@ -84,16 +87,17 @@ def key_value_grad_kernel(
         lo, b1, b2, hi = 0, 0, T, T
     dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    idx = band_index(k, PREC, BLOCK_M, BLOCK_N, D, BAND)
     dk, dv = _key_value_grads(
-        dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, b1, T, M, win, dh,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, b1, T, M, win, dh,
         BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b1, b2, T, M, win, dh,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b1, b2, T, M, win, dh,
         BLOCK_M, BLOCK_N, D, BAND, PREC, False,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b2, hi, T, M, win, dh,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b2, hi, T, M, win, dh,
         BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
     )  # fmt: skip
     store_rows(dense(DK, bh, n_all, dh), dk * LN2, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
@@ -113,7 +117,7 @@ def _finish(dqp, band, qp, tab, dtab, row0, n_rows, st_t, dh, PREC: tl.constexpr
 
 @triton.jit
 def _query_grads(
-    dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv, key0,
+    dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv, key0,
     n_keys, lo, hi, i0, T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
     R: tl.constexpr, PREC: tl.constexpr, MASK: tl.constexpr,
 ):  # fmt: skip
@@ -121,12 +125,12 @@ def _query_grads(
     chunks of dS after the current tile's first, still open."""
     for n0 in range(lo, hi, BLOCK_N):
         k, v, s, head, old = key_tile(
-            head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+            head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
             BLOCK_M, BLOCK_N, D, R, PREC, MASK,
         )  # fmt: skip
         _, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dq += mma(ds.to(k.dtype), k, PREC)
-        z = unskew(ds.to(qp.dtype), BLOCK_M, BLOCK_N)  # the products take dS in the operands' dtype
+        z = unskew(ds.to(qp.dtype), uidx, BLOCK_M, BLOCK_N)  # the products take dS in the operands' dtype
         done = pend1 + band_part(z, 0, BLOCK_M, BLOCK_N)  # no later tile reads this chunk's rows
         dqp = _finish(dqp, done, qp, tab, dtab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, PREC, BLOCK_N, D)
         if R == 2:
@@ -147,17 +151,18 @@ def _query_stream(
     dqp = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     pend1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=qp.dtype)
     pend2 = pend1
-    head, old = first_chunks(qp, tab, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    idx, uidx = chunk_index(qp, PREC, BLOCK_M, BLOCK_N, D), unskew_index(qp, PREC, BLOCK_M, BLOCK_N, D)
+    head, old = first_chunks(qp, tab, idx, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
     dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
         key0, n_keys, lo, b1, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
     )  # fmt: skip
     dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
         key0, n_keys, b1, b2, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False,
     )  # fmt: skip
     dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
         key0, n_keys, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
     )  # fmt: skip
     if hi > lo:  # the chunks the last tile left open: no tile after it

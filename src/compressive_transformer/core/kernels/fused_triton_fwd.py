@@ -3,6 +3,7 @@ the compressed stream's key blocks, then the memory + segment stream's (the wind
 reads whole, the diagonal), each tile's positional scores from one new band chunk and the ones carried over."""
 
 from compressive_transformer.core.kernels.fused_triton_tiles import (
+    chunk_index,
     dense,
     first_chunks,
     key_tile,
@@ -18,14 +19,14 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
 
 @triton.jit
 def _attend(
-    m_i, l_i, acc, head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, hi, i0,
+    m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, hi, i0,
     T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr,
     PREC: tl.constexpr, MASK: tl.constexpr,
 ):  # fmt: skip
     """Online softmax of a query block over one stream's key blocks lo..hi (base-2 running max m_i and sum l_i)."""
     for n0 in range(lo, hi, BLOCK_N):
         _, v, s, head, old = key_tile(
-            head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+            head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
             BLOCK_M, BLOCK_N, D, R, PREC, MASK,
         )  # fmt: skip
         m_i, l_i, acc = online_softmax(m_i, l_i, acc, s, v, PREC)
@@ -40,17 +41,18 @@ def _attend_stream(
 ):  # fmt: skip
     """One stream's key blocks lo..hi: [lo, b1) and [b2, hi) with the causal/window mask (memory + segment only),
     [b1, b2) without."""
-    head, old = first_chunks(qp, tab, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    idx = chunk_index(qp, PREC, BLOCK_M, BLOCK_N, D)
+    head, old = first_chunks(qp, tab, idx, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
     m_i, l_i, acc, head, old = _attend(
-        m_i, l_i, acc, head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, b1, i0,
+        m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, lo, b1, i0,
         T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
     )  # fmt: skip
     m_i, l_i, acc, head, old = _attend(
-        m_i, l_i, acc, head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, b1, b2, i0,
+        m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, b1, b2, i0,
         T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False,
     )  # fmt: skip
     m_i, l_i, acc, head, old = _attend(
-        m_i, l_i, acc, head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, b2, hi, i0,
+        m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, b2, hi, i0,
         T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
     )  # fmt: skip
     return m_i, l_i, acc

@@ -82,14 +82,23 @@ def mma(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def take(src, index, like, N_SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """out[a, c] = src.flat[index[a, c]] for a (ROWS, COLS) result: ``tl.gather`` on the flattened tensors, which
-    Triton lowers to one store of src to shared memory, a barrier and one load per element. ``like`` (ROWS, COLS),
-    a tensor from the tensor cores, lends the index (and so the result) its register layout, so that no layout
-    conversion surrounds the gather; where ``like`` is NaN, position 0 is read (never out of bounds)."""
-    idx = tl.where(like == like, index, 0)
+def take(src, idx, N_SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """out[a, c] = src.flat[idx[a, c]] for a (ROWS, COLS) result: ``tl.gather`` on the flattened tensors, which
+    Triton lowers to one store of src to shared memory, a barrier and one load per element. idx comes from
+    :func:`anchored` (the tensor cores' register layout, so the result has it too and no layout conversion surrounds
+    the gather)."""
     out = tl.gather(tl.reshape(src, [N_SRC]), tl.reshape(idx, [ROWS * COLS]), 0)
     return tl.reshape(out, [ROWS, COLS])
+
+
+@triton.jit
+def anchored(index, like, PREC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, D: tl.constexpr):
+    """A gather index (ROWS, COLS) in the register layout of a (ROWS, D) @ (D, COLS) tensor-core product in like's
+    dtype, built once per program, before the tile loops: the layout comes from a product of zeros (never NaN, so
+    the index is the given one everywhere); an index from ``tl.arange`` alone would take a blocked layout, and each
+    tile would convert its gather's result."""
+    zero = mma(tl.zeros([ROWS, D], dtype=like.dtype), tl.zeros([D, COLS], dtype=like.dtype), PREC)
+    return tl.where(zero == 0.0, index, 0)
 
 
 @triton.jit
@@ -104,16 +113,22 @@ def band_column(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def chunk(qp, tab, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-          D: tl.constexpr):  # fmt: skip
+def chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr, D: tl.constexpr):  # fmt: skip
     """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N, in qp's dtype (the positional
     scores a bf16 bias would hold), each row of the product moved to where the tiles read it:
     out[a, c] = qp[a] . tab[row0 + (j mod BLOCK_N)], j = c + BLOCK_M - 1 - a. A tile takes column c of row a from
-    the chunk holding band column j (:func:`next_chunks`)."""
+    the chunk holding band column j (:func:`next_chunks`). idx: :func:`chunk_index`."""
     rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D)
     prod = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BLOCK_N)
+    return take(prod, idx, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def chunk_index(qp, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """:func:`chunk`'s gather index: row a of the product moved left by BLOCK_M - 1 - a (modulo BLOCK_N)."""
     index = tile_rows(BLOCK_M) * BLOCK_N + band_column(BLOCK_M, BLOCK_N) % BLOCK_N
-    return take(prod, index, prod, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)
+    return anchored(index, qp, PREC, BLOCK_M, BLOCK_N, D)
 
 
 @triton.jit
@@ -123,27 +138,28 @@ def band_row0(n0, i0, T, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def first_chunks(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+def first_chunks(qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
     """What a walk's first tile (key block n0) needs besides its newest chunk, as :func:`next_chunks` carries it:
     (head, old), old the chunk before the newest, head the band columns before the last BLOCK_N (R == 2: the two
     chunks before the newest, combined; R == 1: a copy of old)."""
     row0 = band_row0(n0, i0, T, BLOCK_M)
-    old = chunk(qp, tab, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+    old = chunk(qp, tab, idx, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
     head = old
     if R == 2:
-        older = chunk(qp, tab, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+        older = chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
         head = tl.where(band_column(BLOCK_M, BLOCK_N) < BLOCK_N, older, old)
     return head, old
 
 
 @triton.jit
-def next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+def next_chunks(head, old, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
     """The positional scores of tile (i0, n0) from what the tile before carried over and one new chunk, and what to
     carry to the next tile. Everything carried is computed in the tile before from its own inputs (a value passed on
     unchanged for two tiles would keep Triton's pipeliner from overlapping the loads)."""
-    new = chunk(qp, tab, band_row0(n0, i0, T, BLOCK_M) + R * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+    row0 = band_row0(n0, i0, T, BLOCK_M) + R * BLOCK_N
+    new = chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
     j = band_column(BLOCK_M, BLOCK_N)
     if R == 2:  # band columns < 2 BLOCK_N from head, the rest from the new chunk
         pos = tl.where(j < 2 * BLOCK_N, head, new)
@@ -154,24 +170,36 @@ def next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.conste
 
 
 @triton.jit
-def band_scores(qp, like, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+def band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr):  # fmt: skip
     """The positional scores of tile (i0, n0) from one product with its whole band (BAND >= BLOCK_M + BLOCK_N - 1
-    rows), for a walk over query blocks, whose tiles share no band rows' products (the queries change). like: the
-    tile's content scores (their layout)."""
+    rows), for a walk over query blocks, whose tiles share no band rows' products (the queries change). idx:
+    :func:`band_index`."""
     rows = load_rows(tab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, BAND, D)
     band = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BAND)
-    index = tile_rows(BLOCK_M) * BAND + band_column(BLOCK_M, BLOCK_N)
-    return take(band, index, like, BLOCK_M * BAND, BLOCK_M, BLOCK_N)
+    return take(band, idx, BLOCK_M * BAND, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def unskew(ds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def band_index(qp, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+               BAND: tl.constexpr):  # fmt: skip
+    """:func:`band_scores`' gather index: tile element (a, c) from band column j = c + BLOCK_M - 1 - a of row a."""
+    return anchored(tile_rows(BLOCK_M) * BAND + band_column(BLOCK_M, BLOCK_N), qp, PREC, BLOCK_M, BLOCK_N, D)
+
+
+@triton.jit
+def unskew(ds, idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """A tile's dS moved into band columns modulo BLOCK_N: out[a, t] = ds[a, c] for the column c whose band column
-    j = c + BLOCK_M - 1 - a is congruent to t; :func:`band_part` cuts out the chunks."""
+    j = c + BLOCK_M - 1 - a is congruent to t; :func:`band_part` cuts out the chunks. idx: :func:`unskew_index`."""
+    return take(ds, idx, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)  # in ds's dtype
+
+
+@triton.jit
+def unskew_index(qp, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """:func:`unskew`'s gather index."""
     a = tile_rows(BLOCK_M)
     c = (tl.arange(0, BLOCK_N)[None, :] + a + 1 - BLOCK_M + 2 * BLOCK_N) % BLOCK_N
-    return take(ds, a * BLOCK_N + c, ds, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)  # in ds's dtype
+    return anchored(a * BLOCK_N + c, qp, PREC, BLOCK_M, BLOCK_N, D)
 
 
 @triton.jit
@@ -201,7 +229,7 @@ def scores(content, pos, kv, i, n, key0, n_keys, T, M, win, MASK: tl.constexpr):
 
 @triton.jit
 def key_tile(
-    head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+    head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
     MASK: tl.constexpr,
 ):  # fmt: skip
@@ -210,7 +238,7 @@ def key_tile(
     k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
     v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
     content = mma(qu, tl.trans(k), PREC)
-    pos, head, old = next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    pos, head, old = next_chunks(head, old, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
     i = i0 + tl.arange(0, BLOCK_M)
     s = scores(content, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, MASK)
     return k, v, s, head, old
