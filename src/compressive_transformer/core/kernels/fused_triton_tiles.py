@@ -38,35 +38,37 @@ def dense(ptr, bh, n_rows, dh):
 
 
 @triton.jit
-def row_block(row0, n_rows, dh, ROWS: tl.constexpr, D: tl.constexpr):
-    """Offsets (rows, columns) and the in-bounds mask of rows row0 .. row0 + ROWS of a (n_rows, dh) matrix."""
-    rows = row0 + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
-    mask = ((rows >= 0) & (rows < n_rows))[:, None] & (cols < dh)[None, :]
-    return rows[:, None].to(tl.int64), cols[None, :], mask
+def row_block(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
+    """Pointers and the in-bounds mask of rows row0 .. row0 + ROWS of a (n_rows, dh) matrix: the tile's first row
+    in 64-bit scalar arithmetic (once per tile, for the whole program), the offsets within the tile in 32 bits
+    (the same for every tile, so computed once per program; the host keeps ROWS * stride_row below 2^31)."""
+    r = tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, D)[None, :]
+    mask = (r >= -row0) & (r < n_rows - row0) & (cols < dh)
+    return ptr + tl.cast(row0, tl.int64) * stride_row + (r * stride_row + cols), mask
 
 
 @triton.jit
 def load_rows(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
     """Rows row0 .. row0 + ROWS of a (n_rows, dh) matrix as a (ROWS, D) tile; rows outside [0, n_rows) and columns
     past dh read as 0 (never out of bounds)."""
-    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
-    return tl.load(ptr + rows * stride_row + cols, mask=mask, other=0.0)
+    ptrs, mask = row_block(ptr, row0, n_rows, stride_row, dh, ROWS, D)
+    return tl.load(ptrs, mask=mask, other=0.0)
 
 
 @triton.jit
 def store_rows(ptr, value, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
     """Store a (ROWS, D) tile as rows row0 .. of a (n_rows, dh) matrix, skipping rows and columns outside it."""
-    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
-    tl.store(ptr + rows * stride_row + cols, value.to(ptr.dtype.element_ty), mask=mask)
+    ptrs, mask = row_block(ptr, row0, n_rows, stride_row, dh, ROWS, D)
+    tl.store(ptrs, value.to(ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def add_rows(ptr, value, row0, n_rows, dh, ROWS: tl.constexpr, D: tl.constexpr):
     """Atomically add a (ROWS, D) fp32 tile to rows row0 .. of a contiguous (n_rows, dh) fp32 matrix (rows outside
     it dropped): the table gradient, which the programs of all query blocks and batch rows add to."""
-    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
-    tl.atomic_add(ptr + rows * dh + cols, value, mask=mask, sem="relaxed")
+    ptrs, mask = row_block(ptr, row0, n_rows, dh, dh, ROWS, D)
+    tl.atomic_add(ptrs, value, mask=mask, sem="relaxed")
 
 
 @triton.jit
@@ -211,25 +213,29 @@ def band_part(z, q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def scores(content, pos, kv, i, n, key0, n_keys, T, M, win, MASK: tl.constexpr):
-    """Base-2 scores of one tile, qu . k + positional from queries the host scaled by log2(e) (no multiply per score),
-    with -inf where a key may not be read: an empty slot (every tile, as a bias per key); with MASK (memory + segment
-    tiles on the diagonal or the window's edge) also a future key or one farther back than ``win``, except that a
-    query always reads itself."""
+def scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+           MASK: tl.constexpr):  # fmt: skip
+    """Base-2 scores of tile (i0, n0), qu . k + positional from queries the host scaled by log2(e) (no multiply per
+    score), with -inf where a key may not be read: an empty slot (every tile: kb, the keys' additive bias, 0 or
+    -inf); with MASK (memory + segment tiles on the diagonal or the window's edge) also a future key or one farther
+    back than ``win``, except that a query always reads itself."""
     raw = content + pos
-    valid = tl.load(kv + key0 + n, mask=n < n_keys, other=0) != 0
+    c = tl.arange(0, BLOCK_N)
+    bias = tl.load(kb + (key0 + n0) + c, mask=c < n_keys - n0, other=float("-inf"))  # (BLOCK_N,)
     if MASK:
-        dist = M + i[:, None] - n[None, :]
-        ok = (valid[None, :] & (dist >= 0) & (dist <= win)) | ((dist == 0) & (i < T)[:, None])
-        s = tl.where(ok, raw, float("-inf"))
+        i = i0 + tl.arange(0, BLOCK_M)
+        dist = M + i[:, None] - (n0 + c)[None, :]
+        near = dist.to(tl.uint32) <= tl.cast(win, tl.uint32)  # 0 <= dist <= win in one comparison
+        own = (dist == 0) & (i < T)[:, None]
+        s = tl.where(own, raw, tl.where(near, raw + bias[None, :], float("-inf")))
     else:
-        s = raw + tl.where(valid, 0.0, float("-inf"))[None, :]
+        s = raw + bias[None, :]
     return s
 
 
 @triton.jit
 def key_tile(
-    head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+    head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, n0, i0, T, M, win, dh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
     MASK: tl.constexpr,
 ):  # fmt: skip
@@ -239,8 +245,7 @@ def key_tile(
     v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
     content = mma(qu, tl.trans(k), PREC)
     pos, head, old = next_chunks(head, old, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-    i = i0 + tl.arange(0, BLOCK_M)
-    s = scores(content, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, MASK)
+    s = scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M, BLOCK_N, MASK)
     return k, v, s, head, old
 
 
@@ -294,14 +299,14 @@ def memory_queries(n0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def query_program(K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK_M: tl.constexpr):
+def query_program(K, V, KB, sk_b, sk_h, sv_b, sv_h, skb_b, H, BLOCK_M: tl.constexpr):
     """A program of a (query block, b * H + h) grid: its first row i0 (the rows with the most keys first), bh, h,
-    and the heads of its keys and values and its batch row of key_valid."""
+    and the heads of its keys and values and its batch row of the keys' bias."""
     i0 = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
-    kp, vp, kv = head(K, b, h, sk_b, sk_h), head(V, b, h, sv_b, sv_h), KV + b.to(tl.int64) * skv_b
-    return i0, bh, h, kp, vp, kv
+    kp, vp, kb = head(K, b, h, sk_b, sk_h), head(V, b, h, sv_b, sv_h), KB + b.to(tl.int64) * skb_b
+    return i0, bh, h, kp, vp, kb
 
 
 @triton.jit
