@@ -135,9 +135,16 @@ FP32_CASES = [
     (1, 1, 40, 5, 50, 16, 0, (16, 32)),
     (1, 1, 20, 5, 50, 16, 0, (64, 64)),
 ]
+# interior tiles (no row masks) beside edge ones in every walk: keys, queries and both tables' rows ending inside a
+# block, in the compressed stream, the memory + segment stream with and without a window, three-chunk bands
+INTERIOR_CASES = [
+    (1, 1, 70, 40, 90, 16, 0, (16, 16)),
+    (1, 1, 75, 37, 83, 16, 50, (32, 16)),
+    (1, 1, 70, 45, 90, 16, 30, (16, 32)),
+]
 
 
-@pytest.mark.parametrize(("B", "H", "T", "C", "M", "dh", "window", "blocks"), FP32_CASES)
+@pytest.mark.parametrize(("B", "H", "T", "C", "M", "dh", "window", "blocks"), FP32_CASES + INTERIOR_CASES)
 def test_fp32_output_and_gradients_equal_the_reference(B, H, T, C, M, dh, window, blocks) -> None:
     tensors, key_valid = inputs(B, H, T, C, M, dh)
     assert_close_fp32(run_both(tensors, key_valid, C, window, blocks)[0])

@@ -25,6 +25,8 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
     dense,
     first_chunks,
     head,
+    interior,
+    key_interior,
     key_tile,
     load_rows,
     memory_blocks,
@@ -47,17 +49,17 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
 def _key_value_grads(
     dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, lo, hi, T, M, win, dh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
-    MASK: tl.constexpr,
+    MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
-    """Add query blocks lo..hi to the gradients of key block n0."""
+    """Add query blocks lo..hi to the gradients of key block n0 (EDGE False: interior blocks, :func:`key_interior`)."""
     for i0 in range(lo, hi, BLOCK_M):
-        qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D)
-        qp = query_rows(QP, bh, i0, T, dh, BLOCK_M, D)
-        do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D)
-        lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M)
+        qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D, EDGE)
+        qp = query_rows(QP, bh, i0, T, dh, BLOCK_M, D, EDGE)
+        do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D, EDGE)
+        lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M, EDGE)
         content = mma(qu, tl.trans(k), PREC)
-        pos = band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND)
-        s = scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M, BLOCK_N, MASK)
+        pos = band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND, EDGE)
+        s = scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M, BLOCK_N, MASK, EDGE)
         p, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dv += mma(tl.trans(p.to(do.dtype)), do, PREC)
         dk += mma(tl.trans(ds.to(qu.dtype)), qu, PREC)
@@ -73,7 +75,8 @@ def key_value_grad_kernel(
     MEM: tl.constexpr,
 ):  # fmt: skip
     """dk, dv of key block n0 of one stream (key slots key0 + n0 ..), summed over the query blocks that read it:
-    those on the diagonal or the window's edge with the mask (memory + segment only), the others without."""
+    those on the diagonal or the window's edge with the mask (memory + segment only), the others without (and the
+    interior ones also without row masks on their loads)."""
     n0 = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -87,17 +90,26 @@ def key_value_grad_kernel(
     dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     idx = band_index(k, PREC, BLOCK_M, BLOCK_N, D, BAND)
+    s, e = key_interior(lo, b1, b2, n0, T, n_keys, n_rows, BLOCK_M, BLOCK_N, BAND)
     dk, dv = _key_value_grads(
         dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, lo, b1, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM, True,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, b1, b2, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, False,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, b1, s, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, False, True,
+    )  # fmt: skip
+    dk, dv = _key_value_grads(
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, s, e, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, False, False,
+    )  # fmt: skip
+    dk, dv = _key_value_grads(
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, e, b2, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, False, True,
     )  # fmt: skip
     dk, dv = _key_value_grads(
         dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, b2, hi, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM, True,
     )  # fmt: skip
     store_rows(dense(DK, bh, n_all, dh), dk * LN2, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
     store_rows(dense(DV, bh, n_all, dh), dv, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
@@ -116,16 +128,17 @@ def _finish(dqp, band, qp, tab, dtab, row0, n_rows, st_t, dh, PREC: tl.constexpr
 
 @triton.jit
 def _query_grads(
-    dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kb, key0,
-    n_keys, lo, hi, i0, T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-    R: tl.constexpr, PREC: tl.constexpr, MASK: tl.constexpr,
+    dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab,
+    kb, key0, n_keys, lo, hi, i0, T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+    R: tl.constexpr, PREC: tl.constexpr, MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
     """Add one stream's key blocks lo..hi to a query block's gradients. pend1 (and pend2 when R == 2): the band
-    chunks of dS after the current tile's first, still open."""
+    chunks of dS after the current tile's first, still open. EDGE False: interior tiles (the finished chunk's
+    table rows keep their mask: the first tiles' start before row 0)."""
     for n0 in range(lo, hi, BLOCK_N):
         k, v, s, head, old = key_tile(
             head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, n0, i0, T, M, win, dh,
-            BLOCK_M, BLOCK_N, D, R, PREC, MASK,
+            BLOCK_M, BLOCK_N, D, R, PREC, MASK, EDGE,
         )  # fmt: skip
         _, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dq += mma(ds.to(k.dtype), k, PREC)
@@ -146,23 +159,29 @@ def _query_stream(
     M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr,
     PREC: tl.constexpr, MEM: tl.constexpr,
 ):  # fmt: skip
-    """One stream's key blocks lo..hi ([b1, b2) without the mask): dq gains their share; returns it and dq_pos."""
+    """One stream's key blocks lo..hi ([b1, b2) without the mask, its interior blocks [b1, c) also without row
+    masks on their loads): dq gains their share; returns it and dq_pos."""
     dqp = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     pend1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=qp.dtype)
     pend2 = pend1
     idx, uidx = chunk_index(qp, PREC, BLOCK_M, BLOCK_N, D), unskew_index(qp, PREC, BLOCK_M, BLOCK_N, D)
     head, old = first_chunks(qp, tab, idx, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    c = interior(lo, b1, b2, i0, T, n_keys, n_rows, BLOCK_M, BLOCK_N, R)
     dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kb,
-        key0, n_keys, lo, b1, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+        dtab, kb, key0, n_keys, lo, b1, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM, True,
     )  # fmt: skip
     dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kb,
-        key0, n_keys, b1, b2, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False,
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+        dtab, kb, key0, n_keys, b1, c, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False, False,
     )  # fmt: skip
     dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kb,
-        key0, n_keys, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+        dtab, kb, key0, n_keys, c, b2, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False, True,
+    )  # fmt: skip
+    dq, dqp, pend1, pend2, head, old = _query_grads(
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+        dtab, kb, key0, n_keys, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM, True,
     )  # fmt: skip
     if hi > lo:  # the chunks the last tile left open: no tile after it
         end = lo + (hi - lo + BLOCK_N - 1) // BLOCK_N * BLOCK_N  # the key block after the last

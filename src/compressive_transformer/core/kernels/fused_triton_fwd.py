@@ -6,6 +6,7 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
     chunk_index,
     dense,
     first_chunks,
+    interior,
     key_tile,
     memory_blocks,
     online_softmax,
@@ -21,13 +22,13 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
 def _attend(
     m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, lo, hi, i0,
     T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr,
-    PREC: tl.constexpr, MASK: tl.constexpr,
+    PREC: tl.constexpr, MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
     """Online softmax of a query block over one stream's key blocks lo..hi (base-2 running max m_i and sum l_i)."""
     for n0 in range(lo, hi, BLOCK_N):
         _, v, s, head, old = key_tile(
             head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, n0, i0, T, M, win, dh,
-            BLOCK_M, BLOCK_N, D, R, PREC, MASK,
+            BLOCK_M, BLOCK_N, D, R, PREC, MASK, EDGE,
         )  # fmt: skip
         m_i, l_i, acc = online_softmax(m_i, l_i, acc, s, v, PREC)
     return m_i, l_i, acc, head, old
@@ -40,20 +41,25 @@ def _attend_stream(
     MEM: tl.constexpr,
 ):  # fmt: skip
     """One stream's key blocks lo..hi: [lo, b1) and [b2, hi) with the causal/window mask (memory + segment only),
-    [b1, b2) without."""
+    [b1, b2) without: its interior blocks [b1, c) also without row masks on their loads."""
     idx = chunk_index(qp, PREC, BLOCK_M, BLOCK_N, D)
     head, old = first_chunks(qp, tab, idx, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    c = interior(lo, b1, b2, i0, T, n_keys, n_rows, BLOCK_M, BLOCK_N, R)
     m_i, l_i, acc, head, old = _attend(
         m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, lo, b1, i0,
-        T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+        T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM, True,
     )  # fmt: skip
     m_i, l_i, acc, head, old = _attend(
-        m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, b1, b2, i0,
-        T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False,
+        m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, b1, c, i0,
+        T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False, False,
+    )  # fmt: skip
+    m_i, l_i, acc, head, old = _attend(
+        m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, c, b2, i0,
+        T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False, True,
     )  # fmt: skip
     m_i, l_i, acc, head, old = _attend(
         m_i, l_i, acc, head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, b2, hi, i0,
-        T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+        T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM, True,
     )  # fmt: skip
     return m_i, l_i, acc
 
