@@ -485,9 +485,9 @@ def candidates_report(rows: list[dict]) -> list[str]:
         "Tile configurations: each kernel's own (BLOCK_M x BLOCK_N; the key pass's BLOCK_M counts queries) and a grid "
         "of candidates, every variant compiled (key pass: MEM=False / MEM=True). The rule a configuration is tuned "
         "by: no spilled register stored or reloaded inside a tile loop, in any variant, and its pass's tensor-core "
-        f"work per (b, h) at most {MAX_WORK:.2f} x the 64 x 64 tiles'; the query pass's 64 x 64 tiles are tuned "
-        "against it (`TIMED_DESPITE_SPILLS`: their products are wgmma, the admitted tiles' mostly `mma.sync`, and "
-        "only timing can weigh that against their spills). wgmma: Hopper's warpgroup products in the "
+        f"work per (b, h) at most {MAX_WORK:.2f} x the 64 x 64 tiles'; the backward passes' 64 x 64 tiles are tuned "
+        "against it (`KEY_TIMED_DESPITE_SPILLS`, `TIMED_DESPITE_SPILLS`: their products are wgmma, the admitted "
+        "tiles' mostly `mma.sync`, and only timing can weigh that against their spills). wgmma: Hopper's warpgroup products in the "
         "PTX (0: every product is an `mma.sync`); warp-instructions per tile scaled to 64 x 64 tile elements.",
         "",
         "| kernel | tile | warps | stages | tuned | rule | wgmma | registers | spilled B | spill ld/st per tile | "
