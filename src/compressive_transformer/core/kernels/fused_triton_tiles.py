@@ -122,12 +122,13 @@ def band_column(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 @triton.jit
 def chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
           BLOCK_N: tl.constexpr, D: tl.constexpr, EDGE: tl.constexpr = True):  # fmt: skip
-    """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N, in qp's dtype (the positional
-    scores a bf16 bias would hold), each row of the product moved to where the tiles read it:
+    """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N, in fp32 as the tensor cores
+    accumulate them (not rounded to qp's dtype: a 32-bit gather needs no packing or widening of 16-bit halves, and
+    the content scores they are added to are fp32), each row of the product moved to where the tiles read it:
     out[a, c] = qp[a] . tab[row0 + (j mod BLOCK_N)], j = c + BLOCK_M - 1 - a. A tile takes column c of row a from
     the chunk holding band column j (:func:`next_chunks`). idx: :func:`chunk_index`."""
     rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D, EDGE)
-    prod = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BLOCK_N)
+    prod = mma(qp, tl.trans(rows), PREC)  # (BLOCK_M, BLOCK_N)
     return take(prod, idx, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)
 
 
@@ -183,7 +184,7 @@ def band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, B
     rows), for a walk over query blocks, whose tiles share no band rows' products (the queries change). idx:
     :func:`band_index`."""
     rows = load_rows(tab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, BAND, D, EDGE)
-    band = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BAND)
+    band = mma(qp, tl.trans(rows), PREC)  # (BLOCK_M, BAND), fp32 as chunk()'s
     return take(band, idx, BLOCK_M * BAND, BLOCK_M, BLOCK_N)
 
 
