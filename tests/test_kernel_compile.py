@@ -71,3 +71,20 @@ def test_every_tuned_configuration_keeps_spills_out_of_its_tile_loops_with_work_
     kept += [("query_grad_kernel", t.block_m, t.block_n, t.warps, t.stages) for t in TIMED_DESPITE_SPILLS]
     assert failing == kept, "only the backward passes' wgmma tiles are tuned against the rule, and they are named so"
     assert all(r["variants"][0]["wgmma"] > 0 for r in rows if r["tuned"] and not r["admitted"])
+
+
+def test_the_before_after_table_says_which_configurations_met_the_target():
+    def row(other, **changes):
+        base = dict(design="current", kernel="forward_kernel", HAS_C=True, BLOCK_M=64, BLOCK_N=32, num_warps=4)
+        spills = dict(tile_spill_reloads=[0, 0], tile_spill_stores=[0, 0])
+        return {**base, "num_stages": 2, "tile_other_instructions": other, **spills, **changes}
+
+    old = [row([1000, 2000]), row([1000, 2000], num_stages=3), row([1000, 1000], num_stages=4)]
+    before = dict(commit="abc1234", triton="3.9.0", ptxas="13.4", kernels=old)
+    after = dict(kernels=[row([700, 1400]), row([700, 1800], num_stages=3), row([500, 600], num_warps=8)])
+    rows = [line for line in kernel_compile.comparison(before, after) if line.startswith("| forward_kernel")]
+    assert len(rows) == 4
+    assert "| -30.0% / -30.0% | met |" in rows[0]
+    assert "| -30.0% / -10.0% | cheapest only |" in rows[1]
+    assert "| dropped |" in rows[2] and "| - | - |" in rows[2]
+    assert "| not tuned | 500-600 | - | - |" in rows[3]
