@@ -3,7 +3,10 @@ each kernel, the frozen first kernel (``benchmarks/impls/fused_v1``) against the
 attention forward with the same tiles, the floor), and how much tensor-core work each design does at the ``gpu``
 workload's shape.
 
-    python -m benchmarks.kernel_compile [--out benchmarks/results/kernel_sm90]
+    python -m benchmarks.kernel_compile [--out benchmarks/results/kernel_sm90] [--before results/kernel_sm90_6c1d1bc.json]
+
+``--before``: the tuned configurations' rows compiled from an earlier commit (``results/kernel_sm90_6c1d1bc.json``:
+the kernels before issue 52's cheap work), compared per tile with the current ones in a last table.
 
 It compiles with the Triton it imports: ``results/kernel_sm90_triton36.*`` came from Triton 3.6 (PyTorch 2.11's)
 installed into a folder of its own (``pip install --no-deps --target DIR triton==3.6.0``) put first on PYTHONPATH.
@@ -217,21 +220,23 @@ def loop_bodies(sass: str) -> list[str]:
 
 def per_tile(sass: str, warps: int) -> dict:
     """Per loop iteration (one tile), over the kernel's loops (masked and unmasked tiles): SASS instructions issued
-    by all warps together, block-wide barriers, shared-memory loads and stores, spilled registers reloaded and
-    stored."""
+    by all warps together, those of them that are not tensor-core products (HGMMA, HMMA), block-wide barriers,
+    shared-memory loads and stores, spilled registers reloaded and stored."""
     stats = []
     for body in loop_bodies(sass):
         count = lambda p, b=body: len(re.findall(p, b))  # noqa: E731
+        instructions = count(r"/\*[0-9a-f]{4,}\*/")
         stats.append(
             {
-                "warp_instructions": count(r"/\*[0-9a-f]{4,}\*/") * warps,
+                "warp_instructions": instructions * warps,
+                "other_instructions": (instructions - count(r"\bH(G)?MMA\b")) * warps,
                 "barriers": count(r"\bBAR\.SYNC"),
                 "shared_accesses": count(r"\b(LDS|STS)(\.\S+)?\s"),
                 "spill_reloads": count(r"\bLDL\b"),
                 "spill_stores": count(r"\bSTL\b"),
             }
         )
-    keys = ("warp_instructions", "barriers", "shared_accesses", "spill_reloads", "spill_stores")
+    keys = ("warp_instructions", "other_instructions", "barriers", "shared_accesses", "spill_reloads", "spill_stores")
     return {f"tile_{k}": [min(s[k] for s in stats), max(s[k] for s in stats)] for k in keys} if stats else {}
 
 
@@ -483,9 +488,9 @@ def candidates_report(rows: list[dict]) -> list[str]:
         "Tile configurations: each kernel's own (BLOCK_M x BLOCK_N; the key pass's BLOCK_M counts queries) and a grid "
         "of candidates, every variant compiled (key pass: MEM=False / MEM=True). The rule a configuration is tuned "
         "by: no spilled register stored or reloaded inside a tile loop, in any variant, and its pass's tensor-core "
-        f"work per (b, h) at most {MAX_WORK:.2f} x the 64 x 64 tiles'; the query pass's 64 x 64 tiles are tuned "
-        "against it (`TIMED_DESPITE_SPILLS`: their products are wgmma, the admitted tiles' mostly `mma.sync`, and "
-        "only timing can weigh that against their spills). wgmma: Hopper's warpgroup products in the "
+        f"work per (b, h) at most {MAX_WORK:.2f} x the 64 x 64 tiles'; the backward passes' 64 x 64 tiles are tuned "
+        "against it (`KEY_TIMED_DESPITE_SPILLS`, `TIMED_DESPITE_SPILLS`: their products are wgmma, the admitted "
+        "tiles' mostly `mma.sync`, and only timing can weigh that against their spills). wgmma: Hopper's warpgroup products in the "
         "PTX (0: every product is an `mma.sync`); warp-instructions per tile scaled to 64 x 64 tile elements.",
         "",
         "| kernel | tile | warps | stages | tuned | rule | wgmma | registers | spilled B | spill ld/st per tile | "
@@ -588,12 +593,71 @@ def _unique(rows: list[dict]) -> list[dict]:
     return out
 
 
+TARGET_CUT = 0.25  # issue 52: at least 25% fewer non-tensor-core instructions per tile in each pass
+
+
+def _config_key(row: dict) -> tuple:
+    variant = tuple((n, row[n]) for n in ("MEM", "HAS_C") if n in row)
+    return row["kernel"], variant, row.get("BLOCK_M"), row.get("BLOCK_N"), row["num_warps"], row["num_stages"]
+
+
+def comparison(before: dict, result: dict) -> list[str]:
+    """The current kernels' tuned configurations against the same configurations compiled from an earlier commit
+    (``before``: that commit's ``kernels`` rows, as this script records them): per tile, the warp-instructions that
+    are not tensor-core products, cheapest tile (an interior one) and dearest (a masked one), and the spill reloads
+    and stores inside the loops."""
+    old = {_config_key(r): r for r in before["kernels"] if r["design"] == "current"}
+    new = {_config_key(r): r for r in result["kernels"] if r["design"] == "current"}
+    lines = [
+        "",
+        f"Before / after (issue 52, item 4): the tuned configurations compiled from commit {before['commit']} "
+        f"(Triton {before['triton']}, ptxas {before['ptxas']}) and from this one, the `gpu` shape; per tile, "
+        "warp-instructions that are not tensor-core products (HGMMA, HMMA), the cheapest tile (interior) and the "
+        f"dearest (masked: the diagonal or the window's edge). Target: {TARGET_CUT:.0%} fewer. No GPU: none of this "
+        "is timed.",
+        "",
+        "| kernel | variant | tile | warps | stages | before | after | change (cheapest / dearest) | target | "
+        "spill ld/st per tile, before -> after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    span = lambda r, missing: "{}-{}".format(*r["tile_other_instructions"]) if r else missing  # noqa: E731
+    spills = lambda r: "{}/{}".format(r["tile_spill_reloads"][1], r["tile_spill_stores"][1]) if r else "-"  # noqa: E731
+    verdicts, first = {}, {}
+    for key in dict.fromkeys(list(old) + list(new)):
+        b, a = old.get(key), new.get(key)
+        name, variant, bm, bn, warps, stages = key
+        if a and b:
+            cut = [1 - x / y for x, y in zip(a["tile_other_instructions"], b["tile_other_instructions"])]
+            change = f"{-cut[0]:+.1%} / {-cut[1]:+.1%}"
+            met = "met" if min(cut) >= TARGET_CUT else "cheapest only" if cut[0] >= TARGET_CUT else "not met"
+        else:
+            change, met = "-", "-"
+        if first.setdefault(name, key[2:]) == key[2:]:  # each pass's first tuned configuration, every variant
+            verdicts[key] = f"{name} {', '.join(f'{n}={v}' for n, v in variant)} {bm} x {bn}: {met} ({change})"
+        lines.append(
+            f"| {name} | {', '.join(f'{n}={v}' for n, v in variant)} | {bm} x {bn} | {warps} | {stages} | {span(b, 'not tuned')} | "
+            f"{span(a, 'dropped')} | {change} | {met} | {spills(b)} -> {spills(a)} |"
+        )
+    return lines + [
+        "",
+        "Each pass's first tuned configuration (the one that runs untimed): " + "; ".join(verdicts.values()),
+    ]
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kernel_sm90"))
+    ap.add_argument("--before", type=Path, help="an earlier commit's kernel rows (JSON) to compare the tuned ones with")
     a = ap.parse_args(argv)
-    result = run(dict(GPU_SHAPE))
+    shape = dict(GPU_SHAPE)
+    before = json.loads(a.before.read_text()) if a.before else None
+    if before and before["shape"] != shape:
+        raise SystemExit(f"--before was compiled at shape {before['shape']}, not {shape}: recompile it")
+    result = run(shape)
     text = report(result)
+    if before:
+        result["before"] = {k: before[k] for k in ("commit", "triton", "ptxas")}
+        text += "\n" + "\n".join(comparison(before, result))
     print(text)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")

@@ -177,6 +177,29 @@ def test_content_attention_with_and_without_gradients_agree():
     assert kg.grad is not None and torch.isfinite(kg.grad).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_content_attention_gives_sdpa_an_additive_bias_equal_to_the_bool_mask(monkeypatch, dtype):
+    """SDPA gets the key mask as a float bias (0 or -inf: its kernels that take a bias may run, a bool mask keeps
+    them off), and the result is exactly what the bool mask gives, a row with no valid key included."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, n, 8, dtype=dtype) for n in (5, 7, 7))
+    key_mask = torch.rand(3, 7) > 0.4
+    key_mask[0, 0], key_mask[2] = True, False
+    masks, sdpa = [], F.scaled_dot_product_attention
+
+    def spy(*args, attn_mask):
+        masks.append(attn_mask)
+        return sdpa(*args, attn_mask=attn_mask)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    with torch.no_grad():
+        got = content_attention(q, k, v, key_mask)
+    assert len(masks) == 1 and masks[0].dtype == dtype and masks[0].shape == (3, 1, 1, 7)
+    visible = key_mask | ~key_mask.any(dim=1, keepdim=True)
+    want = sdpa(q, k, v, attn_mask=visible[:, None, None, :]).transpose(1, 2).reshape(3, 5, 16)
+    assert torch.equal(got, want)
+
+
 def test_losses_ignore_invalid_slots_and_rows():
     wq, wkv = _weights()
     h, old = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 6, 8, dtype=torch.float64)

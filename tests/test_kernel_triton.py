@@ -135,9 +135,16 @@ FP32_CASES = [
     (1, 1, 40, 5, 50, 16, 0, (16, 32)),
     (1, 1, 20, 5, 50, 16, 0, (64, 64)),
 ]
+# interior tiles (no row masks) beside edge ones in every walk: keys, queries and both tables' rows ending inside a
+# block, in the compressed stream, the memory + segment stream with and without a window, three-chunk bands
+INTERIOR_CASES = [
+    (1, 1, 70, 40, 90, 16, 0, (16, 16)),
+    (1, 1, 75, 37, 83, 16, 50, (32, 16)),
+    (1, 1, 70, 45, 90, 16, 30, (16, 32)),
+]
 
 
-@pytest.mark.parametrize(("B", "H", "T", "C", "M", "dh", "window", "blocks"), FP32_CASES)
+@pytest.mark.parametrize(("B", "H", "T", "C", "M", "dh", "window", "blocks"), FP32_CASES + INTERIOR_CASES)
 def test_fp32_output_and_gradients_equal_the_reference(B, H, T, C, M, dh, window, blocks) -> None:
     tensors, key_valid = inputs(B, H, T, C, M, dh)
     assert_close_fp32(run_both(tensors, key_valid, C, window, blocks)[0])
@@ -213,14 +220,16 @@ ENVIRONMENT_PROBE = textwrap.dedent(
     )
     imported = dict(os.environ)
     import torch, torch._dynamo  # torch's custom ops import dynamo on their first call, which sets its cache dir
-    before = dict(os.environ)
-    x = torch.randn(1, 1, 4, 16)
+    import triton.language as tl
+    before, core = dict(os.environ), dict(vars(tl.core))
+    x = torch.randn(1, 1, 4, 16, requires_grad=True)
     fused_triton.fused_relative_attention(x, x, x, x, x[0, :, :4], None, None, torch.ones(1, 4, dtype=torch.bool),
-                                          n_cmem=0)
+                                          n_cmem=0).sum().backward()
     ran = dict(os.environ)
     changed = lambda a, b: sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
     kind = type(fused_triton_fwd.forward_kernel).__name__
-    print(json.dumps({"import": changed(start, imported), "run": changed(before, ran), "jit": kind}))
+    swapped = sorted(k for k, v in vars(tl.core).items() if core.get(k) is not v)
+    print(json.dumps({"import": changed(start, imported), "run": changed(before, ran), "jit": kind, "swapped": swapped}))
     """
 )
 
@@ -228,12 +237,13 @@ ENVIRONMENT_PROBE = textwrap.dedent(
 def test_importing_and_running_the_kernels_leaves_the_environment_alone() -> None:
     """In a fresh interpreter without TRITON_INTERPRET: importing the package and every kernel module, and running
     the kernel on CPU tensors, writes nothing to os.environ (the kernels stay compiled kernels for CUDA; the CPU's
-    interpreted copies are made on the call)."""
+    interpreted copies are made on the call), and leaves no builtin of ``triton.language.core`` swapped for the
+    interpreter's (a kernel compiled for a GPU afterwards, in the same process, would be built through it)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     p = subprocess.run([sys.executable, "-c", ENVIRONMENT_PROBE], capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     result = json.loads(p.stdout.strip().splitlines()[-1])
-    assert result == {"import": [], "run": [], "jit": "JITFunction"}
+    assert result == {"import": [], "run": [], "jit": "JITFunction", "swapped": []}
 
 
 def test_cuda_times_the_tile_configurations_only_for_shapes_large_enough() -> None:

@@ -164,19 +164,21 @@ def content_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor) -> Tens
 
     q: (B, H, T, d_h) projected queries; k, v: (B, H, S, d_h) projected keys and values; key_mask: (B, S).
     Returns (B, T, H*d_h). A row with no valid key reads all its keys instead (a finite result the caller's row mask
-    excludes), so the fused kernel never sees an empty softmax.
+    excludes), so the fused kernel never sees an empty softmax. The mask goes in as an additive bias (0 or -inf, the
+    same scores a bool mask gives): SDPA's kernels that take a float bias are open to it, and a bool mask would be
+    converted to one anyway.
     """
     B, H, T, dh = q.shape
     key_mask = key_mask | ~key_mask.any(dim=1, keepdim=True)
+    bias = torch.zeros(key_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~key_mask, float("-inf"))
+    bias = bias[:, None, None, :]  # (B, 1, 1, S)
     if q.device.type == "cpu" and torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
         # The reconstruction's read of the few compressed slots: on CPU the fused kernel's backward took 2.6x the
         # time of these three ops (forward + backward, 32 keys); without gradients the fused kernel is the faster.
-        bias = torch.zeros(key_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~key_mask, float("-inf"))
-        bias = bias[:, None, None, :]
         scores = torch.matmul(q * dh**-0.5, k.transpose(-1, -2)) + bias  # (B, H, T, S)
         y = torch.matmul(torch.softmax(scores, dim=-1), v)
     else:
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :])
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     return y.transpose(1, 2).reshape(B, T, H * dh)
 
 

@@ -70,19 +70,23 @@ class Tiles:
 # Tried on the first call of each shape on CUDA, each kernel over its own; the first is taken untimed for small
 # shapes and inside CUDA graph captures. Chosen by the rule in benchmarks/kernel_compile.py (compiled for sm_90 at
 # the `gpu` shape: no spilled register stored or reloaded inside a tile loop, and the pass's tensor-core work within
-# 10% of 64 x 64 tiles'), which the 64 x 64 query pass fails at every warp count and stage (results/kernel_sm90.md);
-# two of those are timed all the same (TIMED_DESPITE_SPILLS).
+# 10% of 64 x 64 tiles'), which both backward passes' 64 x 64 tiles fail (results/kernel_sm90.md); three of those are
+# timed all the same (KEY_TIMED_DESPITE_SPILLS, TIMED_DESPITE_SPILLS).
 FORWARD_TILES = (
     Tiles(64, 32, 4, 2), Tiles(64, 32, 4, 3), Tiles(64, 32, 8, 2), Tiles(64, 64, 8, 2), Tiles(64, 64, 8, 3),
 )  # fmt: skip
+# The backward passes' 64 x 64 tiles spill inside their loops but multiply with Hopper's warpgroup products (wgmma),
+# which the spill-free smaller tiles mostly do not; which wins is a question of time, so the tuning times both kinds.
+KEY_TIMED_DESPITE_SPILLS = (Tiles(64, 64, 8, 3),)
+TIMED_DESPITE_SPILLS = (Tiles(64, 64, 4, 2), Tiles(64, 64, 8, 2))  # the query pass's
 # the key pass's own: BLOCK_M queries by BLOCK_N keys; it holds a key block and walks the query blocks
 KEY_TILES = (
-    Tiles(32, 64, 8, 2), Tiles(32, 64, 8, 3), Tiles(64, 64, 8, 3), Tiles(32, 32, 4, 2), Tiles(32, 32, 4, 3),
+    Tiles(32, 64, 8, 2), Tiles(32, 64, 8, 3), *KEY_TIMED_DESPITE_SPILLS, Tiles(32, 32, 4, 2), Tiles(32, 32, 4, 3),
 )  # fmt: skip
-# The query pass's 64 x 64 tiles spill inside their loops but multiply with Hopper's warpgroup products (wgmma), which
-# the spill-free smaller tiles mostly do not; which wins is a question of time, so the tuning times both kinds.
-TIMED_DESPITE_SPILLS = (Tiles(64, 64, 4, 2), Tiles(64, 64, 8, 2))
-QUERY_GRAD_TILES = (Tiles(32, 64, 8, 2), Tiles(32, 64, 8, 3), Tiles(16, 32, 4, 2), *TIMED_DESPITE_SPILLS)
+# 64 x 32 at 8 warps: 64-row tiles (wgmma, half the atomics of 32 x 64 per tile) with no spill inside their loops
+QUERY_GRAD_TILES = (
+    Tiles(32, 64, 8, 2), Tiles(32, 64, 8, 3), Tiles(16, 32, 4, 2), Tiles(64, 32, 8, 2), *TIMED_DESPITE_SPILLS,
+)  # fmt: skip
 INTERPRETER_TILES = Tiles(32, 32)  # in the interpreter every operation costs Python time: few, mid-sized tiles
 
 
@@ -239,9 +243,21 @@ def _base2(q: Tensor) -> Tensor:
     return torch.mul(q, LOG2E, out=torch.empty(q.shape, dtype=q.dtype, device=q.device))  # one pass, any strides
 
 
+ROW_STRIDE_LIMIT = 2**31 // max(BLOCKS)  # a tile's offsets from its first row are 32-bit
+
+
 def _rows(t: Tensor) -> Tensor:
-    """t with unit stride along its last dim (the kernels' tiles read rows)."""
-    return t if t.stride(-1) == 1 else t.contiguous()
+    """t with unit stride along its last dim (the kernels' tiles read rows) and rows close enough that a tile's
+    offsets from its first row fit in 32 bits."""
+    return t if t.stride(-1) == 1 and t.stride(-2) < ROW_STRIDE_LIMIT else t.contiguous()
+
+
+def _key_bias(key_valid: Tensor) -> Tensor:
+    """The keys' additive bias (B, K), fp32: 0 where a slot holds a state, -inf where it is empty (a tile adds it to
+    its scores: one load and one add per score, no compare and select)."""
+    return torch.zeros(key_valid.shape, dtype=torch.float32, device=key_valid.device).masked_fill_(
+        ~key_valid, float("-inf")
+    )
 
 
 def _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n) -> tuple[Tensor, Tensor]:
@@ -249,12 +265,12 @@ def _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_
     qu, qv = _base2(qu), _base2(qv)
     k, v, r = _rows(k), _rows(v), _rows(r)
     qc, rc = (_base2(qc), _rows(rc)) if g.C > 0 else (qv, r)  # unread when there is no compressed stream
-    kv = key_valid.contiguous().view(torch.uint8)
+    kb = _key_bias(key_valid)
     out = torch.empty((g.B, g.H, g.T, g.dh), dtype=qu.dtype, device=qu.device)
     lse = torch.empty((g.B, g.H, g.T), dtype=torch.float32, device=qu.device)
     args = (
-        qu, qv, qc, k, v, r, rc, kv, out, lse,
-        *k.stride()[:3], *v.stride()[:3], *r.stride()[:2], *rc.stride()[:2], kv.stride(0),
+        qu, qv, qc, k, v, r, rc, kb, out, lse,
+        *k.stride()[:3], *v.stride()[:3], *r.stride()[:2], *rc.stride()[:2], kb.stride(0),
         g.H, g.T, g.C, g.M, r.shape[1], rc.shape[1], g.dh, g.win,
     )  # fmt: skip
     with g.launch_context():
@@ -268,7 +284,7 @@ def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window
     qu, qv, grad = _base2(qu), _base2(qv), grad.contiguous()
     k, v, r = _rows(k), _rows(v), _rows(r)
     qc, rc = (_base2(qc), _rows(rc)) if g.C > 0 else (None, None)
-    kv = key_valid.contiguous().view(torch.uint8)
+    kb = _key_bias(key_valid)
     di = (grad.float() * out.float()).sum(-1)  # (B, H, T): rowsum(dO * O)
     dk = torch.empty((g.B, g.H, g.K, g.dh), dtype=k.dtype, device=g.device)
     dv = torch.empty((g.B, g.H, g.K, g.dh), dtype=v.dtype, device=g.device)
@@ -281,15 +297,15 @@ def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window
     with g.launch_context():
         for qp, table, key0, n_keys, mem in streams:
             args = (
-                qu, qp, k, v, table, kv, grad, lse, di, dk, dv,
-                *k.stride()[:3], *v.stride()[:3], *table.stride()[:2], kv.stride(0),
+                qu, qp, k, v, table, kb, grad, lse, di, dk, dv,
+                *k.stride()[:3], *v.stride()[:3], *table.stride()[:2], kb.stride(0),
                 g.H, g.T, g.M, table.shape[1], key0, n_keys, g.K, g.dh, g.win,
             )  # fmt: skip
             _launch(KEY_GRADS, g.key_grid(n_keys), args, dict(MEM=mem, **g.meta), g.device, g.key_tiles)
         qc_, rc_, dqc_ = (qc, rc, dqc) if g.C > 0 else (qv, r, dqv)  # unread / unwritten without compression
         args = (
-            qu, qv, qc_, k, v, r, rc_, kv, grad, lse, di, dqu, dqv, dqc_, drm, drc,
-            *k.stride()[:3], *v.stride()[:3], *r.stride()[:2], *rc_.stride()[:2], kv.stride(0),
+            qu, qv, qc_, k, v, r, rc_, kb, grad, lse, di, dqu, dqv, dqc_, drm, drc,
+            *k.stride()[:3], *v.stride()[:3], *r.stride()[:2], *rc_.stride()[:2], kb.stride(0),
             g.H, g.T, g.C, g.M, r.shape[1], rc_.shape[1], g.dh, g.win,
         )  # fmt: skip
         _launch(QUERY_GRADS, g.query_grid(), args, dict(HAS_C=g.C > 0, **g.meta), g.device, g.query_tiles)

@@ -17,12 +17,16 @@ through their strides; dk and dv are written contiguous (B, H, K, dh).
 from compressive_transformer.core.kernels.fused_triton_tiles import (
     LN2,
     add_rows,
+    band_index,
     band_part,
     band_row0,
     band_scores,
+    chunk_index,
     dense,
     first_chunks,
     head,
+    interior,
+    key_interior,
     key_tile,
     load_rows,
     memory_blocks,
@@ -37,25 +41,25 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
     tl,
     triton,
     unskew,
+    unskew_index,
 )
 
 
 @triton.jit
 def _key_value_grads(
-    dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, hi, T, M, win, dh,
+    dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, lo, hi, T, M, win, dh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
-    MASK: tl.constexpr,
+    MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
-    """Add query blocks lo..hi to the gradients of key block n0."""
-    n = n0 + tl.arange(0, BLOCK_N)
+    """Add query blocks lo..hi to the gradients of key block n0 (EDGE False: interior blocks, :func:`key_interior`)."""
     for i0 in range(lo, hi, BLOCK_M):
-        qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D)
-        qp = query_rows(QP, bh, i0, T, dh, BLOCK_M, D)
-        do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D)
-        lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M)
+        qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D, EDGE)
+        qp = query_rows(QP, bh, i0, T, dh, BLOCK_M, D, EDGE)
+        do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D, EDGE)
+        lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M, EDGE)
         content = mma(qu, tl.trans(k), PREC)
-        pos = band_scores(qp, content, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND)
-        s = scores(content, pos, kv, i0 + tl.arange(0, BLOCK_M), n, key0, n_keys, T, M, win, MASK)
+        pos = band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND, EDGE)
+        s = scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M, BLOCK_N, MASK, EDGE)
         p, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dv += mma(tl.trans(p.to(do.dtype)), do, PREC)
         dk += mma(tl.trans(ds.to(qu.dtype)), qu, PREC)
@@ -64,37 +68,48 @@ def _key_value_grads(
 
 @triton.jit
 def key_value_grad_kernel(
-    QU, QP, K, V, TAB, KV, DO, LSE, DI, DK, DV,
-    sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, st_h, st_t, skv_b,
+    QU, QP, K, V, TAB, KB, DO, LSE, DI, DK, DV,
+    sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, st_h, st_t, skb_b,
     H, T, M, n_rows, key0, n_keys, n_all, dh, win,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
     MEM: tl.constexpr,
 ):  # fmt: skip
     """dk, dv of key block n0 of one stream (key slots key0 + n0 ..), summed over the query blocks that read it:
-    those on the diagonal or the window's edge with the mask (memory + segment only), the others without."""
+    those on the diagonal or the window's edge with the mask (memory + segment only), the others without (and the
+    interior ones also without row masks on their loads)."""
     n0 = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
     k = load_rows(head(K, b, h, sk_b, sk_h), key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
     v = load_rows(head(V, b, h, sv_b, sv_h), key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
-    tab, kv = TAB + h.to(tl.int64) * st_h, KV + b.to(tl.int64) * skv_b
+    tab, kb = TAB + h.to(tl.int64) * st_h, KB + b.to(tl.int64) * skb_b
     if MEM:
         lo, b1, b2, hi = memory_queries(n0, T, M, win, BLOCK_M, BLOCK_N)
     else:  # every query reads every compressed slot
         lo, b1, b2, hi = 0, 0, T, T
     dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    idx = band_index(k, PREC, BLOCK_M, BLOCK_N, D, BAND)
+    s, e = key_interior(lo, b1, b2, n0, T, n_keys, n_rows, BLOCK_M, BLOCK_N, BAND)
     dk, dv = _key_value_grads(
-        dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, lo, b1, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, lo, b1, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM, True,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b1, b2, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, False,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, b1, s, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, False, True,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kv, key0, n_keys, n0, bh, b2, hi, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, s, e, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, False, False,
+    )  # fmt: skip
+    dk, dv = _key_value_grads(
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, e, b2, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, False, True,
+    )  # fmt: skip
+    dk, dv = _key_value_grads(
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, b2, hi, T, M, win, dh,
+        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM, True,
     )  # fmt: skip
     store_rows(dense(DK, bh, n_all, dh), dk * LN2, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
     store_rows(dense(DV, bh, n_all, dh), dv, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
@@ -113,20 +128,21 @@ def _finish(dqp, band, qp, tab, dtab, row0, n_rows, st_t, dh, PREC: tl.constexpr
 
 @triton.jit
 def _query_grads(
-    dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv, key0,
-    n_keys, lo, hi, i0, T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-    R: tl.constexpr, PREC: tl.constexpr, MASK: tl.constexpr,
+    dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab,
+    kb, key0, n_keys, lo, hi, i0, T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+    R: tl.constexpr, PREC: tl.constexpr, MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
     """Add one stream's key blocks lo..hi to a query block's gradients. pend1 (and pend2 when R == 2): the band
-    chunks of dS after the current tile's first, still open."""
+    chunks of dS after the current tile's first, still open. EDGE False: interior tiles (the finished chunk's
+    table rows keep their mask: the first tiles' start before row 0)."""
     for n0 in range(lo, hi, BLOCK_N):
         k, v, s, head, old = key_tile(
-            head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
-            BLOCK_M, BLOCK_N, D, R, PREC, MASK,
+            head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, n0, i0, T, M, win, dh,
+            BLOCK_M, BLOCK_N, D, R, PREC, MASK, EDGE,
         )  # fmt: skip
         _, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dq += mma(ds.to(k.dtype), k, PREC)
-        z = unskew(ds.to(qp.dtype), BLOCK_M, BLOCK_N)  # the products take dS in the operands' dtype
+        z = unskew(ds.to(qp.dtype), uidx, BLOCK_M, BLOCK_N)  # the products take dS in the operands' dtype
         done = pend1 + band_part(z, 0, BLOCK_M, BLOCK_N)  # no later tile reads this chunk's rows
         dqp = _finish(dqp, done, qp, tab, dtab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, PREC, BLOCK_N, D)
         if R == 2:
@@ -139,26 +155,33 @@ def _query_grads(
 
 @triton.jit
 def _query_stream(
-    dq, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv, key0, n_keys, lo, b1, b2, hi, i0, T,
+    dq, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kb, key0, n_keys, lo, b1, b2, hi, i0, T,
     M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr,
     PREC: tl.constexpr, MEM: tl.constexpr,
 ):  # fmt: skip
-    """One stream's key blocks lo..hi ([b1, b2) without the mask): dq gains their share; returns it and dq_pos."""
+    """One stream's key blocks lo..hi ([b1, b2) without the mask, its interior blocks [b1, c) also without row
+    masks on their loads): dq gains their share; returns it and dq_pos."""
     dqp = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     pend1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=qp.dtype)
     pend2 = pend1
-    head, old = first_chunks(qp, tab, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    idx, uidx = chunk_index(qp, PREC, BLOCK_M, BLOCK_N, D), unskew_index(qp, PREC, BLOCK_M, BLOCK_N, D)
+    head, old = first_chunks(qp, tab, idx, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    c = interior(lo, b1, b2, i0, T, n_keys, n_rows, BLOCK_M, BLOCK_N, R)
     dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
-        key0, n_keys, lo, b1, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+        dtab, kb, key0, n_keys, lo, b1, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM, True,
     )  # fmt: skip
     dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
-        key0, n_keys, b1, b2, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False,
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+        dtab, kb, key0, n_keys, b1, c, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False, False,
     )  # fmt: skip
     dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab, kv,
-        key0, n_keys, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM,
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+        dtab, kb, key0, n_keys, c, b2, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False, True,
+    )  # fmt: skip
+    dq, dqp, pend1, pend2, head, old = _query_grads(
+        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+        dtab, kb, key0, n_keys, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM, True,
     )  # fmt: skip
     if hi > lo:  # the chunks the last tile left open: no tile after it
         end = lo + (hi - lo + BLOCK_N - 1) // BLOCK_N * BLOCK_N  # the key block after the last
@@ -171,15 +194,15 @@ def _query_stream(
 
 @triton.jit
 def query_grad_kernel(
-    QU, QV, QC, K, V, RM, RC, KV, DO, LSE, DI, DQU, DQV, DQC, DRM, DRC,
-    sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sr_h, sr_t, src_h, src_t, skv_b,
+    QU, QV, QC, K, V, RM, RC, KB, DO, LSE, DI, DQU, DQV, DQC, DRM, DRC,
+    sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sr_h, sr_t, src_h, src_t, skb_b,
     H, T, C, M, Lr, Lc, dh, win,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
     HAS_C: tl.constexpr,
 ):  # fmt: skip
     """dqu, dqv, dqc of one query block and its shares of the two tables' gradients (DRM, DRC: fp32 (H, rows, dh),
     zero before the launch): the compressed stream's keys, then the memory + segment stream's."""
-    i0, bh, h, kp, vp, kv = query_program(K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK_M)
+    i0, bh, h, kp, vp, kb = query_program(K, V, KB, sk_b, sk_h, sv_b, sv_h, skb_b, H, BLOCK_M)
     qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D)
     do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D)
     lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M)
@@ -188,7 +211,7 @@ def query_grad_kernel(
         qc = query_rows(QC, bh, i0, T, dh, BLOCK_M, D)
         dq, dqc = _query_stream(
             dq, qu, qc, do, lse, di, kp, sk_t, vp, sv_t, RC + h.to(tl.int64) * src_h, src_t, Lc,
-            DRC + h.to(tl.int64) * Lc * dh, kv, 0, C, 0, 0, C, C, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC,
+            DRC + h.to(tl.int64) * Lc * dh, kb, 0, C, 0, 0, C, C, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC,
             False,
         )  # fmt: skip
         store_rows(dense(DQC, bh, T, dh), dqc, i0, T, dh, dh, BLOCK_M, D)
@@ -196,7 +219,7 @@ def query_grad_kernel(
     lo, b1, b2, hi = memory_blocks(i0, T, M, win, BLOCK_M, BLOCK_N)
     dq, dqv = _query_stream(
         dq, qu, qv, do, lse, di, kp, sk_t, vp, sv_t, RM + h.to(tl.int64) * sr_h, sr_t, Lr,
-        DRM + h.to(tl.int64) * Lr * dh, kv, C, M + T, lo, b1, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R,
+        DRM + h.to(tl.int64) * Lr * dh, kb, C, M + T, lo, b1, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R,
         PREC, True,
     )  # fmt: skip
     store_rows(dense(DQU, bh, T, dh), dq, i0, T, dh, dh, BLOCK_M, D)

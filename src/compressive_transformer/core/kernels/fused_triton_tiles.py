@@ -38,35 +38,42 @@ def dense(ptr, bh, n_rows, dh):
 
 
 @triton.jit
-def row_block(row0, n_rows, dh, ROWS: tl.constexpr, D: tl.constexpr):
-    """Offsets (rows, columns) and the in-bounds mask of rows row0 .. row0 + ROWS of a (n_rows, dh) matrix."""
-    rows = row0 + tl.arange(0, ROWS)
-    cols = tl.arange(0, D)
-    mask = ((rows >= 0) & (rows < n_rows))[:, None] & (cols < dh)[None, :]
-    return rows[:, None].to(tl.int64), cols[None, :], mask
+def row_block(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr, EDGE: tl.constexpr = True):
+    """Pointers and the in-bounds mask of rows row0 .. row0 + ROWS of a (n_rows, dh) matrix: the tile's first row
+    in 64-bit scalar arithmetic (once per tile, for the whole program), the offsets within the tile in 32 bits
+    (the same for every tile, so computed once per program; the host keeps ROWS * stride_row below 2^31). EDGE
+    False: the caller knows every row is inside, and only the columns past dh are masked (the same for every
+    tile)."""
+    r = tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, D)[None, :]
+    if EDGE:
+        mask = (r >= -row0) & (r < n_rows - row0) & (cols < dh)
+    else:
+        mask = (r >= 0) & (cols < dh)  # (ROWS, D), like the edge's
+    return ptr + tl.cast(row0, tl.int64) * stride_row + (r * stride_row + cols), mask
 
 
 @triton.jit
-def load_rows(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
+def load_rows(ptr, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr, EDGE: tl.constexpr = True):
     """Rows row0 .. row0 + ROWS of a (n_rows, dh) matrix as a (ROWS, D) tile; rows outside [0, n_rows) and columns
-    past dh read as 0 (never out of bounds)."""
-    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
-    return tl.load(ptr + rows * stride_row + cols, mask=mask, other=0.0)
+    past dh read as 0 (never out of bounds; EDGE False: the rows are known to be inside)."""
+    ptrs, mask = row_block(ptr, row0, n_rows, stride_row, dh, ROWS, D, EDGE)
+    return tl.load(ptrs, mask=mask, other=0.0)
 
 
 @triton.jit
 def store_rows(ptr, value, row0, n_rows, stride_row, dh, ROWS: tl.constexpr, D: tl.constexpr):
     """Store a (ROWS, D) tile as rows row0 .. of a (n_rows, dh) matrix, skipping rows and columns outside it."""
-    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
-    tl.store(ptr + rows * stride_row + cols, value.to(ptr.dtype.element_ty), mask=mask)
+    ptrs, mask = row_block(ptr, row0, n_rows, stride_row, dh, ROWS, D)
+    tl.store(ptrs, value.to(ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def add_rows(ptr, value, row0, n_rows, dh, ROWS: tl.constexpr, D: tl.constexpr):
     """Atomically add a (ROWS, D) fp32 tile to rows row0 .. of a contiguous (n_rows, dh) fp32 matrix (rows outside
     it dropped): the table gradient, which the programs of all query blocks and batch rows add to."""
-    rows, cols, mask = row_block(row0, n_rows, dh, ROWS, D)
-    tl.atomic_add(ptr + rows * dh + cols, value, mask=mask, sem="relaxed")
+    ptrs, mask = row_block(ptr, row0, n_rows, dh, dh, ROWS, D)
+    tl.atomic_add(ptrs, value, mask=mask, sem="relaxed")
 
 
 @triton.jit
@@ -82,14 +89,23 @@ def mma(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def take(src, index, like, N_SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """out[a, c] = src.flat[index[a, c]] for a (ROWS, COLS) result: ``tl.gather`` on the flattened tensors, which
-    Triton lowers to one store of src to shared memory, a barrier and one load per element. ``like`` (ROWS, COLS),
-    a tensor from the tensor cores, lends the index (and so the result) its register layout, so that no layout
-    conversion surrounds the gather; where ``like`` is NaN, position 0 is read (never out of bounds)."""
-    idx = tl.where(like == like, index, 0)
+def take(src, idx, N_SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """out[a, c] = src.flat[idx[a, c]] for a (ROWS, COLS) result: ``tl.gather`` on the flattened tensors, which
+    Triton lowers to one store of src to shared memory, a barrier and one load per element. idx comes from
+    :func:`anchored` (the tensor cores' register layout, so the result has it too and no layout conversion surrounds
+    the gather)."""
     out = tl.gather(tl.reshape(src, [N_SRC]), tl.reshape(idx, [ROWS * COLS]), 0)
     return tl.reshape(out, [ROWS, COLS])
+
+
+@triton.jit
+def anchored(index, like, PREC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, D: tl.constexpr):
+    """A gather index (ROWS, COLS) in the register layout of a (ROWS, D) @ (D, COLS) tensor-core product in like's
+    dtype, built once per program, before the tile loops: the layout comes from a product of zeros (never NaN, so
+    the index is the given one everywhere); an index from ``tl.arange`` alone would take a blocked layout, and each
+    tile would convert its gather's result."""
+    zero = mma(tl.zeros([ROWS, D], dtype=like.dtype), tl.zeros([D, COLS], dtype=like.dtype), PREC)
+    return tl.where(zero == 0.0, index, 0)
 
 
 @triton.jit
@@ -104,16 +120,23 @@ def band_column(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def chunk(qp, tab, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-          D: tl.constexpr):  # fmt: skip
-    """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N, in qp's dtype (the positional
-    scores a bf16 bias would hold), each row of the product moved to where the tiles read it:
+def chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr, D: tl.constexpr, EDGE: tl.constexpr = True):  # fmt: skip
+    """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N, in fp32 as the tensor cores
+    accumulate them (not rounded to qp's dtype: a 32-bit gather needs no packing or widening of 16-bit halves, and
+    the content scores they are added to are fp32), each row of the product moved to where the tiles read it:
     out[a, c] = qp[a] . tab[row0 + (j mod BLOCK_N)], j = c + BLOCK_M - 1 - a. A tile takes column c of row a from
-    the chunk holding band column j (:func:`next_chunks`)."""
-    rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D)
-    prod = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BLOCK_N)
+    the chunk holding band column j (:func:`next_chunks`). idx: :func:`chunk_index`."""
+    rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D, EDGE)
+    prod = mma(qp, tl.trans(rows), PREC)  # (BLOCK_M, BLOCK_N)
+    return take(prod, idx, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def chunk_index(qp, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """:func:`chunk`'s gather index: row a of the product moved left by BLOCK_M - 1 - a (modulo BLOCK_N)."""
     index = tile_rows(BLOCK_M) * BLOCK_N + band_column(BLOCK_M, BLOCK_N) % BLOCK_N
-    return take(prod, index, prod, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)
+    return anchored(index, qp, PREC, BLOCK_M, BLOCK_N, D)
 
 
 @triton.jit
@@ -123,27 +146,28 @@ def band_row0(n0, i0, T, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def first_chunks(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+def first_chunks(qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
     """What a walk's first tile (key block n0) needs besides its newest chunk, as :func:`next_chunks` carries it:
     (head, old), old the chunk before the newest, head the band columns before the last BLOCK_N (R == 2: the two
     chunks before the newest, combined; R == 1: a copy of old)."""
     row0 = band_row0(n0, i0, T, BLOCK_M)
-    old = chunk(qp, tab, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+    old = chunk(qp, tab, idx, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
     head = old
     if R == 2:
-        older = chunk(qp, tab, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+        older = chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
         head = tl.where(band_column(BLOCK_M, BLOCK_N) < BLOCK_N, older, old)
     return head, old
 
 
 @triton.jit
-def next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
+def next_chunks(head, old, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, EDGE: tl.constexpr):  # fmt: skip
     """The positional scores of tile (i0, n0) from what the tile before carried over and one new chunk, and what to
     carry to the next tile. Everything carried is computed in the tile before from its own inputs (a value passed on
     unchanged for two tiles would keep Triton's pipeliner from overlapping the loads)."""
-    new = chunk(qp, tab, band_row0(n0, i0, T, BLOCK_M) + R * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
+    row0 = band_row0(n0, i0, T, BLOCK_M) + R * BLOCK_N
+    new = chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, EDGE)
     j = band_column(BLOCK_M, BLOCK_N)
     if R == 2:  # band columns < 2 BLOCK_N from head, the rest from the new chunk
         pos = tl.where(j < 2 * BLOCK_N, head, new)
@@ -154,24 +178,36 @@ def next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.conste
 
 
 @triton.jit
-def band_scores(qp, like, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr):  # fmt: skip
+def band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, EDGE: tl.constexpr):  # fmt: skip
     """The positional scores of tile (i0, n0) from one product with its whole band (BAND >= BLOCK_M + BLOCK_N - 1
-    rows), for a walk over query blocks, whose tiles share no band rows' products (the queries change). like: the
-    tile's content scores (their layout)."""
-    rows = load_rows(tab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, BAND, D)
-    band = mma(qp, tl.trans(rows), PREC).to(qp.dtype)  # (BLOCK_M, BAND)
-    index = tile_rows(BLOCK_M) * BAND + band_column(BLOCK_M, BLOCK_N)
-    return take(band, index, like, BLOCK_M * BAND, BLOCK_M, BLOCK_N)
+    rows), for a walk over query blocks, whose tiles share no band rows' products (the queries change). idx:
+    :func:`band_index`."""
+    rows = load_rows(tab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, BAND, D, EDGE)
+    band = mma(qp, tl.trans(rows), PREC)  # (BLOCK_M, BAND), fp32 as chunk()'s
+    return take(band, idx, BLOCK_M * BAND, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def unskew(ds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def band_index(qp, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+               BAND: tl.constexpr):  # fmt: skip
+    """:func:`band_scores`' gather index: tile element (a, c) from band column j = c + BLOCK_M - 1 - a of row a."""
+    return anchored(tile_rows(BLOCK_M) * BAND + band_column(BLOCK_M, BLOCK_N), qp, PREC, BLOCK_M, BLOCK_N, D)
+
+
+@triton.jit
+def unskew(ds, idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """A tile's dS moved into band columns modulo BLOCK_N: out[a, t] = ds[a, c] for the column c whose band column
-    j = c + BLOCK_M - 1 - a is congruent to t; :func:`band_part` cuts out the chunks."""
+    j = c + BLOCK_M - 1 - a is congruent to t; :func:`band_part` cuts out the chunks. idx: :func:`unskew_index`."""
+    return take(ds, idx, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)  # in ds's dtype
+
+
+@triton.jit
+def unskew_index(qp, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """:func:`unskew`'s gather index."""
     a = tile_rows(BLOCK_M)
     c = (tl.arange(0, BLOCK_N)[None, :] + a + 1 - BLOCK_M + 2 * BLOCK_N) % BLOCK_N
-    return take(ds, a * BLOCK_N + c, ds, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)  # in ds's dtype
+    return anchored(a * BLOCK_N + c, qp, PREC, BLOCK_M, BLOCK_N, D)
 
 
 @triton.jit
@@ -183,36 +219,46 @@ def band_part(z, q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def scores(content, pos, kv, i, n, key0, n_keys, T, M, win, MASK: tl.constexpr):
-    """Base-2 scores of one tile, qu . k + positional from queries the host scaled by log2(e) (no multiply per score),
-    with -inf where a key may not be read: an empty slot (every tile, as a bias per key); with MASK (memory + segment
-    tiles on the diagonal or the window's edge) also a future key or one farther back than ``win``, except that a
-    query always reads itself."""
+def scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+           MASK: tl.constexpr, EDGE: tl.constexpr = True):  # fmt: skip
+    """Base-2 scores of tile (i0, n0), qu . k + positional from queries the host scaled by log2(e) (no multiply per
+    score), with -inf where a key may not be read: an empty slot (every tile: kb, the keys' additive bias, 0 or
+    -inf); with MASK (memory + segment tiles on the diagonal or the window's edge) also a future key or one farther
+    back than ``win``, except that a query always reads itself. EDGE False: every key of the tile is inside the
+    stream."""
     raw = content + pos
-    valid = tl.load(kv + key0 + n, mask=n < n_keys, other=0) != 0
-    if MASK:
-        dist = M + i[:, None] - n[None, :]
-        ok = (valid[None, :] & (dist >= 0) & (dist <= win)) | ((dist == 0) & (i < T)[:, None])
-        s = tl.where(ok, raw, float("-inf"))
+    c = tl.arange(0, BLOCK_N)
+    if EDGE:
+        bias = tl.load(kb + (key0 + n0) + c, mask=c < n_keys - n0, other=float("-inf"))  # (BLOCK_N,)
     else:
-        s = raw + tl.where(valid, 0.0, float("-inf"))[None, :]
+        bias = tl.load(kb + (key0 + n0) + c)
+    if MASK:
+        i = i0 + tl.arange(0, BLOCK_M)
+        dist = M + i[:, None] - (n0 + c)[None, :]
+        near = dist.to(tl.uint32) <= tl.cast(win, tl.uint32)  # 0 <= dist <= win in one comparison
+        own = (dist == 0) & (i < T)[:, None]
+        s = tl.where(own, raw, tl.where(near, raw + bias[None, :], float("-inf")))
+    else:
+        s = raw + bias[None, :]
     return s
 
 
 @triton.jit
 def key_tile(
-    head, old, qu, qp, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kv, key0, n_keys, n0, i0, T, M, win, dh,
+    head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, n0, i0, T, M, win, dh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
-    MASK: tl.constexpr,
+    MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
     """Key block n0 (key slots key0 + n0 ..) of a query block's walk over one stream: its keys, values and the tile's
-    base-2 scores, and the band chunks to carry to the next key block."""
-    k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D)
-    v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D)
+    base-2 scores, and the band chunks to carry to the next key block. EDGE False: an interior tile
+    (:func:`interior`), whose loads need no row mask."""
+    k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D, EDGE)
+    v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D, EDGE)
     content = mma(qu, tl.trans(k), PREC)
-    pos, head, old = next_chunks(head, old, qp, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
-    i = i0 + tl.arange(0, BLOCK_M)
-    s = scores(content, pos, kv, i, n0 + tl.arange(0, BLOCK_N), key0, n_keys, T, M, win, MASK)
+    pos, head, old = next_chunks(
+        head, old, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R, EDGE
+    )  # fmt: skip
+    s = scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M, BLOCK_N, MASK, EDGE)
     return k, v, s, head, old
 
 
@@ -239,6 +285,17 @@ def split(lo, full_lo, full_hi, hi):
 
 
 @triton.jit
+def interior(lo, b1, b2, i0, T, n_keys, n_rows, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, R: tl.constexpr):
+    """Where the key blocks of [b1, b2) (a query block's walk from lo) stop being interior: a tile whose keys and
+    new band chunk are all inside their tensors (n0 + BLOCK_N <= n_keys, its chunk's last table row < n_rows; its
+    chunk's first row is never negative, as R BLOCK_N >= BLOCK_M), so its loads need no row mask. Both bounds grow
+    with n0: the interior blocks are [b1, c), the edge ones [c, b2)."""
+    last = tl.minimum(n_keys - BLOCK_N, n_rows + i0 - T + BLOCK_M - (R + 1) * BLOCK_N)  # the last interior n0
+    c = lo + tl.maximum(last - lo + BLOCK_N, 0) // BLOCK_N * BLOCK_N  # the first block after it
+    return tl.minimum(tl.maximum(c, b1), b2)
+
+
+@triton.jit
 def memory_blocks(i0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The memory + segment key blocks (stream positions) that queries i0 .. i0 + BLOCK_M may read, lo .. hi, and the
     cuts b1 <= b2 between them: blocks before b1 cross the window's edge, blocks from b2 the diagonal, and the
@@ -250,6 +307,19 @@ def memory_blocks(i0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     full_hi = (M + i0) // BLOCK_N * BLOCK_N  # key blocks ending at or before the first query: all strictly earlier
     b1, b2 = split(lo, full_lo, full_hi, hi)
     return lo, b1, b2, hi
+
+
+@triton.jit
+def key_interior(lo, b1, b2, n0, T, n_keys, n_rows, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BAND: tl.constexpr):  # fmt: skip
+    """The interior query blocks [s, e) of [b1, b2) in key block n0's walk from lo: all their rows below T and their
+    band's table rows inside [0, n_rows) (band_row0 falls as i0 grows), in a key block wholly inside its stream
+    (none when it is not), so their loads need no row mask."""
+    s = lo + tl.maximum(n0 + T - BLOCK_M + BAND - n_rows - lo + BLOCK_M - 1, 0) // BLOCK_M * BLOCK_M
+    e = lo + tl.maximum(T - lo, 0) // BLOCK_M * BLOCK_M  # after the last block ending at or before T
+    e = tl.where(n0 + BLOCK_N <= n_keys, e, s)
+    s = tl.minimum(tl.maximum(s, b1), b2)
+    return s, tl.minimum(tl.maximum(e, s), b2)
 
 
 @triton.jit
@@ -266,29 +336,32 @@ def memory_queries(n0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def query_program(K, V, KV, sk_b, sk_h, sv_b, sv_h, skv_b, H, BLOCK_M: tl.constexpr):
+def query_program(K, V, KB, sk_b, sk_h, sv_b, sv_h, skb_b, H, BLOCK_M: tl.constexpr):
     """A program of a (query block, b * H + h) grid: its first row i0 (the rows with the most keys first), bh, h,
-    and the heads of its keys and values and its batch row of key_valid."""
+    and the heads of its keys and values and its batch row of the keys' bias."""
     i0 = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
-    kp, vp, kv = head(K, b, h, sk_b, sk_h), head(V, b, h, sv_b, sv_h), KV + b.to(tl.int64) * skv_b
-    return i0, bh, h, kp, vp, kv
+    kp, vp, kb = head(K, b, h, sk_b, sk_h), head(V, b, h, sv_b, sv_h), KB + b.to(tl.int64) * skb_b
+    return i0, bh, h, kp, vp, kb
 
 
 @triton.jit
-def query_rows(ptr, bh, i0, T, dh, BLOCK_M: tl.constexpr, D: tl.constexpr):
+def query_rows(ptr, bh, i0, T, dh, BLOCK_M: tl.constexpr, D: tl.constexpr, EDGE: tl.constexpr = True):
     """Rows i0 .. i0 + BLOCK_M of head bh of a contiguous (B, H, T, dh) query-shaped tensor."""
-    return load_rows(dense(ptr, bh, T, dh), i0, T, dh, dh, BLOCK_M, D)
+    return load_rows(dense(ptr, bh, T, dh), i0, T, dh, dh, BLOCK_M, D, EDGE)
 
 
 @triton.jit
-def row_stats(LSE, DI, bh, i0, T, BLOCK_M: tl.constexpr):
+def row_stats(LSE, DI, bh, i0, T, BLOCK_M: tl.constexpr, EDGE: tl.constexpr = True):
     """The saved base-2 log-sum-exp and rowsum(dO * O) of rows i0 .. i0 + BLOCK_M; rows past T get +inf and 0, so
-    that their probabilities and score gradients are exactly 0."""
+    that their probabilities and score gradients are exactly 0 (EDGE False: no row is past T)."""
     i = i0 + tl.arange(0, BLOCK_M)
-    lse = tl.load(LSE + bh * T + i, mask=i < T, other=float("inf"))
-    di = tl.load(DI + bh * T + i, mask=i < T, other=0.0)
+    if EDGE:
+        lse = tl.load(LSE + bh * T + i, mask=i < T, other=float("inf"))
+        di = tl.load(DI + bh * T + i, mask=i < T, other=0.0)
+    else:
+        lse, di = tl.load(LSE + bh * T + i), tl.load(DI + bh * T + i)
     return lse, di
 
 

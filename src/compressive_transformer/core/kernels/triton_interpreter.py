@@ -42,7 +42,10 @@ def _namespace(module_globals: dict) -> tuple[dict, bool]:
     if entry is not None:
         return entry[1], False
     space = {name: _language() if value is tl else value for name, value in module_globals.items()}
-    space["__triton_language__"] = tl  # where the interpreter looks for the module whose builtins it swaps
+    space["__triton_language__"] = tl  # where the interpreter looks for the modules whose builtins it swaps
+    # ... and tl.core, so that a launch swaps (and then restores) its builtins too: a helper's call swaps them again
+    # with nothing to restore them, and a kernel compiled for a GPU afterwards would build through the interpreter
+    space["__triton_language_core__"] = tl.core
     _namespaces[id(module_globals)] = (module_globals, space)  # the original kept alive: its id stays unique
     return space, True
 
