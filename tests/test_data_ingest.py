@@ -24,10 +24,12 @@ from compressive_transformer.data import shards as shards_module
 from compressive_transformer.data.corpora import text as text_format
 from compressive_transformer.data.documents import (
     TextCounter,
+    byte_blocks,
     file_pieces,
     has_wide_space,
     iter_chunks,
     rechunk,
+    utf8_characters,
     utf8_of,
 )
 from compressive_transformer.data.readers import not_text
@@ -82,6 +84,58 @@ def test_wide_whitespace_is_found_in_the_bytes_exactly_where_str_sees_it(text: s
     assert has_wide_space(text.encode()) == any(c.isspace() and not c.isascii() for c in text)
 
 
+BYTES = st.binary(max_size=60) | st.text(st.characters(codec="utf-8"), max_size=30).map(str.encode)
+
+
+@settings(max_examples=500, deadline=None)
+@given(BYTES, st.integers(0, 200))
+def test_utf8_is_checked_on_its_high_bytes_as_the_decoder_checks_it(data: bytes, ascii_pad: int) -> None:
+    for raw in (data, b"a" * ascii_pad + data + b"b" * ascii_pad):  # dense (decoded) and sparse (by the array)
+        arr = np.frombuffer(raw, dtype=np.uint8)
+        try:
+            expected: int | None = len(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            expected = None
+        if raw.isascii():
+            continue
+        assert utf8_characters(raw, arr, np.flatnonzero(arr >= 0x80)) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(BYTES | st.lists(TEXT, max_size=4).map(lambda t: "".join(t).encode()), st.lists(st.integers(1, 9), max_size=12))
+def test_undecided_bytes_count_as_their_document_whatever_the_cuts(data: bytes, cuts: list[int]) -> None:
+    """Text when the whole is UTF-8 without a NUL (str's characters and words), else a bytes document."""
+    counter, at = TextCounter(), 0
+    for c in [*cuts, len(data)]:  # cut anywhere, even inside a character
+        counter.add_utf8(data[at : at + c])
+        at += c
+    try:
+        whole: str | bytes = data.decode("utf-8") if b"\x00" not in data else data
+    except UnicodeDecodeError:
+        whole = data
+    expected = text_size(whole)
+    assert counter.finish() == (expected.chars, expected.bytes, expected.words)
+    assert counter.is_text == isinstance(whole, str)
+
+
+@settings(max_examples=100, deadline=None)
+@given(BYTES, st.integers(1, 9), st.integers(0, 5))
+def test_byte_blocks_are_the_file_cut_at_characters(tmp_path_factory, data: bytes, block: int, lo: int) -> None:
+    path = tmp_path_factory.mktemp("blocks") / "f.bin"
+    path.write_bytes(data)
+    lo = min(lo, len(data))
+    pieces = list(byte_blocks(path, lo, len(data), block=block))
+    assert b"".join(p.text for p in pieces) == data[lo:]
+    assert sum(p.consumed for p in pieces) == len(data) - lo
+    assert all(p.undecided for p in pieces)
+    try:
+        data[lo:].decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    for p in pieces:  # UTF-8 cut only between characters: each block decodes on its own
+        p.text.decode("utf-8")
+
+
 def test_invalid_utf8_bytes_count_one_character_each() -> None:
     counter = TextCounter()
     for p in (b"ab\xc3", b"\xa9 \xff"):
@@ -89,24 +143,44 @@ def test_invalid_utf8_bytes_count_one_character_each() -> None:
     assert counter.finish() == (6, 6, 2)
 
 
-@pytest.mark.parametrize("content", [b"caf\xc3\xa9 one\ntwo \xe2\x82\xac\n" * 300, b"bin\x00ary\n" * 200 + b"\xff\n"])
+TEXT_FILE = "café one\ntwo €\u2003 three\n".encode() * 300  # a wide space among the words
+BINARY_FILE = b"bin\x00ary\n" * 200 + b"\xff\n"
+
+
 def test_a_large_file_is_read_in_blocks_as_a_small_one_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "f.txt"
+    path.write_bytes(TEXT_FILE)
+    error = not_text(DataConfig(tokenizer="words"))
+    whole = [p.text for p in file_pieces(path, "words", error)]
+    monkeypatch.setattr(documents_module, "WHOLE_FILE", 100)
+    monkeypatch.setattr(documents_module, "READ_BLOCK", 7)
+    assert [p.text for p in file_pieces(path, "words", error)] == whole, "the same pieces, read whole or not"
+    inner = [p.text for p in file_pieces(path, "words", error, 5, len(TEXT_FILE) - 1)]  # a range
+    assert "".join(inner) == TEXT_FILE[5:-1].decode()
+
+
+@pytest.mark.parametrize("content", [TEXT_FILE, BINARY_FILE])
+def test_the_byte_tokenizer_reads_blocks_counted_as_the_whole_file_decides(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes
 ) -> None:
     path = tmp_path / "f.txt"
     path.write_bytes(content)
-    error = not_text(DataConfig(tokenizer="bytes"))
-    whole = [p.text for p in file_pieces(path, "bytes", error)]
-    monkeypatch.setattr(documents_module, "WHOLE_FILE", 100)
-    monkeypatch.setattr(documents_module, "READ_BLOCK", 7)
-    streamed = [p.text for p in file_pieces(path, "bytes", error)]
-    assert streamed == whole, "the same pieces, text or bytes as the whole file decides"
-    inner = [p.text for p in file_pieces(path, "bytes", error, 5, len(content) - 1)]  # a range
-    assert (
-        inner[0][:0].join(inner) == utf8_of(whole[0][:0].join(whole))[5:-1].decode()
-        if isinstance(whole[0], str)
-        else True
-    )
+    monkeypatch.setattr(documents_module, "BYTE_BLOCK", 7)
+    pieces = list(file_pieces(path, "bytes", not_text(DataConfig(tokenizer="bytes"))))
+    assert len(pieces) > 100 and b"".join(p.text for p in pieces) == content
+    counter = TextCounter()
+    for p in pieces:
+        counter.add_piece(p)
+    whole = content.decode() if content is TEXT_FILE else content  # as a file read whole is decided
+    expected = text_size(whole)
+    assert counter.finish() == (expected.chars, expected.bytes, expected.words)
+    assert counter.is_text == (content is TEXT_FILE)
+    split = read_split(DataConfig(format="text", path=str(path), tokenizer="bytes"), "train")  # 90% of the file
+    (doc,) = split.documents
+    assert type(doc) is type(whole), "a document read whole is str or bytes as before"
+    assert content.startswith(utf8_of(doc)) and len(utf8_of(doc)) > 0.8 * len(content)
 
 
 def _old_line_bounds(text: str) -> dict[str, tuple[int, int]]:

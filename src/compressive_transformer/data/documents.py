@@ -9,8 +9,12 @@ not depend on how the document was read. A line longer than :data:`MAX_PIECE_CHA
 at a space between two words (which keeps the ids of a byte-level BPE), or anywhere when it has none.
 
 Documents are ``str`` except where the text is not UTF-8 (or holds a NUL) and the byte tokenizer reads it, where
-they are ``bytes``: which one is decided for the whole document, from a first pass over a large file, as
-:func:`~compressive_transformer.data.readers.decode` decides it for a file read whole.
+they are ``bytes``: which one is decided for the whole document, as
+:func:`~compressive_transformer.data.readers.decode` decides it for a file read whole. The byte tokenizer's ids are
+the bytes themselves, so it is given a file's bytes as they are read, blocks of :data:`BYTE_BLOCK` cut at a
+character (``Piece.undecided``): whether they count as text (characters, ``str.split`` words) or as bytes is known
+once the document ends, and :class:`TextCounter` counts both ways until then. No text is decoded whole for it: its
+memory is one block, whatever the size of the document.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ CHUNK_CHARS = 1 << 20  # documents are encoded in line-aligned chunks of at leas
 MAX_PIECE_CHARS = 16 * CHUNK_CHARS  # a piece without a newline is cut here (see the module docstring)
 READ_BLOCK = 4 << 20  # bytes read from a file at a time
 WHOLE_FILE = READ_BLOCK  # files up to this size are read in one go; larger ones in blocks, in two passes
+BYTE_BLOCK = 1 << 20  # bytes of a file the byte tokenizer is given at a time
 T = TypeVar("T", str, bytes)
 
 
@@ -42,13 +47,14 @@ class Piece:
     consumed: int = 0
     articles: int = 0
     raw: bytes | None = None  # the text's UTF-8 bytes, where the reader has them (not encoded again)
+    undecided: bool = False  # bytes that are the document's text if it all turns out UTF-8 without a NUL
 
     def utf8(self) -> bytes:
         """The piece's UTF-8 bytes (its bytes themselves for a bytes piece)."""
         return self.raw if self.raw is not None else utf8_of(self.text)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DocumentSource:
     """One document of a split, not yet read. ``size``: its bytes on disk (progress, sampling); ``files``: what it
     is read from (their size and mtime fingerprint it); ``read()`` yields its pieces."""
@@ -252,6 +258,9 @@ def file_pieces(
     """Bytes ``[lo, hi)`` of a file as one document's pieces: text when they are UTF-8 without a NUL, else bytes for
     the byte tokenizer; for any other tokenizer ``error(path, offset)`` is raised."""
     hi = path.stat().st_size if hi is None else hi
+    if tokenizer == "bytes":  # its ids are the bytes: text or not, decided by the counter at the document's end
+        yield from byte_blocks(path, lo, hi)
+        return
     if hi - lo <= WHOLE_FILE:
         with path.open("rb") as f:
             f.seek(lo)
@@ -270,6 +279,37 @@ def file_pieces(
     with path.open("rb") as f:
         f.seek(lo)
         yield from decoded_pieces(read_blocks(f, hi - lo), scan.bad is None)
+
+
+def byte_blocks(path: Path, lo: int, hi: int, *, block: int | None = None) -> Iterator[Piece]:
+    """Bytes ``[lo, hi)`` of a file as undecided pieces of about ``block`` bytes (:data:`BYTE_BLOCK`), each ending
+    where a UTF-8 character does (the bytes of one cut by a block's end go with the next block), so that each piece
+    can be counted as text on its own."""
+    carry = b""
+    with path.open("rb") as f:
+        f.seek(lo)
+        for data in read_blocks(f, hi - lo, block=block or BYTE_BLOCK):
+            read = len(data)
+            data = carry + data if carry else data
+            end = _character_end(data)
+            carry = data[end:]
+            yield Piece(data[:end], read, undecided=True)
+    if carry:
+        yield Piece(carry, 0, undecided=True)
+
+
+def _character_end(data: bytes) -> int:
+    """The length of ``data`` without a UTF-8 character its end cuts off (no more than 3 bytes; none when the
+    bytes before the end are not UTF-8: nothing to complete)."""
+    n = len(data)
+    for back in range(1, min(4, n) + 1):
+        b = data[n - back]
+        if b < 0x80:
+            return n
+        if b >= 0xC0:  # the lead byte of the last character: 2, 3 or 4 bytes long
+            need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
+            return n - back if need > back else n
+    return n
 
 
 def first_bad(data: bytes) -> int | None:
@@ -301,16 +341,23 @@ _WIDE_SPACE = [c.encode("utf-8") for c in map(chr, range(128, 0x3001)) if c.issp
 _WIDE_LEADS = (min(w[0] for w in _WIDE_SPACE), max(w[0] for w in _WIDE_SPACE))  # 0xc2 and 0xe3
 
 
-def _wide_pairs() -> np.ndarray:
-    """By a character's first two bytes: 1 when they are a whitespace character, 2 when they may start one."""
-    table = np.zeros(1 << 16, dtype=np.uint8)
+def _wide_tables() -> tuple[np.ndarray, np.ndarray]:
+    """By a character's first two bytes: 1 when they are a whitespace character, 2 + g when they may start one
+    (g: which of the few such pairs); and by (g, third byte): whether the three are one."""
+    pairs = np.zeros(1 << 16, dtype=np.uint8)
+    starts = sorted({w[:2] for w in _WIDE_SPACE if len(w) == 3})
+    thirds = np.zeros((len(starts), 256), dtype=bool)
     for w in _WIDE_SPACE:
-        table[w[0] << 8 | w[1]] = 1 if len(w) == 2 else 2
-    return table
+        if len(w) == 2:
+            pairs[w[0] << 8 | w[1]] = 1
+        else:
+            g = starts.index(w[:2])
+            pairs[w[0] << 8 | w[1]] = 2 + g
+            thirds[g, w[2]] = True
+    return pairs, thirds
 
 
-_WIDE_PAIRS = _wide_pairs()
-_WIDE_TRIPLES = np.array(sorted(w[0] << 16 | w[1] << 8 | w[2] for w in _WIDE_SPACE if len(w) == 3), dtype=np.int64)
+_WIDE_PAIRS, _WIDE_THIRDS = _wide_tables()
 _BYTES_SPACE = np.zeros(256, dtype=bool)
 _BYTES_SPACE[[9, 10, 11, 12, 13, 32]] = True  # bytes.split()'s whitespace
 
@@ -319,102 +366,184 @@ def utf8_of(text: Document) -> bytes:
     return text.encode("utf-8") if isinstance(text, str) else text
 
 
+class _Words:
+    """Whitespace-separated words over consecutive pieces: a word that a piece boundary cuts is counted once."""
+
+    __slots__ = ("count", "in_word")
+
+    def __init__(self) -> None:
+        self.count, self.in_word = 0, False
+
+    def add(self, words: int, first: bool, last: bool) -> None:
+        """A piece of ``words`` words, whether it starts (``first``) and ends (``last``) inside one."""
+        self.count += words - (1 if self.in_word and first else 0)
+        self.in_word = last
+
+
 class TextCounter:
     """Characters, UTF-8 bytes and whitespace words of a document fed piece by piece: the same numbers as
     :func:`~compressive_transformer.data.units.text_size` of the whole document (bytes that are not UTF-8 count
-    one character each, as enwik8 is scored), words counted once where a piece boundary falls inside one."""
+    one character each, as enwik8 is scored), words counted once where a piece boundary falls inside one.
+
+    A document comes as ``str`` pieces (text), ``bytes`` pieces (a bytes document) or undecided bytes
+    (:meth:`add_utf8`: text if it all turns out UTF-8 without a NUL, else a bytes document); ``is_text`` says, once
+    :meth:`finish` has run, which it was."""
 
     def __init__(self) -> None:
-        self.chars = self.bytes = self.words = 0
-        self._in_word = False
-        self._raw_chars = 0  # for bytes documents: characters if the whole turns out to be UTF-8
-        self._decoder: codecs.IncrementalDecoder | None = None
-        self._utf8 = True
+        self.chars = self.bytes = 0
+        self.is_text = True
+        self._text_words = _Words()  # as str.split() counts them
+        self._byte_words = _Words()  # as bytes.split() counts them
+        self._raw = False  # bytes were given: characters and words are decided at the end
+        self._may_be_text = True  # undecided bytes with no NUL and nothing but UTF-8 so far
+        self._utf8 = True  # the bytes so far are UTF-8
+        self._raw_chars = 0  # their characters if they are
+        self._tail = b""  # the start of a character the last piece's end cut off
+
+    def add_piece(self, piece: Piece) -> bytes:
+        """Count one piece of a document as its kind says; its bytes."""
+        raw = piece.utf8()
+        if piece.undecided:
+            self.add_utf8(raw)
+        else:
+            self.add(piece.text, raw)
+        return raw
 
     def add(self, text: Document, raw: bytes) -> None:
         """Count ``text`` (its UTF-8 bytes ``raw``, the same object for a bytes piece)."""
         if not text:
             return
-        self.bytes += len(raw)
         if isinstance(text, str):
+            self.bytes += len(raw)
             self.chars += len(text)
             if text.isascii() or not has_wide_space(raw):  # its whitespace is ASCII: count over its bytes
-                words, first, last = _words_of(raw, _STR_SPACE)
+                self._text_words.add(*_words_of(raw))
             else:
-                words = len(text.split())
-                first, last = not text[0].isspace(), not text[-1].isspace()
+                self._text_words.add(len(text.split()), not text[0].isspace(), not text[-1].isspace())
         else:
-            self._add_bytes(text)
-            words, first, last = _words_of(text, _BYTES_SPACE)
-        self.words += words - (1 if self._in_word and first else 0)
-        self._in_word = last
+            self._may_be_text = False
+            self._add_raw(text)
 
-    def _add_bytes(self, data: bytes) -> None:
-        if self._decoder is None:
-            self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    def add_utf8(self, raw: bytes) -> None:
+        """Count undecided bytes, counted both as text and as bytes until :meth:`finish` knows which."""
+        if raw:
+            self._add_raw(raw)
+
+    def _add_raw(self, raw: bytes) -> None:
+        self._raw = True
+        self.bytes += len(raw)
+        if self._tail:
+            raw = self._tail + raw
+        end = _character_end(raw)  # counted up to a character's end: the rest with the next piece
+        body, self._tail = (raw, b"") if end == len(raw) else (raw[:end], raw[end:])
+        if not body:
+            return
+        arr = np.frombuffer(body, dtype=np.uint8)
+        high = None if body.isascii() else np.flatnonzero(arr >= 0x80)
         if self._utf8:
-            try:
-                self._decoder.decode(data)
-            except UnicodeDecodeError:
-                self._utf8 = False
-        arr = np.frombuffer(data, dtype=np.uint8)
-        self._raw_chars += int(np.count_nonzero((arr & 0xC0) != 0x80))
+            chars = len(body) if high is None else utf8_characters(body, arr, high)
+            self._utf8 = chars is not None
+            self._raw_chars += chars or 0
+        if self._may_be_text and (not self._utf8 or b"\x00" in body):
+            self._may_be_text = False
+        controls, separators = _low_bytes(arr)
+        clean = _edges(arr <= 32) if not (controls or separators) else None  # both ways' words, the usual case
+        self._byte_words.add(*(clean or _edges(_BYTES_SPACE[arr])))
+        if not self._may_be_text:
+            return
+        if high is None or not has_wide_space(body, high):
+            self._text_words.add(*(clean or _edges(_STR_SPACE[arr] if controls else arr <= 32)))
+        else:  # a whitespace character beyond ASCII: str.split() of the decoded text
+            text = body.decode("utf-8")
+            self._text_words.add(len(text.split()), not text[0].isspace(), not text[-1].isspace())
 
     def finish(self) -> tuple[int, int, int]:
         """(characters, bytes, words) of the document."""
-        if self._decoder is not None:
-            if self._utf8:
-                try:
-                    self._decoder.decode(b"", final=True)
-                except UnicodeDecodeError:
-                    self._utf8 = False
-            self.chars += self._raw_chars if self._utf8 else self.bytes
-        return self.chars, self.bytes, self.words
+        if not self._raw:
+            return self.chars, self.bytes, self._text_words.count
+        if self._tail:  # the document ends inside a character: not UTF-8, and those bytes are counted as bytes
+            self._utf8 = False
+            self._byte_words.add(*_edges(_BYTES_SPACE[np.frombuffer(self._tail, dtype=np.uint8)]))
+        self.is_text = self._may_be_text and self._utf8
+        self.chars = self._raw_chars if self._utf8 else self.bytes
+        return self.chars, self.bytes, (self._text_words if self.is_text else self._byte_words).count
 
 
-def has_wide_space(raw: bytes) -> bool:
+def utf8_characters(data: bytes, arr: np.ndarray, high: np.ndarray) -> int | None:
+    """The characters of ``data`` (``arr``: its bytes as an array; ``high``: where its bytes >= 0x80 are) when it is
+    UTF-8 that ends with a whole character, else None: the decoder's verdict, checked on the few non-ASCII bytes of
+    a mostly ASCII text (at many times its speed), or by decoding where they are many."""
+    if len(high) * 8 > len(arr):
+        try:
+            return len(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+    v = arr[high]
+    lead = np.flatnonzero(v >= 0xC0)  # indices into `high` of the characters' first bytes
+    lv = v[lead]
+    if not len(lead) or lead[0] != 0 or ((lv < 0xC2) | (lv > 0xF4)).any():  # C0, C1: overlong; F5-FF: too high
+        return None
+    length = 2 + (lv >= 0xE0).astype(np.int64) + (lv >= 0xF0)
+    ends = lead + length  # each character's continuation bytes are the next length - 1 high bytes ...
+    if ends[-1] != len(high) or (ends[:-1] != lead[1:]).any():
+        return None
+    if ((high[ends - 1] - high[lead]) != length - 1).any():  # ... and they follow it with nothing between
+        return None
+    second = v[lead + 1]
+    if (
+        ((lv == 0xE0) & (second < 0xA0))  # overlong
+        | ((lv == 0xED) & (second >= 0xA0))  # a surrogate
+        | ((lv == 0xF0) & (second < 0x90))  # overlong
+        | ((lv == 0xF4) & (second >= 0x90))  # beyond U+10FFFF
+    ).any():
+        return None
+    return len(arr) - (len(high) - len(lead))
+
+
+def has_wide_space(raw: bytes, high: np.ndarray | None = None) -> bool:
     """Whether UTF-8 text holds a whitespace character beyond ASCII (as ``str.isspace`` has them): its bytes
     searched for their encodings from the few places one could start, by table, at memory speed (a regular
-    expression over the decoded text runs at a tenth of it)."""
+    expression over the decoded text runs at a tenth of it). ``high``: where its bytes >= 0x80 are, if known."""
     arr = np.frombuffer(raw, dtype=np.uint8)
     lo, hi = _WIDE_LEADS
-    at = np.flatnonzero((arr - np.uint8(lo)) <= np.uint8(hi - lo))  # lead bytes from the first to the last
+    if high is None:
+        at = np.flatnonzero((arr - np.uint8(lo)) <= np.uint8(hi - lo))  # lead bytes from the first to the last
+    else:
+        at = high[(arr[high] - np.uint8(lo)) <= np.uint8(hi - lo)]
     if not len(at):
         return False
-    last = len(arr) - 1  # a character cut off by the end reads the lead again, which never completes a match
+    last = len(arr) - 1  # a character cut off by the end reads its own bytes again: at worst a false alarm
     pairs = arr[at].astype(np.int64) << 8 | arr[np.minimum(at + 1, last)]
     kind = _WIDE_PAIRS[pairs]
     if (kind == 1).any():
         return True
-    maybe = np.flatnonzero(kind == 2)
+    maybe = np.flatnonzero(kind >= 2)
     if not len(maybe):
         return False
-    triples = pairs[maybe] << 8 | arr[np.minimum(at[maybe] + 2, last)]
-    return bool(np.isin(triples, _WIDE_TRIPLES).any())
+    return bool(_WIDE_THIRDS[kind[maybe] - 2, arr[np.minimum(at[maybe] + 2, last)]].any())
 
 
-def _words_of(raw: bytes, space: np.ndarray) -> tuple[int, bool, bool]:
-    """Words of ASCII or byte text by a whitespace table, and whether it starts and ends inside a word."""
+def _words_of(raw: bytes) -> tuple[int, bool, bool]:
+    """Words of ASCII text (or UTF-8 text whose whitespace is ASCII), and whether it starts and ends inside one."""
     arr = np.frombuffer(raw, dtype=np.uint8)
-    # every whitespace byte is <= 32; when no other byte <= 32 is present (text rarely holds control characters),
-    # that comparison is the table, at memory speed; else the table is looked up byte by byte
-    others = np.flatnonzero(~space[:33])  # the bytes <= 32 that are not whitespace: 0-8 and 14-27 (or 14-31)
-    runs = [(int(a), int(b)) for a, b in _runs(others)]
-    clean = not any(np.count_nonzero((arr - np.uint8(a)) <= np.uint8(b - a)) for a, b in runs)
-    ws = arr <= 32 if clean else space[arr]
-    starts = int(np.count_nonzero(ws[:-1] & ~ws[1:])) + (0 if ws[0] else 1)
+    return _edges(_STR_SPACE[arr] if _low_bytes(arr)[0] else arr <= 32)
+
+
+def _low_bytes(arr: np.ndarray) -> tuple[bool, bool]:
+    """Whether ``arr`` holds control bytes (0-8, 14-27: whitespace to neither ``str.split`` nor ``bytes.split``)
+    and separators (28-31: whitespace to ``str.split`` only). Every whitespace byte is <= 32, so without them
+    ``arr <= 32`` is the whitespace mask, at memory speed; text rarely holds either, and then the mask is a table
+    looked up byte by byte. (Counts of comparisons: numpy's boolean ``&`` and ``~`` run at a tenth of their speed.)"""
+    if arr.min() >= 9 and np.count_nonzero(arr < 32) == np.count_nonzero(arr < 14):  # nothing but \t-\r below 32
+        return False, False
+    below = [np.count_nonzero(arr < k) for k in (9, 14, 28, 32)]  # bytes below 9, 14, 28 and 32
+    return below[0] + below[2] - below[1] > 0, below[3] > below[2]
+
+
+def _edges(ws: np.ndarray) -> tuple[int, bool, bool]:
+    """Words of a run by its whitespace mask, and whether it starts and ends inside a word."""
+    starts = int(np.count_nonzero(ws[:-1] > ws[1:])) + (0 if ws[0] else 1)  # a space after a word
     return starts, not bool(ws[0]), not bool(ws[-1])
-
-
-def _runs(values: np.ndarray) -> list[tuple[int, int]]:
-    """Sorted integers as (first, last) runs of consecutive values."""
-    runs: list[tuple[int, int]] = []
-    for v in values.tolist():
-        if runs and runs[-1][1] == v - 1:
-            runs[-1] = (runs[-1][0], v)
-        else:
-            runs.append((v, v))
-    return runs
 
 
 class content_hash:  # noqa: N801 - used as hashlib's constructors are
@@ -439,6 +568,7 @@ __all__ = [
     "Piece",
     "SplitStream",
     "TextCounter",
+    "byte_blocks",
     "byte_of_char",
     "content_hash",
     "decoded_pieces",
@@ -449,5 +579,6 @@ __all__ = [
     "read_blocks",
     "rechunk",
     "scan_file",
+    "utf8_characters",
     "utf8_of",
 ]

@@ -92,11 +92,12 @@ def materialize(stream: SplitStream) -> RawSplit:
     for source in stream.documents:
         counter, parts = TextCounter(), []
         for piece in source.read():
-            counter.add(piece.text, piece.utf8())
+            counter.add_piece(piece)
             articles += piece.articles
             parts.append(piece.text)
         words += counter.finish()[2]
-        docs.append(parts[0][:0].join(parts) if parts else "")
+        doc = parts[0][:0].join(parts) if parts else ""
+        docs.append(doc.decode("utf-8") if counter.is_text and isinstance(doc, bytes) else doc)
     for note in stream.notes():
         print(note, file=sys.stderr)
     return RawSplit(stream.split, docs, [d.name for d in stream.documents], words, stream.sources, articles)

@@ -32,13 +32,14 @@ from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.data.documents import SplitStream, TextCounter, content_hash
+from compressive_transformer.data.documents import Piece, SplitStream, TextCounter, content_hash
 from compressive_transformer.data.tokenizers import ByteTokenizer, Tokenizer, WordTokenizer, as_text
 from compressive_transformer.data.word_ids import WordPool
 
 SHARD_BYTES = 256 << 20  # text per shard: at most this much work is lost to a kill
 BATCH_BYTES = 4 << 20  # text per encode_pieces call: a subword library is fastest near here (16 books of PG-19)
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: the byte tokenizer's pieces are the file's blocks
+COUNT_AHEAD = 4  # pieces read ahead of their counting (a byte cache's: a MiB each)
 IN_FLIGHT = 2  # word batches being encoded at once: the next is read while one encodes, two fill each other's tails
 
 
@@ -229,6 +230,45 @@ def _tokens_crc(path: Path, start: int, end: int, dtype: np.dtype) -> str:
     return f"{crc:08x}"
 
 
+class _Counts:
+    """Each document's characters, bytes and words (:class:`TextCounter`), added to the totals in document order:
+    counted as each piece is read, or on a thread of their own beside the reads and writes (``threaded``: numpy
+    and the file calls release the GIL), at most :data:`COUNT_AHEAD` pieces behind."""
+
+    def __init__(self, *, threaded: bool) -> None:
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="count") if threaded else None
+        self.pieces: deque[Future[bytes]] = deque()
+        self.documents: deque[tuple[Future[tuple[int, int, int]] | tuple[int, int, int], int]] = deque()
+
+    def add(self, counter: TextCounter, piece: Piece) -> bytes:
+        """Count ``piece`` of ``counter``'s document (now or soon); its bytes."""
+        if self.pool is None:
+            return counter.add_piece(piece)
+        self.pieces.append(self.pool.submit(counter.add_piece, piece))
+        while len(self.pieces) > COUNT_AHEAD:
+            self.pieces.popleft().result()
+        return piece.utf8()
+
+    def finish(self, counter: TextCounter, articles: int) -> None:
+        """The document ends: its counts are added to the totals at the next :meth:`settle`."""
+        self.documents.append((counter.finish() if self.pool is None else self.pool.submit(counter.finish), articles))
+
+    def settle(self, totals: Totals) -> None:
+        """Wait for every count sent, and add the finished documents' to ``totals``."""
+        while self.pieces:
+            self.pieces.popleft().result()
+        while self.documents:
+            result, articles = self.documents.popleft()
+            chars, nbytes, words = result.result() if isinstance(result, Future) else result
+            totals.chars, totals.bytes, totals.words = totals.chars + chars, totals.bytes + nbytes, totals.words + words
+            totals.articles += articles
+            totals.documents += 1
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 @dataclass(frozen=True)
 class _End:
     """In a batch: the document ``name`` ends here."""
@@ -260,9 +300,12 @@ class _Writer:
         self.doc_start = self._last_end()
         self.resume_at = (last.doc, last.piece) if last else (0, 0)
         self.stat = {s[0]: s[1:] for s in key.get("sources", [])}
+        self.folders: dict[Path, Path] = {}  # resolved folders of the files read
         self.batch: list[str | bytes | _End] = []  # pieces to encode, and the ends of documents among them
         self.batch_size = 0
         self.as_bytes = isinstance(tokenizer, ByteTokenizer)  # its ids are the text's bytes: it is given them
+        if self.as_bytes:  # and has nothing to gain from batches: each piece is written as it is read
+            self.batch_bytes = 1
         self.pool = WordPool(tokenizer._index, tokenizer.unk_id) if isinstance(tokenizer, WordTokenizer) else None
         if self.pool is not None:
             self.pool.start()  # before the encoding threads: its processes are forked from this one
@@ -270,12 +313,14 @@ class _Writer:
         # reads and counts the next; their ids are written in order, so the file is the same as a build that encodes
         # one batch at a time. A subword library's encode_batch keeps every core busy by itself (two batches at once
         # measured 10-20% more CPU time for the same ids), and a byte cache's ids are its text: those encode here
+        self.counts = _Counts(threaded=self.as_bytes)  # a byte cache's time is mostly counting: beside the writes
         self.in_flight = IN_FLIGHT if self.pool is not None else 0
         self.encoder = ThreadPoolExecutor(self.in_flight, thread_name_prefix="encode") if self.in_flight else None
         self.pending: deque[tuple[Future[list[np.ndarray]], list[str | bytes | _End]]] = deque()
         self._new_shard()
 
     def close(self) -> None:
+        self.counts.close()
         if self.encoder is not None:
             self.encoder.shutdown(wait=True, cancel_futures=True)
         if self.pool is not None:
@@ -314,11 +359,10 @@ class _Writer:
             for d in range(d0, len(documents)):
                 doc = documents[d]
                 for path in doc.files:
-                    self.files[str(path.resolve())] = path
+                    self.files[self._resolved(path)] = path
                 counter, articles = TextCounter(), 0
                 for k, piece in enumerate(doc.read()):
-                    raw = piece.utf8()
-                    counter.add(piece.text, raw)
+                    raw = self.counts.add(counter, piece)
                     articles += piece.articles
                     bar.update(piece.consumed)
                     if (d, k) < (d0, k0) or not piece.text:
@@ -332,16 +376,22 @@ class _Writer:
                         self._commit(d, k + 1)
                     elif self.batch_size >= self.batch_bytes:
                         self._flush()
-                chars, nbytes, words = counter.finish()
+                self.counts.finish(counter, articles)
                 self.batch.append(_End(doc.name))  # placed once the ids before it are written
-                t = self.totals
-                t.chars, t.bytes, t.words = t.chars + chars, t.bytes + nbytes, t.words + words
-                t.articles += articles
-                t.documents += 1
             self._flush()
             self._commit(len(documents), 0, final=True)
         for note in self.stream.notes():
             print(note, file=sys.stderr)
+
+    def _resolved(self, path: Path) -> str:
+        """``str(path.resolve())`` (how the build's key names a file), with each folder resolved once: a corpus of
+        a file per document would otherwise spend a good part of a byte cache's time on ``lstat``."""
+        if path.is_symlink():
+            return str(path.resolve())
+        folder = self.folders.get(path.parent)
+        if folder is None:
+            folder = self.folders[path.parent] = path.parent.resolve()
+        return str(folder / path.name)
 
     def _flush(self) -> None:
         """Send the batch's pieces to be encoded in one call; write the oldest batches beyond those kept in flight."""
@@ -378,6 +428,7 @@ class _Writer:
         """Make the shard's ids reach the file, then write its record (a kill in between loses only this shard)."""
         while self.pending:
             self._write_oldest()
+        self.counts.settle(self.totals)
         if not final and self.totals.text_bytes == self.shard_start and not self.ends:
             return
         self.f.flush()

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.data.documents import DocumentSource, Piece, SplitStream, decoded_pieces, read_blocks
+from compressive_transformer.data.documents import (
+    BYTE_BLOCK,
+    DocumentSource,
+    Piece,
+    SplitStream,
+    decoded_pieces,
+    read_blocks,
+)
 from compressive_transformer.data.download import Source
 from compressive_transformer.data.readers import SPLIT_FRACTIONS, RawSplit, existing_path, materialize
 
@@ -39,7 +46,10 @@ def stream(cfg: DataConfig, split: str) -> SplitStream:
         with _open_enwik8(path) as f:
             for _ in read_blocks(f, lo):  # a compressed stream cannot seek: read up to the split
                 pass
-            yield from decoded_pieces(read_blocks(f, hi - lo), as_text=False)
+            if cfg.tokenizer == "bytes":  # its ids are the bytes: no need to cut them at lines
+                yield from (Piece(data, len(data)) for data in read_blocks(f, hi - lo, block=BYTE_BLOCK))
+            else:
+                yield from decoded_pieces(read_blocks(f, hi - lo), as_text=False)
 
     return SplitStream(split, [DocumentSource(split, hi - lo, (path,), pieces)], (path,))
 
