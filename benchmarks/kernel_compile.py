@@ -8,6 +8,11 @@ workload's shape.
 ``--before``: the tuned configurations' rows compiled from an earlier commit (``results/kernel_sm90_6c1d1bc.json``:
 the kernels before issue 52's cheap work), compared per tile with the current ones in a last table.
 
+``--only KERNEL`` (``forward_kernel``, ``key_value_grad_kernel``, ``query_grad_kernel``), optionally with ``--config
+I`` (the index of one of its tuned configurations): compiles just those, in every variant, and prints their rows
+(with ``--before``, their before / after rows); writes nothing. For iterating on one kernel: a full run compiles
+about a hundred kernels.
+
 It compiles with the Triton it imports: ``results/kernel_sm90_triton36.*`` came from Triton 3.6 (PyTorch 2.11's)
 installed into a folder of its own (``pip install --no-deps --target DIR triton==3.6.0``) put first on PYTHONPATH.
 
@@ -644,15 +649,50 @@ def comparison(before: dict, result: dict) -> list[str]:
     ]
 
 
+def only(shape: dict, kernel: str, config: int | None) -> dict:
+    """One current kernel's tuned configurations (or the one at index ``config``), compiled in every variant."""
+    launches = [launch for launch in record_current(shape) if launch.fn.__name__ == kernel]
+    if not launches:
+        raise SystemExit(f"--only: no current kernel named {kernel!r}")
+    rows = []
+    with _quiet_fp_fusion_warning():
+        for launch in launches:
+            for i, c in enumerate(launch.configs):
+                if config is None or i == config:
+                    rows.append(compile_one(launch, c))
+    return {"kernels": rows}
+
+
+def only_report(result: dict, before: dict | None) -> str:
+    if before:  # its rows of the last table: the header, then one per configuration compiled
+        keys = {_config_key(k) for k in result["kernels"]}
+        mine = dict(before, kernels=[r for r in before["kernels"] if _config_key(r) in keys])
+        return "\n".join(comparison(mine, result)[3:-2])
+    span = lambda k, n: "{}-{}".format(*k[f"tile_{n}"])  # noqa: E731
+    return "\n".join(
+        f"{k['kernel']} {', '.join(f'{n}={k[n]}' for n in ('MEM', 'HAS_C') if n in k)} {k['BLOCK_M']} x "
+        f"{k['BLOCK_N']}, {k['num_warps']} warps, {k['num_stages']} stages: {k['registers']} registers, "
+        f"{k['spill_store_bytes']} B spilled; per tile: {span(k, 'other_instructions')} warp-instructions not "
+        f"tensor-core products, spill reloads {span(k, 'spill_reloads')}, stores {span(k, 'spill_stores')}"
+        for k in result["kernels"]
+    )
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kernel_sm90"))
     ap.add_argument("--before", type=Path, help="an earlier commit's kernel rows (JSON) to compare the tuned ones with")
+    ap.add_argument("--only", metavar="KERNEL", help="compile only this current kernel's tuned configurations")
+    ap.add_argument("--config", type=int, help="with --only: only its tuned configuration at this index")
     a = ap.parse_args(argv)
     shape = dict(GPU_SHAPE)
     before = json.loads(a.before.read_text()) if a.before else None
     if before and before["shape"] != shape:
         raise SystemExit(f"--before was compiled at shape {before['shape']}, not {shape}: recompile it")
+    if a.only:
+        result = only(shape, a.only, a.config)
+        print(only_report(result, before))
+        return result
     result = run(shape)
     text = report(result)
     if before:

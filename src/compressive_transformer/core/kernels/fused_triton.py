@@ -252,12 +252,18 @@ def _rows(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 and t.stride(-2) < ROW_STRIDE_LIMIT else t.contiguous()
 
 
-def _key_bias(key_valid: Tensor) -> Tensor:
-    """The keys' additive bias (B, K), fp32: 0 where a slot holds a state, -inf where it is empty (a tile adds it to
-    its scores: one load and one add per score, no compare and select)."""
-    return torch.zeros(key_valid.shape, dtype=torch.float32, device=key_valid.device).masked_fill_(
-        ~key_valid, float("-inf")
-    )
+def _key_bias(key_valid: Tensor, n_cmem: int) -> tuple[Tensor, int]:
+    """The keys' additive bias, fp32: 0 where a slot holds a state, -inf where it is empty (a tile adds it to its
+    scores: one load and one add per score, no compare and select), each stream's padded with -inf to a whole number
+    of the largest blocks (no tile's load of it needs a mask): (B, >= K) and the column where the memory + segment
+    stream's starts."""
+    B, K = key_valid.shape
+    kb_mem = triton.cdiv(n_cmem, max(BLOCKS)) * max(BLOCKS)
+    width = kb_mem + triton.cdiv(K - n_cmem, max(BLOCKS)) * max(BLOCKS)
+    kb = torch.full((B, width), float("-inf"), device=key_valid.device)
+    kb[:, :n_cmem].masked_fill_(key_valid[:, :n_cmem], 0.0)
+    kb[:, kb_mem : kb_mem + K - n_cmem].masked_fill_(key_valid[:, n_cmem:], 0.0)
+    return kb, kb_mem
 
 
 def _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_n) -> tuple[Tensor, Tensor]:
@@ -265,13 +271,13 @@ def _forward(qu, k, v, qv, r, qc, rc, key_valid, n_cmem, window, block_m, block_
     qu, qv = _base2(qu), _base2(qv)
     k, v, r = _rows(k), _rows(v), _rows(r)
     qc, rc = (_base2(qc), _rows(rc)) if g.C > 0 else (qv, r)  # unread when there is no compressed stream
-    kb = _key_bias(key_valid)
+    kb, kb_mem = _key_bias(key_valid, g.C)
     out = torch.empty((g.B, g.H, g.T, g.dh), dtype=qu.dtype, device=qu.device)
     lse = torch.empty((g.B, g.H, g.T), dtype=torch.float32, device=qu.device)
     args = (
         qu, qv, qc, k, v, r, rc, kb, out, lse,
         *k.stride()[:3], *v.stride()[:3], *r.stride()[:2], *rc.stride()[:2], kb.stride(0),
-        g.H, g.T, g.C, g.M, r.shape[1], rc.shape[1], g.dh, g.win,
+        g.H, g.T, g.C, g.M, r.shape[1], rc.shape[1], g.dh, g.win, kb_mem,
     )  # fmt: skip
     with g.launch_context():
         _launch(FORWARD, g.query_grid(), args, dict(HAS_C=g.C > 0, **g.meta), g.device, g.query_tiles)
@@ -284,7 +290,7 @@ def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window
     qu, qv, grad = _base2(qu), _base2(qv), grad.contiguous()
     k, v, r = _rows(k), _rows(v), _rows(r)
     qc, rc = (_base2(qc), _rows(rc)) if g.C > 0 else (None, None)
-    kb = _key_bias(key_valid)
+    kb, kb_mem = _key_bias(key_valid, g.C)
     di = (grad.float() * out.float()).sum(-1)  # (B, H, T): rowsum(dO * O)
     dk = torch.empty((g.B, g.H, g.K, g.dh), dtype=k.dtype, device=g.device)
     dv = torch.empty((g.B, g.H, g.K, g.dh), dtype=v.dtype, device=g.device)
@@ -292,12 +298,12 @@ def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window
     dqc = torch.empty_like(qc) if g.C > 0 else qu.new_empty(0)
     drm = torch.zeros((g.H, r.shape[1], g.dh), dtype=torch.float32, device=g.device)  # atomically added to
     drc = torch.zeros((g.H, rc.shape[1], g.dh), dtype=torch.float32, device=g.device) if g.C > 0 else drm
-    streams = [(qc, rc, 0, g.C, False)] if g.C > 0 else []
-    streams.append((qv, r, g.C, g.M + g.T, True))
+    streams = [(qc, rc, 0, g.C, 0, False)] if g.C > 0 else []
+    streams.append((qv, r, g.C, g.M + g.T, kb_mem, True))
     with g.launch_context():
-        for qp, table, key0, n_keys, mem in streams:
+        for qp, table, key0, n_keys, kb0, mem in streams:
             args = (
-                qu, qp, k, v, table, kb, grad, lse, di, dk, dv,
+                qu, qp, k, v, table, kb[:, kb0:], grad, lse, di, dk, dv,
                 *k.stride()[:3], *v.stride()[:3], *table.stride()[:2], kb.stride(0),
                 g.H, g.T, g.M, table.shape[1], key0, n_keys, g.K, g.dh, g.win,
             )  # fmt: skip
@@ -306,7 +312,7 @@ def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window
         args = (
             qu, qv, qc_, k, v, r, rc_, kb, grad, lse, di, dqu, dqv, dqc_, drm, drc,
             *k.stride()[:3], *v.stride()[:3], *r.stride()[:2], *rc_.stride()[:2], kb.stride(0),
-            g.H, g.T, g.C, g.M, r.shape[1], rc_.shape[1], g.dh, g.win,
+            g.H, g.T, g.C, g.M, r.shape[1], rc_.shape[1], g.dh, g.win, kb_mem,
         )  # fmt: skip
         _launch(QUERY_GRADS, g.query_grid(), args, dict(HAS_C=g.C > 0, **g.meta), g.device, g.query_tiles)
     dr = (drm * LN2).to(r.dtype)  # taken against the base-2 queries

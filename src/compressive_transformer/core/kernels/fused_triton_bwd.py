@@ -47,7 +47,7 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
 
 @triton.jit
 def _key_value_grads(
-    dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, lo, hi, T, M, win, dh,
+    dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, lo, hi, T, M, win, dh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
     MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
@@ -59,7 +59,7 @@ def _key_value_grads(
         lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M, EDGE)
         content = mma(qu, tl.trans(k), PREC)
         pos = band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND, EDGE)
-        s = scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M, BLOCK_N, MASK, EDGE)
+        s = scores(content, pos, kb, i0, n0, T, M, win, BLOCK_M, BLOCK_N, MASK)
         p, ds = probs_and_dscores(s, do, v, lse, di, PREC)
         dv += mma(tl.trans(p.to(do.dtype)), do, PREC)
         dk += mma(tl.trans(ds.to(qu.dtype)), qu, PREC)
@@ -76,7 +76,7 @@ def key_value_grad_kernel(
 ):  # fmt: skip
     """dk, dv of key block n0 of one stream (key slots key0 + n0 ..), summed over the query blocks that read it:
     those on the diagonal or the window's edge with the mask (memory + segment only), the others without (and the
-    interior ones also without row masks on their loads)."""
+    interior ones also without row masks on their loads). KB: the stream's keys' bias, from its first key."""
     n0 = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -92,23 +92,23 @@ def key_value_grad_kernel(
     idx = band_index(k, PREC, BLOCK_M, BLOCK_N, D, BAND)
     s, e = key_interior(lo, b1, b2, n0, T, n_keys, n_rows, BLOCK_M, BLOCK_N, BAND)
     dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, lo, b1, T, M, win, dh,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, lo, b1, T, M, win, dh,
         BLOCK_M, BLOCK_N, D, BAND, PREC, MEM, True,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, b1, s, T, M, win, dh,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, b1, s, T, M, win, dh,
         BLOCK_M, BLOCK_N, D, BAND, PREC, False, True,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, s, e, T, M, win, dh,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, s, e, T, M, win, dh,
         BLOCK_M, BLOCK_N, D, BAND, PREC, False, False,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, e, b2, T, M, win, dh,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, e, b2, T, M, win, dh,
         BLOCK_M, BLOCK_N, D, BAND, PREC, False, True,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, key0, n_keys, n0, bh, b2, hi, T, M, win, dh,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, b2, hi, T, M, win, dh,
         BLOCK_M, BLOCK_N, D, BAND, PREC, MEM, True,
     )  # fmt: skip
     store_rows(dense(DK, bh, n_all, dh), dk * LN2, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
@@ -128,7 +128,7 @@ def _finish(dqp, band, qp, tab, dtab, row0, n_rows, st_t, dh, PREC: tl.constexpr
 
 @triton.jit
 def _query_grads(
-    dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab,
+    dq, dqp, pend1, pend2, band, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows, dtab,
     kb, key0, n_keys, lo, hi, i0, T, M, win, dh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
     R: tl.constexpr, PREC: tl.constexpr, MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
@@ -136,8 +136,8 @@ def _query_grads(
     chunks of dS after the current tile's first, still open. EDGE False: interior tiles (the finished chunk's
     table rows keep their mask: the first tiles' start before row 0)."""
     for n0 in range(lo, hi, BLOCK_N):
-        k, v, s, head, old = key_tile(
-            head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, n0, i0, T, M, win, dh,
+        k, v, s, band = key_tile(
+            band, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, n0, i0, T, M, win, dh,
             BLOCK_M, BLOCK_N, D, R, PREC, MASK, EDGE,
         )  # fmt: skip
         _, ds = probs_and_dscores(s, do, v, lse, di, PREC)
@@ -150,7 +150,7 @@ def _query_grads(
             pend2 = band_part(z, 2, BLOCK_M, BLOCK_N)
         else:
             pend1 = band_part(z, 1, BLOCK_M, BLOCK_N)
-    return dq, dqp, pend1, pend2, head, old
+    return dq, dqp, pend1, pend2, band
 
 
 @triton.jit
@@ -164,23 +164,23 @@ def _query_stream(
     dqp = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     pend1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=qp.dtype)
     pend2 = pend1
-    idx, uidx = chunk_index(qp, PREC, BLOCK_M, BLOCK_N, D), unskew_index(qp, PREC, BLOCK_M, BLOCK_N, D)
-    head, old = first_chunks(qp, tab, idx, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
+    idx, uidx = chunk_index(qp, PREC, BLOCK_M, BLOCK_N, D, R), unskew_index(qp, PREC, BLOCK_M, BLOCK_N, D)
+    band = first_chunks(qp, tab, lo, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R)
     c = interior(lo, b1, b2, i0, T, n_keys, n_rows, BLOCK_M, BLOCK_N, R)
-    dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+    dq, dqp, pend1, pend2, band = _query_grads(
+        dq, dqp, pend1, pend2, band, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
         dtab, kb, key0, n_keys, lo, b1, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM, True,
     )  # fmt: skip
-    dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+    dq, dqp, pend1, pend2, band = _query_grads(
+        dq, dqp, pend1, pend2, band, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
         dtab, kb, key0, n_keys, b1, c, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False, False,
     )  # fmt: skip
-    dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+    dq, dqp, pend1, pend2, band = _query_grads(
+        dq, dqp, pend1, pend2, band, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
         dtab, kb, key0, n_keys, c, b2, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, False, True,
     )  # fmt: skip
-    dq, dqp, pend1, pend2, head, old = _query_grads(
-        dq, dqp, pend1, pend2, head, old, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
+    dq, dqp, pend1, pend2, band = _query_grads(
+        dq, dqp, pend1, pend2, band, qu, qp, idx, uidx, do, lse, di, kp, sk_t, vp, sv_t, tab, st_t, n_rows,
         dtab, kb, key0, n_keys, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R, PREC, MEM, True,
     )  # fmt: skip
     if hi > lo:  # the chunks the last tile left open: no tile after it
@@ -196,12 +196,13 @@ def _query_stream(
 def query_grad_kernel(
     QU, QV, QC, K, V, RM, RC, KB, DO, LSE, DI, DQU, DQV, DQC, DRM, DRC,
     sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sr_h, sr_t, src_h, src_t, skb_b,
-    H, T, C, M, Lr, Lc, dh, win,
+    H, T, C, M, Lr, Lc, dh, win, kb_mem,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
     HAS_C: tl.constexpr,
 ):  # fmt: skip
     """dqu, dqv, dqc of one query block and its shares of the two tables' gradients (DRM, DRC: fp32 (H, rows, dh),
-    zero before the launch): the compressed stream's keys, then the memory + segment stream's."""
+    zero before the launch): the compressed stream's keys, then the memory + segment stream's (KB: the keys' bias,
+    the compressed stream's from column 0, the memory + segment stream's from column kb_mem)."""
     i0, bh, h, kp, vp, kb = query_program(K, V, KB, sk_b, sk_h, sv_b, sv_h, skb_b, H, BLOCK_M)
     qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D)
     do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D)
@@ -219,8 +220,8 @@ def query_grad_kernel(
     lo, b1, b2, hi = memory_blocks(i0, T, M, win, BLOCK_M, BLOCK_N)
     dq, dqv = _query_stream(
         dq, qu, qv, do, lse, di, kp, sk_t, vp, sv_t, RM + h.to(tl.int64) * sr_h, sr_t, Lr,
-        DRM + h.to(tl.int64) * Lr * dh, kb, C, M + T, lo, b1, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N, D, R,
-        PREC, True,
+        DRM + h.to(tl.int64) * Lr * dh, kb + kb_mem, C, M + T, lo, b1, b2, hi, i0, T, M, win, dh, BLOCK_M, BLOCK_N,
+        D, R, PREC, True,
     )  # fmt: skip
     store_rows(dense(DQU, bh, T, dh), dq, i0, T, dh, dh, BLOCK_M, D)
     store_rows(dense(DQV, bh, T, dh), dqv, i0, T, dh, dh, BLOCK_M, D)

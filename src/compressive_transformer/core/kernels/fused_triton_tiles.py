@@ -4,18 +4,19 @@ tile and its band of positional-table rows (in registers), a tile's scores and w
 A tile of BLOCK_M queries i0.. and BLOCK_N keys n0.. of one positional stream reads table rows m = (n - i) + T - 1,
 all inside the band of BLOCK_M + BLOCK_N - 1 rows that starts at ``n0 - i0 + T - BLOCK_M``: element (a, c) of the tile
 is column j = c + BLOCK_M - 1 - a of the band. The band is cut into R + 1 chunks of BLOCK_N rows (R = BLOCK_M //
-BLOCK_N, at least 1); the queries are multiplied by each chunk on the tensor cores, and :func:`chunk` moves row a
-of the product left by BLOCK_M - 1 - a (modulo BLOCK_N) with one ``tl.gather`` (:func:`take`): no scratch buffer in
-global memory and no barrier in the kernels' code, so Triton's software pipeliner may overlap the next tile's loads
-with this tile's products. Consecutive key blocks of one query block share R of their chunks, so a program walking
-the keys computes (and moves) one new chunk per tile and selects the tile's columns from R + 1 of them
-(:func:`first_chunks`, :func:`next_chunks`, :func:`skew`). :func:`unskew` and :func:`band_part` are the inverse (a
-tile's dS into band chunks), for the positional queries' and the table's gradients.
+BLOCK_N, at least 1); the queries are multiplied by each chunk on the tensor cores (:func:`chunk`), and one
+``tl.gather`` (:func:`take`) from the R + 1 products joined moves row a of each left by BLOCK_M - 1 - a (modulo
+BLOCK_N) and takes each element from the chunk holding its band column (:func:`skew`): no scratch buffer in global
+memory and no barrier in the kernels' code, so Triton's software pipeliner may overlap the next tile's loads with this
+tile's products. Consecutive key blocks of one query block share R of their chunks, so a program walking the keys
+computes one new chunk per tile and carries the R before it (:func:`first_chunks`, :func:`next_chunks`).
+:func:`unskew` and :func:`band_part` are the inverse (a tile's dS into band chunks), for the positional queries' and
+the table's gradients.
 
-Masks: a key's slot may be empty anywhere (a per-key bias of 0 or -inf, one vector per tile); the causal rule, the
-window and "a query always reads itself" concern only the memory + segment stream's tiles that straddle the diagonal
-or the window's edge (:func:`memory_blocks`, :func:`memory_queries` say which), so every other tile is scored
-without a (BLOCK_M, BLOCK_N) mask.
+Masks: a key's slot may be empty anywhere (a per-key bias of 0 or -inf, one vector per tile, padded with -inf past
+each stream's end); the causal rule, the window and "a query always reads itself" concern only the memory + segment
+stream's tiles that straddle the diagonal or the window's edge (:func:`memory_blocks`, :func:`memory_queries` say
+which), so every other tile is scored without a (BLOCK_M, BLOCK_N) mask.
 """
 
 import triton
@@ -120,23 +121,41 @@ def band_column(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-          BLOCK_N: tl.constexpr, D: tl.constexpr, EDGE: tl.constexpr = True):  # fmt: skip
+def chunk(qp, tab, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+          EDGE: tl.constexpr = True):  # fmt: skip
     """The positional queries (BLOCK_M, D) against table rows row0 .. row0 + BLOCK_N, in fp32 as the tensor cores
     accumulate them (not rounded to qp's dtype: a 32-bit gather needs no packing or widening of 16-bit halves, and
-    the content scores they are added to are fp32), each row of the product moved to where the tiles read it:
-    out[a, c] = qp[a] . tab[row0 + (j mod BLOCK_N)], j = c + BLOCK_M - 1 - a. A tile takes column c of row a from
-    the chunk holding band column j (:func:`next_chunks`). idx: :func:`chunk_index`."""
+    the content scores they are added to are fp32): prod[a, t] = qp[a] . tab[row0 + t]. A tile reads R + 1 of them,
+    moved into place by one gather (:func:`skew`)."""
     rows = load_rows(tab, row0, n_rows, st_t, dh, BLOCK_N, D, EDGE)
-    prod = mma(qp, tl.trans(rows), PREC)  # (BLOCK_M, BLOCK_N)
-    return take(prod, idx, BLOCK_M * BLOCK_N, BLOCK_M, BLOCK_N)
+    return mma(qp, tl.trans(rows), PREC)  # (BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def chunk_index(qp, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
-    """:func:`chunk`'s gather index: row a of the product moved left by BLOCK_M - 1 - a (modulo BLOCK_N)."""
-    index = tile_rows(BLOCK_M) * BLOCK_N + band_column(BLOCK_M, BLOCK_N) % BLOCK_N
-    return anchored(index, qp, PREC, BLOCK_M, BLOCK_N, D)
+def skew(new, band, idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, R: tl.constexpr):
+    """A tile's positional scores from the products of its R + 1 chunks, new (its last BLOCK_N band rows) and band
+    (the R before, :func:`next_chunks`): out[a, c] = (chunk of band column j)[a, j mod BLOCK_N], j = c + BLOCK_M - 1
+    - a, in one gather from the chunks joined. The chunk's choice is in the gather's index (built once per program),
+    so no tile selects between chunks element by element (a select on a (BLOCK_M, BLOCK_N) mask held across the
+    loop costs predicate moves besides itself). idx: :func:`chunk_index`."""
+    if R == 2:  # slots: new, new (unread), then band's two
+        src = tl.permute(tl.join(tl.join(new, new), band), (3, 2, 0, 1))
+    else:
+        src = tl.permute(tl.join(new, band), (2, 0, 1))
+    return take(src, idx, BLOCK_M * BLOCK_N * 2 * R, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def chunk_index(qp, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+                R: tl.constexpr):  # fmt: skip
+    """:func:`skew`'s gather index: element (a, j mod BLOCK_N) of the chunk holding band column j, which the walk
+    computed R - j // BLOCK_N tiles ago (its age picks the joined chunk: slot 0 the new one, R == 2 slots 2 and 3
+    the two before it)."""
+    j = band_column(BLOCK_M, BLOCK_N)
+    age = R - j // BLOCK_N
+    slot = age + tl.where(age > 0, R - 1, 0)
+    return anchored(slot * (BLOCK_M * BLOCK_N) + tile_rows(BLOCK_M) * BLOCK_N + j % BLOCK_N, qp, PREC, BLOCK_M,
+                    BLOCK_N, D)  # fmt: skip
 
 
 @triton.jit
@@ -146,35 +165,33 @@ def band_row0(n0, i0, T, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def first_chunks(qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+def first_chunks(qp, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr):  # fmt: skip
     """What a walk's first tile (key block n0) needs besides its newest chunk, as :func:`next_chunks` carries it:
-    (head, old), old the chunk before the newest, head the band columns before the last BLOCK_N (R == 2: the two
-    chunks before the newest, combined; R == 1: a copy of old)."""
+    the products of the R chunks before the newest (R == 2: the later one and the earlier, joined)."""
     row0 = band_row0(n0, i0, T, BLOCK_M)
-    old = chunk(qp, tab, idx, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
-    head = old
+    band = chunk(qp, tab, row0 + (R - 1) * BLOCK_N, n_rows, st_t, dh, PREC, BLOCK_N, D)
     if R == 2:
-        older = chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D)
-        head = tl.where(band_column(BLOCK_M, BLOCK_N) < BLOCK_N, older, old)
-    return head, old
+        band = tl.join(band, chunk(qp, tab, row0, n_rows, st_t, dh, PREC, BLOCK_N, D))
+    return band
 
 
 @triton.jit
-def next_chunks(head, old, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+def next_chunks(band, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, EDGE: tl.constexpr):  # fmt: skip
-    """The positional scores of tile (i0, n0) from what the tile before carried over and one new chunk, and what to
-    carry to the next tile. Everything carried is computed in the tile before from its own inputs (a value passed on
-    unchanged for two tiles would keep Triton's pipeliner from overlapping the loads)."""
+    """The positional scores of tile (i0, n0) from the chunks the tiles before computed (band) and one new chunk,
+    and the band to carry to the next tile. What is carried is computed in this tile (R == 2: the new chunk joined
+    with the later of band's two): a value passed on unchanged for two tiles would keep Triton's pipeliner from
+    overlapping the loads."""
     row0 = band_row0(n0, i0, T, BLOCK_M) + R * BLOCK_N
-    new = chunk(qp, tab, idx, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, EDGE)
-    j = band_column(BLOCK_M, BLOCK_N)
-    if R == 2:  # band columns < 2 BLOCK_N from head, the rest from the new chunk
-        pos = tl.where(j < 2 * BLOCK_N, head, new)
-        head = tl.where(j < BLOCK_N, old, new)
+    new = chunk(qp, tab, row0, n_rows, st_t, dh, PREC, BLOCK_N, D, EDGE)
+    pos = skew(new, band, idx, BLOCK_M, BLOCK_N, R)
+    if R == 2:
+        later, _ = tl.split(band)
+        band = tl.join(new, later)
     else:
-        pos = tl.where(j < BLOCK_N, old, new)
-    return pos, head, new
+        band = new
+    return pos, band
 
 
 @triton.jit
@@ -219,19 +236,15 @@ def band_part(z, q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-           MASK: tl.constexpr, EDGE: tl.constexpr = True):  # fmt: skip
+def scores(content, pos, kb, i0, n0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr):
     """Base-2 scores of tile (i0, n0), qu . k + positional from queries the host scaled by log2(e) (no multiply per
-    score), with -inf where a key may not be read: an empty slot (every tile: kb, the keys' additive bias, 0 or
-    -inf); with MASK (memory + segment tiles on the diagonal or the window's edge) also a future key or one farther
-    back than ``win``, except that a query always reads itself. EDGE False: every key of the tile is inside the
-    stream."""
+    score), with -inf where a key may not be read: an empty slot (every tile: kb, the stream's additive bias, 0 or
+    -inf, which the host pads with -inf past the stream's end to a whole number of the largest blocks, so its load
+    needs no mask on any tile); with MASK (memory + segment tiles on the diagonal or the window's edge) also a future
+    key or one farther back than ``win``, except that a query always reads itself."""
     raw = content + pos
     c = tl.arange(0, BLOCK_N)
-    if EDGE:
-        bias = tl.load(kb + (key0 + n0) + c, mask=c < n_keys - n0, other=float("-inf"))  # (BLOCK_N,)
-    else:
-        bias = tl.load(kb + (key0 + n0) + c)
+    bias = tl.load(kb + n0 + c)  # (BLOCK_N,)
     if MASK:
         i = i0 + tl.arange(0, BLOCK_M)
         dist = M + i[:, None] - (n0 + c)[None, :]
@@ -245,7 +258,7 @@ def scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M: tl.conste
 
 @triton.jit
 def key_tile(
-    head, old, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, n0, i0, T, M, win, dh,
+    band, qu, qp, idx, kp, sk_t, vp, sv_t, tab, st_t, n_rows, kb, key0, n_keys, n0, i0, T, M, win, dh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, R: tl.constexpr, PREC: tl.constexpr,
     MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
@@ -255,11 +268,9 @@ def key_tile(
     k = load_rows(kp, key0 + n0, key0 + n_keys, sk_t, dh, BLOCK_N, D, EDGE)
     v = load_rows(vp, key0 + n0, key0 + n_keys, sv_t, dh, BLOCK_N, D, EDGE)
     content = mma(qu, tl.trans(k), PREC)
-    pos, head, old = next_chunks(
-        head, old, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R, EDGE
-    )  # fmt: skip
-    s = scores(content, pos, kb, i0, n0, key0, n_keys, T, M, win, BLOCK_M, BLOCK_N, MASK, EDGE)
-    return k, v, s, head, old
+    pos, band = next_chunks(band, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, R, EDGE)
+    s = scores(content, pos, kb, i0, n0, T, M, win, BLOCK_M, BLOCK_N, MASK)
+    return k, v, s, band
 
 
 @triton.jit
