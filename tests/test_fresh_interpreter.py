@@ -193,3 +193,14 @@ def test_importing_the_package_and_any_of_its_modules_changes_no_global_state() 
     modules = _modules()
     out = ok(code, *modules)
     assert f"checked {len(modules)}" in out
+
+
+def test_the_command_line_starts_without_the_analysis_libraries() -> None:
+    """scipy.stats and matplotlib cost about two seconds to import: a command that needs neither (``data prepare``,
+    ``train``, ``--help``) does not pay for them; the commands that use them import them when they run."""
+    code = (
+        "import sys\n"
+        "import compressive_transformer.cli\n"
+        "print(sorted(m for m in ('scipy.stats', 'matplotlib', 'matplotlib.figure') if m in sys.modules))\n"
+    )
+    assert ok(code).strip() == "[]"

@@ -6,12 +6,12 @@ or calling this module leaves the backend and the figures of the process that us
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from compressive_transformer.core.fileio import replace_file
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 REGION_COLORS = {"compressed": "#2ca02c", "memory": "#ff7f0e", "segment": "#1f77b4"}
 
@@ -20,6 +20,8 @@ def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, Any
     """A figure of its own (no pyplot, no backend chosen) and its axes, as ``pyplot.subplots`` returns them;
     ``figsize`` and the other keywords of :class:`~matplotlib.figure.Figure` go to the figure, the rest to its grid."""
     fig_keys = {k: kwargs.pop(k) for k in ("figsize", "dpi", "constrained_layout") if k in kwargs}
+    from matplotlib.figure import Figure  # on first use: matplotlib takes most of a second to import
+
     fig = Figure(**fig_keys)
     return fig, fig.subplots(nrows, ncols, **kwargs)
 
@@ -103,6 +105,8 @@ def plot_attention_regions(result: Mapping[str, Any], path: str | Path, *, title
     ax.set_xticks(positions)
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("average attention weight per slot")
+    from matplotlib.patches import Rectangle
+
     handles = [Rectangle((0, 0), 1, 1, color=REGION_COLORS[r["name"]]) for r in regions if r["name"] in REGION_COLORS]
     ax.legend(handles + ax.get_legend_handles_labels()[0][:1], [r["name"] for r in regions] + ["per layer"], fontsize=8)
     ax.set_title(title or "attention by memory region (oldest -> newest)")

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import stats
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 
@@ -28,6 +27,8 @@ def t_quantile(p: float, df: float) -> float:
         raise ValueError(f"p must be in (0, 1), got {p}")
     if df <= 0:
         raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    from scipy import stats  # on first use: scipy.stats takes a second to import, and most commands never need it
+
     return float(stats.t.ppf(p, df))
 
 
@@ -108,6 +109,8 @@ def paired_t_test(values: dict[Any, float], baseline: dict[Any, float], alternat
             return 1.0
         agrees = alternative == "two-sided" or (d[0] > 0) == (alternative == "greater")
         return 0.0 if agrees else 1.0
+    from scipy import stats
+
     return float(stats.ttest_rel(a, b, alternative=alternative).pvalue)
 
 
@@ -129,6 +132,8 @@ def permutation_test(
     # tolerance for ties, relative to the observed statistic, stays above the rounding of sums taken in another
     # order (a difference of means near 0 would leave it none)
     low = min(xa.min(), xb.min())
+    from scipy import stats
+
     result = stats.permutation_test(
         (xa - low + 1.0, xb - low + 1.0),
         lambda x, y, axis: np.sum(x, axis=axis),
