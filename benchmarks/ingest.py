@@ -770,6 +770,7 @@ def measure(args, results: Results, fmt: str, kind: str, size_gb: float, repeat:
             "corpus": {k: manifest[k] for k in ("bytes", "documents")},
             "date": now(),
             "load_average_before": [round(x, 2) for x in load],
+            "machine": {k: results.data["machine"].get(k) for k in ("cpu", "cpu_flags", "cores", "commit")},
         } | result
         if "error" not in result:
             record["summary"] = summarise(result, manifest["bytes"])
@@ -883,6 +884,14 @@ def ratio(ours: dict[str, Any] | None, other: dict[str, Any] | None, phase: str 
     return f"{secs(other) / secs(ours):.2f}" if secs(ours) else ""
 
 
+def machine_of(record: dict[str, Any]) -> str:
+    """The CPU and commit a measurement ran on (the machine varies between runs: rows compare within one run)."""
+    m = record.get("machine") or {}
+    flags = ", ".join(m.get("cpu_flags") or [])
+    commit = f", commit {m['commit'][:10]}" if m.get("commit") else ""
+    return f"{m.get('cpu', 'an unrecorded machine')} ({flags}){commit}"
+
+
 def markdown(data: dict[str, Any]) -> str:
     best = medians(data["measurements"])
     mach = data.get("machine", {})
@@ -943,7 +952,9 @@ def markdown(data: dict[str, Any]) -> str:
             trained = (best.get((fmt, kind, size, "anchor")) or {}).get("trained_on")
             if trained:
                 notes.append(f"{size:g} GB: the anchor trained on {trained}.")
-        lines += [""] + notes if notes else []
+        machines = sorted({machine_of(m) for k, m in best.items() if k[:2] == (fmt, kind)})
+        notes.append("Measured on " + "; ".join(machines) + ".")
+        lines += [""] + notes
         for pipeline in PIPELINES:
             pts = [
                 (k[2], v["summary"]["seconds"]) for k, v in best.items() if k[:2] == (fmt, kind) and k[3] == pipeline
@@ -964,8 +975,8 @@ def markdown(data: dict[str, Any]) -> str:
             elif fmt == "pg19":
                 hours = (a + b * PG19_FULL["gb"]) / 3600
                 note += (
-                    f"; the full PG-19 ({PG19_FULL['gb']} GB, {PG19_FULL['books']:,} books): {hours:.2f} h on this "
-                    f"machine ({PG19_FULL['gb'] / max(x for x, _ in pts):.0f}× beyond the largest size measured)"
+                    f"; the full PG-19 ({PG19_FULL['gb']} GB, {PG19_FULL['books']:,} books): {hours:.2f} h on the "
+                    f"machine it was measured on ({PG19_FULL['gb'] / max(x for x, _ in pts):.0f}× beyond the largest size measured)"
                 )
             fits.append("- " + note)
     lines += ["", "## Linear fits", ""] + (fits or ["- (at least two sizes per pipeline are needed)"])
