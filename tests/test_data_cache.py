@@ -49,6 +49,19 @@ def test_corpus_holds_documents_offsets_and_counts(tmp_path: Path) -> None:
     assert batch.tokens[1, :2].tolist() == tok.encode("four five")
 
 
+def test_the_corpus_a_build_returns_is_the_one_the_cache_opens_later(tmp_path: Path) -> None:
+    """The build hands back its corpus without reading its JSON again: the same meta, tokens and offsets as the
+    cache gives the next run."""
+    cfg = make_dir_corpus(tmp_path / "data")
+    tok = WordTokenizer.train(read_split(cfg, "train").documents)
+    built = load_corpus(cfg, "train", tok, tmp_path / "cache")
+    opened = load_corpus(cfg, "train", tok, tmp_path / "cache")
+    assert built.summary and not opened.summary, "the second call opened the cache"
+    assert built.meta == opened.meta == json.loads(json.dumps(built.meta))
+    assert built.tokens.tolist() == opened.tokens.tolist() and built.doc_offsets.tolist() == opened.doc_offsets.tolist()
+    assert (built.split, built.num_words, built.tokens.dtype) == (opened.split, opened.num_words, opened.tokens.dtype)
+
+
 def test_cache_is_reused_then_rebuilt_when_source_or_tokenizer_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

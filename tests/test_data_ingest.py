@@ -23,6 +23,7 @@ from compressive_transformer.data import documents as documents_module
 from compressive_transformer.data import shards as shards_module
 from compressive_transformer.data.corpora import text as text_format
 from compressive_transformer.data.documents import (
+    Resolver,
     TextCounter,
     byte_blocks,
     file_pieces,
@@ -512,3 +513,14 @@ def test_a_shard_whose_ids_the_disk_lost_is_built_again(tmp_path: Path, monkeypa
         f.write(b"\xff" * np.dtype(whole.tokens.dtype).itemsize)
     corpus = load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=200, batch_bytes=100)
     assert np.array_equal(corpus.tokens, whole.tokens) and corpus.names == whole.names
+
+
+def test_a_path_is_named_as_resolve_names_it_with_each_folder_resolved_once(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.txt").write_text("a")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "b.txt").symlink_to(tmp_path / "real" / "a.txt")
+    resolve = Resolver()
+    for path in [tmp_path / "real" / "a.txt", tmp_path / "link" / "a.txt", tmp_path / "link" / "b.txt",
+                 tmp_path / "link" / ".." / "real" / "a.txt", tmp_path / "real" / "missing.txt"]:  # fmt: skip
+        assert resolve(path) == str(path.resolve())

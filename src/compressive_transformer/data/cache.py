@@ -29,7 +29,7 @@ import numpy as np
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.fileio import exclusive, write_text_atomic
 from compressive_transformer.core.registry import corpus_format
-from compressive_transformer.data.documents import SplitStream
+from compressive_transformer.data.documents import Resolver, SplitStream
 from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, source_files, stream_split
 from compressive_transformer.data.sample import UNTRAINED, prepare_tokenizer, train_tokenizer
 from compressive_transformer.data.shards import BATCH_BYTES, SHARD_BYTES, build_split, peak_rss_mib
@@ -95,7 +95,8 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def cache_key(cfg: DataConfig, split: str, tokenizer: Tokenizer) -> dict[str, Any]:
     """Everything the cached ids depend on: corpus location, source files' size and mtime, and the tokenizer."""
-    sources = [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in source_files(cfg, split)]
+    resolved = Resolver()
+    sources = [[resolved(p), st.st_size, st.st_mtime_ns] for p in source_files(cfg, split) for st in (p.stat(),)]
     settings = {k: getattr(cfg, k) for k in corpus_format(cfg.format).settings}
     return settings | {
         "version": CACHE_VERSION,
@@ -130,10 +131,7 @@ def load_corpus(
         with exclusive(cache_dir):  # processes sharing a cache (a study's parallel runs) build each split once
             corpus = _open(stem, key)  # another process may have built it while this one waited
             if corpus is None:
-                summary = _build(cfg, split, tokenizer, stem, key, BuildOptions(progress, shard_bytes, batch_bytes))
-                corpus = _open(stem, key)
-                assert corpus is not None, f"cache at {stem} unreadable right after writing it"
-                corpus.summary = summary
+                corpus = _build(cfg, split, tokenizer, stem, key, BuildOptions(progress, shard_bytes, batch_bytes))
     return corpus
 
 
@@ -231,7 +229,9 @@ def _build(
     stem: Path,
     key: dict[str, Any],
     options: BuildOptions,
-) -> str:
+) -> Corpus:
+    """The split encoded into the cache at ``stem``, opened as :func:`_open` would open it (without reading back the
+    JSON it has just written: with a record per document, that doubles a large corpus's bookkeeping at its end)."""
     progress = options.progress
     stream = stream_split(cfg, split)
     dtype = token_dtype(tokenizer.vocab_size)
@@ -282,4 +282,7 @@ def _build(
     logger.info(summary)
     if progress and sys.stderr.isatty():  # as the progress bar: on a terminal
         print(summary, file=sys.stderr)
-    return summary
+    tokens = np.memmap(tokens_path, dtype=dtype, mode="r", shape=(meta["num_tokens"],))
+    corpus = Corpus(split, tokens, built.offsets, t.words, meta)
+    corpus.summary = summary
+    return corpus

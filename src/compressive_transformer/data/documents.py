@@ -79,6 +79,22 @@ class SplitStream:
         return sum(d.size for d in self.documents)
 
 
+class Resolver:
+    """``str(path.resolve())``, how a build's key names a file, with each folder resolved once: for a corpus of a
+    file per document, resolving each path whole costs an ``lstat`` per component, and its transient objects."""
+
+    def __init__(self) -> None:
+        self.folders: dict[Path, Path] = {}
+
+    def __call__(self, path: Path) -> str:
+        if path.is_symlink():
+            return str(path.resolve())
+        folder = self.folders.get(path.parent)
+        if folder is None:
+            folder = self.folders[path.parent] = path.parent.resolve()
+        return str(folder / path.name)
+
+
 def iter_chunks(text: T, size: int = CHUNK_CHARS) -> Iterator[T]:
     """Consecutive pieces of ``text`` of at least ``size`` characters, each ending just after a newline (the last
     piece ends where the text does); pieces concatenate back to ``text``."""
@@ -566,6 +582,7 @@ __all__ = [
     "DocumentSource",
     "FileScan",
     "Piece",
+    "Resolver",
     "SplitStream",
     "TextCounter",
     "byte_blocks",

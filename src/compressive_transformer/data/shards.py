@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
 from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.data.documents import Piece, SplitStream, TextCounter, content_hash
+from compressive_transformer.data.documents import Piece, Resolver, SplitStream, TextCounter, content_hash
 from compressive_transformer.data.tokenizers import ByteTokenizer, Tokenizer, WordTokenizer, as_text
 from compressive_transformer.data.word_ids import WordPool
 
@@ -249,16 +249,21 @@ class _Counts:
             self.pieces.popleft().result()
         return piece.utf8()
 
-    def finish(self, counter: TextCounter, articles: int) -> None:
-        """The document ends: its counts are added to the totals at the next :meth:`settle`."""
+    def finish(self, counter: TextCounter, articles: int, totals: Totals) -> None:
+        """The document ends: its counts are added to ``totals`` once counted (by the next :meth:`settle` at the
+        latest), in document order."""
         self.documents.append((counter.finish() if self.pool is None else self.pool.submit(counter.finish), articles))
+        self.settle(totals, wait=False)
 
-    def settle(self, totals: Totals) -> None:
-        """Wait for every count sent, and add the finished documents' to ``totals``."""
-        while self.pieces:
+    def settle(self, totals: Totals, *, wait: bool = True) -> None:
+        """Add the finished documents' counts to ``totals``: those counted so far, or (``wait``) every one sent."""
+        while wait and self.pieces:
             self.pieces.popleft().result()
         while self.documents:
-            result, articles = self.documents.popleft()
+            result, articles = self.documents[0]
+            if not wait and isinstance(result, Future) and not result.done():
+                return
+            self.documents.popleft()
             chars, nbytes, words = result.result() if isinstance(result, Future) else result
             totals.chars, totals.bytes, totals.words = totals.chars + chars, totals.bytes + nbytes, totals.words + words
             totals.articles += articles
@@ -300,7 +305,7 @@ class _Writer:
         self.doc_start = self._last_end()
         self.resume_at = (last.doc, last.piece) if last else (0, 0)
         self.stat = {s[0]: s[1:] for s in key.get("sources", [])}
-        self.folders: dict[Path, Path] = {}  # resolved folders of the files read
+        self.resolved = Resolver()
         self.batch: list[str | bytes | _End] = []  # pieces to encode, and the ends of documents among them
         self.batch_size = 0
         self.as_bytes = isinstance(tokenizer, ByteTokenizer)  # its ids are the text's bytes: it is given them
@@ -359,7 +364,7 @@ class _Writer:
             for d in range(d0, len(documents)):
                 doc = documents[d]
                 for path in doc.files:
-                    self.files[self._resolved(path)] = path
+                    self.files[self.resolved(path)] = path
                 counter, articles = TextCounter(), 0
                 for k, piece in enumerate(doc.read()):
                     raw = self.counts.add(counter, piece)
@@ -376,22 +381,12 @@ class _Writer:
                         self._commit(d, k + 1)
                     elif self.batch_size >= self.batch_bytes:
                         self._flush()
-                self.counts.finish(counter, articles)
+                self.counts.finish(counter, articles, self.totals)
                 self.batch.append(_End(doc.name))  # placed once the ids before it are written
             self._flush()
             self._commit(len(documents), 0, final=True)
         for note in self.stream.notes():
             print(note, file=sys.stderr)
-
-    def _resolved(self, path: Path) -> str:
-        """``str(path.resolve())`` (how the build's key names a file), with each folder resolved once: a corpus of
-        a file per document would otherwise spend a good part of a byte cache's time on ``lstat``."""
-        if path.is_symlink():
-            return str(path.resolve())
-        folder = self.folders.get(path.parent)
-        if folder is None:
-            folder = self.folders[path.parent] = path.parent.resolve()
-        return str(folder / path.name)
 
     def _flush(self) -> None:
         """Send the batch's pieces to be encoded in one call; write the oldest batches beyond those kept in flight."""
