@@ -19,6 +19,7 @@ def synth(monkeypatch: pytest.MonkeyPatch):
     spec.loader.exec_module(module)
     monkeypatch.setattr(module.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(module, "speak", lambda text, voice, path, speed: path.write_text(text))
+    monkeypatch.setattr(module, "espeak_version", lambda: {"espeak-ng": "stand-in", "package": None})
     return module
 
 
