@@ -95,11 +95,11 @@ def test_processes_sharing_a_cache_build_each_split_once(tmp_path: Path, monkeyp
     building = threading.Event()
     real_build = cache_module._build
 
-    def slow_build(*args: object) -> None:
+    def slow_build(*args: object) -> cache_module.Corpus:
         builds.append(args[1])
         building.set()
         time.sleep(0.3)  # the other loader arrives while this build is under way
-        real_build(*args)
+        return real_build(*args)
 
     monkeypatch.setattr(cache_module, "_build", slow_build)
     results: dict[str, object] = {}
