@@ -217,8 +217,12 @@ def _open(stem: Path, key: dict[str, Any]) -> Corpus | None:
         return None
     if not offsets_path.is_file() or offsets_path.stat().st_size != (n_docs + 1) * 8:
         return None
-    tokens = np.memmap(tokens_path, dtype=dtype, mode="r", shape=(n_tok,))
-    offsets = np.fromfile(offsets_path, dtype=np.int64)
+    return _mapped(tokens_path, np.fromfile(offsets_path, dtype=np.int64), meta)
+
+
+def _mapped(tokens_path: Path, offsets: np.ndarray, meta: dict[str, Any]) -> Corpus:
+    """The corpus of a cache's files: its tokens memory-mapped, as its JSON ``meta`` describes them."""
+    tokens = np.memmap(tokens_path, dtype=np.dtype(meta["dtype"]), mode="r", shape=(int(meta["num_tokens"]),))
     return Corpus(meta["split"], tokens, offsets, int(meta["num_words"]), meta)
 
 
@@ -282,7 +286,6 @@ def _build(
     logger.info(summary)
     if progress and sys.stderr.isatty():  # as the progress bar: on a terminal
         print(summary, file=sys.stderr)
-    tokens = np.memmap(tokens_path, dtype=dtype, mode="r", shape=(meta["num_tokens"],))
-    corpus = Corpus(split, tokens, built.offsets, t.words, meta)
+    corpus = _mapped(tokens_path, built.offsets, meta)
     corpus.summary = summary
     return corpus

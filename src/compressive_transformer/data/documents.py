@@ -432,10 +432,9 @@ class TextCounter:
         if isinstance(text, str):
             self.bytes += len(raw)
             self.chars += len(text)
-            if text.isascii() or not has_wide_space(raw):  # its whitespace is ASCII: count over its bytes
-                self._text_words.add(*_words_of(raw))
-            else:
-                self._text_words.add(len(text.split()), not text[0].isspace(), not text[-1].isspace())
+            arr = np.frombuffer(raw, dtype=np.uint8)
+            wide = not text.isascii() and has_wide_space(raw)
+            self._text_words.add(*_text_edges(raw, arr, wide, None, text))
         else:
             self._may_be_text = False
             self._add_raw(text)
@@ -467,11 +466,8 @@ class TextCounter:
         self._byte_words.add(*(clean or _edges(_BYTES_SPACE[arr])))
         if not self._may_be_text:
             return
-        if high is None or not has_wide_space(body, high):
-            self._text_words.add(*(clean or _edges(_STR_SPACE[arr] if controls else arr <= 32)))
-        else:  # a whitespace character beyond ASCII: str.split() of the decoded text
-            text = body.decode("utf-8")
-            self._text_words.add(len(text.split()), not text[0].isspace(), not text[-1].isspace())
+        wide = high is not None and has_wide_space(body, high)
+        self._text_words.add(*(clean if clean and not wide else _text_edges(body, arr, wide, controls)))
 
     def finish(self) -> tuple[int, int, int]:
         """(characters, bytes, words) of the document."""
@@ -539,10 +535,18 @@ def has_wide_space(raw: bytes, high: np.ndarray | None = None) -> bool:
     return bool(_WIDE_THIRDS[kind[maybe] - 2, arr[np.minimum(at[maybe] + 2, last)]].any())
 
 
-def _words_of(raw: bytes) -> tuple[int, bool, bool]:
-    """Words of ASCII text (or UTF-8 text whose whitespace is ASCII), and whether it starts and ends inside one."""
-    arr = np.frombuffer(raw, dtype=np.uint8)
-    return _edges(_STR_SPACE[arr] if _low_bytes(arr)[0] else arr <= 32)
+def _text_edges(
+    raw: bytes, arr: np.ndarray, wide: bool, controls: bool | None, text: str | None = None
+) -> tuple[int, bool, bool]:
+    """Words of UTF-8 text as ``str.split`` counts them, and whether it starts and ends inside one: over its bytes
+    ``arr`` when its whitespace is ASCII (``wide``: it holds some beyond, :func:`has_wide_space`; ``controls``:
+    :func:`_low_bytes`' first answer, found here when None), else by ``str.split`` of ``text`` (decoded here when
+    not at hand)."""
+    if not wide:
+        controls = _low_bytes(arr)[0] if controls is None else controls
+        return _edges(_STR_SPACE[arr] if controls else arr <= 32)
+    text = raw.decode("utf-8") if text is None else text
+    return len(text.split()), not text[0].isspace(), not text[-1].isspace()
 
 
 def _low_bytes(arr: np.ndarray) -> tuple[bool, bool]:
@@ -558,7 +562,7 @@ def _low_bytes(arr: np.ndarray) -> tuple[bool, bool]:
 
 def _edges(ws: np.ndarray) -> tuple[int, bool, bool]:
     """Words of a run by its whitespace mask, and whether it starts and ends inside a word."""
-    starts = int(np.count_nonzero(ws[:-1] > ws[1:])) + (0 if ws[0] else 1)  # a space after a word
+    starts = int(np.count_nonzero(ws[:-1] > ws[1:])) + (0 if ws[0] else 1)  # a word after a space
     return starts, not bool(ws[0]), not bool(ws[-1])
 
 

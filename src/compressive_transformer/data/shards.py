@@ -238,7 +238,7 @@ class _Counts:
     def __init__(self, *, threaded: bool) -> None:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="count") if threaded else None
         self.pieces: deque[Future[bytes]] = deque()
-        self.documents: deque[tuple[Future[tuple[int, int, int]] | tuple[int, int, int], int]] = deque()
+        self.documents: deque[tuple[Future[tuple[int, int, int]], int]] = deque()
 
     def add(self, counter: TextCounter, piece: Piece) -> bytes:
         """Count ``piece`` of ``counter``'s document (now or soon); its bytes."""
@@ -252,7 +252,12 @@ class _Counts:
     def finish(self, counter: TextCounter, articles: int, totals: Totals) -> None:
         """The document ends: its counts are added to ``totals`` once counted (by the next :meth:`settle` at the
         latest), in document order."""
-        self.documents.append((counter.finish() if self.pool is None else self.pool.submit(counter.finish), articles))
+        if self.pool is None:
+            counted: Future[tuple[int, int, int]] = Future()
+            counted.set_result(counter.finish())
+        else:
+            counted = self.pool.submit(counter.finish)
+        self.documents.append((counted, articles))
         self.settle(totals, wait=False)
 
     def settle(self, totals: Totals, *, wait: bool = True) -> None:
@@ -260,11 +265,11 @@ class _Counts:
         while wait and self.pieces:
             self.pieces.popleft().result()
         while self.documents:
-            result, articles = self.documents[0]
-            if not wait and isinstance(result, Future) and not result.done():
+            counted, articles = self.documents[0]
+            if not wait and not counted.done():
                 return
             self.documents.popleft()
-            chars, nbytes, words = result.result() if isinstance(result, Future) else result
+            chars, nbytes, words = counted.result()
             totals.chars, totals.bytes, totals.words = totals.chars + chars, totals.bytes + nbytes, totals.words + words
             totals.articles += articles
             totals.documents += 1
