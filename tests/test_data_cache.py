@@ -75,7 +75,9 @@ def test_cache_is_reused_then_rebuilt_when_source_or_tokenizer_changes(
     assert builds == ["test"], "second load reads the cache"
     meta = json.loads(next((tmp_path / "cache").glob("text-test-*.json")).read_text())
     assert meta["num_tokens"] == 2 and meta["num_words"] == 2 and meta["key"]["tokenizer"] == tok.fingerprint
-    assert meta["key"]["sources"][0][1] == len("seven eight"), "size and mtime of each source file"
+    sources = meta["key"]["sources"]
+    assert sources["files"] == 1 and sources["bytes"] == len("seven eight"), "the source files, counted and summed"
+    assert len(sources["sha256"]) == 64, "their paths, sizes and mtimes hashed"
 
     test_file = tmp_path / "data" / "test" / "0.txt"
     test_file.write_text("seven eight nine", encoding="utf-8")

@@ -1,11 +1,11 @@
 """Encoded splits cached on disk as memory-mapped arrays, so a corpus is tokenized once per tokenizer.
 
-Per split three files share a stem: ``.tokens.bin`` (ids: ``uint8`` for bytes, ``uint16`` when they fit, else
-``int32``), ``.offsets.bin``
-(``int64``, document ``i`` is ``tokens[offsets[i]:offsets[i+1]]``) and ``.json`` (the fingerprint, counts and the
-shards' hashes). A split is built from its stream in shards (:mod:`~compressive_transformer.data.shards`) in
-``<stem>.build/``, resumable after any interruption; when it is done the ids and offsets move into place and the
-JSON is written last: a cache is valid only once its JSON exists. Processes sharing a cache directory take turns
+Per split four files share a stem: ``.tokens.bin`` (ids: ``uint8`` for bytes, ``uint16`` when they fit, else
+``int32``), ``.offsets.bin`` (``int64``, document ``i`` is ``tokens[offsets[i]:offsets[i+1]]``), ``.names.jsonl``
+(the documents' names, read only when asked for) and ``.json`` (the fingerprint, counts and the shards' hashes).
+A split is built from its stream in shards (:mod:`~compressive_transformer.data.shards`) in ``<stem>.build/``,
+resumable after any interruption; when it is done the ids, offsets and names move into place and the JSON is
+written last: a cache is valid only once its JSON exists. Processes sharing a cache directory take turns
 (a lock on the directory): one builds, the others wait and then map what it built.
 
 The tokenizer a run trains is cached here too (``tokenizer-<key>/``, keyed by everything it learns from), so that
@@ -29,7 +29,7 @@ import numpy as np
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.fileio import exclusive, write_text_atomic
 from compressive_transformer.core.registry import corpus_format
-from compressive_transformer.data.documents import Resolver, SplitStream
+from compressive_transformer.data.documents import FileList, SplitStream
 from compressive_transformer.data.readers import SPLITS, check_split, data_root_path, source_files, stream_split
 from compressive_transformer.data.sample import UNTRAINED, prepare_tokenizer, train_tokenizer
 from compressive_transformer.data.shards import BATCH_BYTES, SHARD_BYTES, build_split, peak_rss_mib
@@ -37,7 +37,7 @@ from compressive_transformer.data.tokenizers import TOKENIZER_FILE, Tokenizer, l
 from compressive_transformer.data.units import TextSize
 
 logger = logging.getLogger(__name__)
-CACHE_VERSION = 3  # 3: built in shards from the split's stream, their hashes recorded
+CACHE_VERSION = 4  # 3: built in shards from the split's stream, their hashes recorded; 4: files by fingerprint
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Corpus:
     num_words: int
     meta: dict[str, Any] = field(default_factory=dict)
     summary: str = ""  # the one-line summary of the build that made it, when this call built it
+    names_path: Path | None = None  # the documents' names, a JSON string a line
 
     @property
     def num_docs(self) -> int:
@@ -70,7 +71,12 @@ class Corpus:
 
     @property
     def names(self) -> list[str]:
-        return list(self.meta.get("names", []))
+        """Each document's name (a file's stem, a book's id), read from the cache when asked for: a corpus of many
+        documents keeps none of them in memory otherwise."""
+        if self.names_path is None:
+            return []
+        with self.names_path.open(encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
 
     def document(self, i: int) -> np.ndarray:
         """The ids of document ``i`` (a view into the memmap)."""
@@ -93,10 +99,19 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
 
 
-def cache_key(cfg: DataConfig, split: str, tokenizer: Tokenizer) -> dict[str, Any]:
-    """Everything the cached ids depend on: corpus location, source files' size and mtime, and the tokenizer."""
-    resolved = Resolver()
-    sources = [[resolved(p), st.st_size, st.st_mtime_ns] for p in source_files(cfg, split) for st in (p.stat(),)]
+def sources_fingerprint(files: FileList) -> dict[str, Any]:
+    """The corpus files' paths, sizes and mtimes as a count, a total and a hash: a key that does not grow with the
+    corpus (the build keeps the listing itself, to say which file changed)."""
+    digest = hashlib.sha256()
+    for record in files.records():
+        digest.update(json.dumps(record).encode() + b"\n")
+    return {"files": len(files), "bytes": int(files.sizes.sum()), "sha256": digest.hexdigest()}
+
+
+def cache_key(cfg: DataConfig, split: str, tokenizer: Tokenizer, files: FileList | None = None) -> dict[str, Any]:
+    """Everything the cached ids depend on: corpus location, source files' size and mtime (``files``: the split's
+    :func:`source_files`, listed now when not given), and the tokenizer."""
+    files = source_files(cfg, split) if files is None else files
     settings = {k: getattr(cfg, k) for k in corpus_format(cfg.format).settings}
     return settings | {
         "version": CACHE_VERSION,
@@ -106,7 +121,7 @@ def cache_key(cfg: DataConfig, split: str, tokenizer: Tokenizer) -> dict[str, An
         "split": split,
         "tokenizer_kind": tokenizer.kind,
         "tokenizer": tokenizer.fingerprint,
-        "sources": sources,
+        "sources": sources_fingerprint(files),
     }
 
 
@@ -124,20 +139,21 @@ def load_corpus(
     build) and cached; a build's one-line summary is the corpus's ``summary`` (and on stderr, on a terminal)."""
     check_split(split)
     cache_dir = Path(cache_dir)
-    key = cache_key(cfg, split, tokenizer)
+    files = source_files(cfg, split)
+    key = cache_key(cfg, split, tokenizer, files)
     stem = cache_dir / f"{cfg.format}-{split}-{hashlib.sha256(key['path'].encode()).hexdigest()[:10]}"
     corpus = _open(stem, key)
     if corpus is None:
         with exclusive(cache_dir):  # processes sharing a cache (a study's parallel runs) build each split once
             corpus = _open(stem, key)  # another process may have built it while this one waited
             if corpus is None:
-                corpus = _build(cfg, split, tokenizer, stem, key, BuildOptions(progress, shard_bytes, batch_bytes))
+                options = BuildOptions(progress, shard_bytes, batch_bytes)
+                corpus = _build(cfg, split, tokenizer, stem, key, files, options)
     return corpus
 
 
 def tokenizer_key(cfg: DataConfig) -> dict[str, Any]:
     """Everything a trained tokenizer depends on: the train split's files (size, mtime) and the settings."""
-    sources = [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in source_files(cfg, "train")]
     settings = {k: getattr(cfg, k) for k in corpus_format(cfg.format).settings}
     return settings | {
         "version": 1,
@@ -149,7 +165,7 @@ def tokenizer_key(cfg: DataConfig) -> dict[str, Any]:
         "min_freq": cfg.min_freq,
         "sample": cfg.tokenizer_sample,
         "seed": cfg.tokenizer_sample_seed,
-        "sources": sources,
+        "sources": sources_fingerprint(source_files(cfg, "train")),
     }
 
 
@@ -192,16 +208,17 @@ def prepare_corpora(
     return tokenizer, {split: load_corpus(cfg, split, tokenizer, cache_dir, progress=progress) for split in splits}
 
 
-def _paths(stem: Path) -> tuple[Path, Path, Path]:
+def _paths(stem: Path) -> tuple[Path, Path, Path, Path]:
     return (
         stem.with_name(stem.name + ".tokens.bin"),
         stem.with_name(stem.name + ".offsets.bin"),
+        stem.with_name(stem.name + ".names.jsonl"),
         stem.with_name(stem.name + ".json"),
     )
 
 
 def _open(stem: Path, key: dict[str, Any]) -> Corpus | None:
-    tokens_path, offsets_path, meta_path = _paths(stem)
+    tokens_path, offsets_path, names_path, meta_path = _paths(stem)
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # not JSON, not UTF-8: no cache (rebuilt)
@@ -215,15 +232,15 @@ def _open(stem: Path, key: dict[str, Any]) -> Corpus | None:
     n_tok, n_docs = int(meta["num_tokens"]), int(meta["num_docs"])
     if not tokens_path.is_file() or tokens_path.stat().st_size != n_tok * dtype.itemsize:
         return None
-    if not offsets_path.is_file() or offsets_path.stat().st_size != (n_docs + 1) * 8:
+    if not offsets_path.is_file() or offsets_path.stat().st_size != (n_docs + 1) * 8 or not names_path.is_file():
         return None
-    return _mapped(tokens_path, np.fromfile(offsets_path, dtype=np.int64), meta)
+    return _mapped(tokens_path, np.memmap(offsets_path, dtype=np.int64, mode="r"), names_path, meta)
 
 
-def _mapped(tokens_path: Path, offsets: np.ndarray, meta: dict[str, Any]) -> Corpus:
+def _mapped(tokens_path: Path, offsets: np.ndarray, names_path: Path, meta: dict[str, Any]) -> Corpus:
     """The corpus of a cache's files: its tokens memory-mapped, as its JSON ``meta`` describes them."""
     tokens = np.memmap(tokens_path, dtype=np.dtype(meta["dtype"]), mode="r", shape=(int(meta["num_tokens"]),))
-    return Corpus(meta["split"], tokens, offsets, int(meta["num_words"]), meta)
+    return Corpus(meta["split"], tokens, offsets, int(meta["num_words"]), meta, names_path=names_path)
 
 
 def _build(
@@ -232,6 +249,7 @@ def _build(
     tokenizer: Tokenizer,
     stem: Path,
     key: dict[str, Any],
+    files: FileList,
     options: BuildOptions,
 ) -> Corpus:
     """The split encoded into the cache at ``stem``, opened as :func:`_open` would open it (without reading back the
@@ -239,7 +257,7 @@ def _build(
     progress = options.progress
     stream = stream_split(cfg, split)
     dtype = token_dtype(tokenizer.vocab_size)
-    tokens_path, offsets_path, meta_path = _paths(stem)
+    tokens_path, offsets_path, names_path, meta_path = _paths(stem)
     build_dir = stem.with_name(stem.name + ".build")
     built = build_split(
         stream,
@@ -250,6 +268,7 @@ def _build(
         shard_bytes=options.shard_bytes,
         batch_bytes=options.batch_bytes,
         progress=progress,
+        listing=files,
     )
     if built.offsets[-1] == 0:
         shutil.rmtree(build_dir, ignore_errors=True)
@@ -268,13 +287,12 @@ def _build(
         "num_chars": t.chars,
         "num_bytes": t.bytes,
         "num_articles": t.articles,
-        "names": built.names,
         "shards": built.shards,
     }
-    built.offsets.tofile(build_dir / "offsets.bin")
     meta_path.unlink(missing_ok=True)  # from here until the new JSON lands, no cache looks valid
     os.replace(built.tokens_path, tokens_path)
-    os.replace(build_dir / "offsets.bin", offsets_path)
+    os.replace(built.offsets_path, offsets_path)
+    os.replace(built.names_path, names_path)
     write_text_atomic(meta_path, json.dumps(meta))
     shutil.rmtree(build_dir, ignore_errors=True)
     mb = t.text_bytes / 1e6
@@ -286,6 +304,6 @@ def _build(
     logger.info(summary)
     if progress and sys.stderr.isatty():  # as the progress bar: on a terminal
         print(summary, file=sys.stderr)
-    corpus = _mapped(tokens_path, built.offsets, meta)
+    corpus = _mapped(tokens_path, np.memmap(offsets_path, dtype=np.int64, mode="r"), names_path, meta)
     corpus.summary = summary
     return corpus

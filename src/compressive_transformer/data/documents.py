@@ -20,10 +20,12 @@ memory is one block, whatever the size of the document.
 from __future__ import annotations
 
 import codecs
+import os
 import zlib
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, TypeVar
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence, TypeVar, overload
 
 import numpy as np
 
@@ -57,26 +59,182 @@ class Piece:
 @dataclass(frozen=True, slots=True)
 class DocumentSource:
     """One document of a split, not yet read. ``size``: its bytes on disk (progress, sampling); ``files``: what it
-    is read from (their size and mtime fingerprint it); ``read()`` yields its pieces."""
+    is read from (their size and mtime fingerprint it); ``read()`` yields its pieces; ``stamps``: the (size,
+    mtime_ns) of each file when it was listed, if it was (a build checks that they have not changed since)."""
 
     name: str
     size: int
     files: tuple[Path, ...]
     read: Callable[[], Iterator[Piece]]
+    stamps: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
 class SplitStream:
-    """The documents of one split, in order, and the files they are read from."""
+    """The documents of one split, in order, and the files they are read from (a sequence: a split of a file per
+    document holds them as a :class:`FileList` and makes each :class:`DocumentSource` as it is reached)."""
 
     split: str
-    documents: list[DocumentSource]
-    sources: tuple[Path, ...]
+    documents: Sequence[DocumentSource]
+    sources: Sequence[Path]
     notes: Callable[[], list[str]] = list  # what to say once every document has been read (stereo files mixed down)
 
     @property
     def total_bytes(self) -> int:
+        if isinstance(self.documents, FileDocuments):
+            return int(np.maximum(self.documents.files.sizes, 0).sum())
         return sum(d.size for d in self.documents)
+
+
+class FileList(Sequence[Path]):
+    """Files with the size and modification time they had when listed, held as arrays and one string of names:
+    about 40 bytes a file, where a list of ``Path`` objects with their ``stat`` costs about 1 KB (a split of PG-19
+    lists 28,602 books, and a build's memory must not grow with the corpus). A file that could not be ``stat``-ed
+    has size -1."""
+
+    def __init__(
+        self,
+        folders: list[Path],
+        folder: np.ndarray,
+        names: str,
+        cuts: np.ndarray,
+        sizes: np.ndarray,
+        mtimes: np.ndarray,
+    ) -> None:
+        self.folders = folders  # the distinct folders
+        self.folder = folder  # (n,) uint32: each file's index into `folders`
+        self._names = names  # every file name, concatenated
+        self._cuts = cuts  # (n + 1,) int64: name i is _names[cuts[i]:cuts[i + 1]]
+        self.sizes = sizes  # (n,) int64
+        self.mtimes = mtimes  # (n,) int64, ns
+
+    @classmethod
+    def of(cls, paths: Iterable[Path]) -> FileList:
+        """The given files in the given order, each ``stat``-ed now."""
+        rows = []
+        for p in paths:
+            try:
+                st = p.stat()
+                rows.append((p.parent, p.name, st.st_size, st.st_mtime_ns))
+            except OSError:
+                rows.append((p.parent, p.name, -1, 0))
+        return cls._from_rows(rows)
+
+    @classmethod
+    def scan(cls, directory: Path, suffix: str, key: Callable[[str], Any] | None = None) -> FileList:
+        """The files (links followed) of ``directory`` whose names end with ``suffix``, sorted by ``key`` of their
+        names (the name itself by default): one ``scandir``, then a ``stat`` per file in order, no ``Path`` and no
+        Python int per file (what a listing holds at its peak is a name and a sort key per file)."""
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries if e.name.endswith(suffix) and e.is_file()]
+        names.sort(key=key)
+        sizes, mtimes = array("q"), array("q")
+        folder = os.fspath(directory)
+        for name in names:
+            try:
+                st = os.stat(os.path.join(folder, name))
+                sizes.append(st.st_size)
+                mtimes.append(st.st_mtime_ns)
+            except OSError:  # gone since the directory was read
+                sizes.append(-1)
+                mtimes.append(0)
+        cuts = np.zeros(len(names) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, names), dtype=np.int64, count=len(names)), out=cuts[1:])
+        return cls(
+            [directory],
+            np.zeros(len(names), dtype=np.uint32),
+            "".join(names),
+            cuts,
+            np.frombuffer(sizes, dtype=np.int64).copy(),
+            np.frombuffer(mtimes, dtype=np.int64).copy(),
+        )
+
+    @classmethod
+    def _from_rows(cls, rows: list[tuple[Path, str, int, int]]) -> FileList:
+        folders: dict[Path, int] = {}
+        index = [folders.setdefault(folder, len(folders)) for folder, *_ in rows]
+        return cls(
+            list(folders),
+            np.asarray(index, dtype=np.uint32),
+            "".join(r[1] for r in rows),
+            np.concatenate([[0], np.cumsum([len(r[1]) for r in rows], dtype=np.int64)]).astype(np.int64),
+            np.asarray([r[2] for r in rows], dtype=np.int64),
+            np.asarray([r[3] for r in rows], dtype=np.int64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @overload
+    def __getitem__(self, i: int) -> Path: ...
+    @overload
+    def __getitem__(self, i: slice) -> FileList: ...
+    def __getitem__(self, i: int | slice) -> Path | FileList:
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(len(self))
+            if step != 1:
+                return FileList.of(self[j] for j in range(lo, hi, step))
+            hi = max(lo, hi)
+            cuts = self._cuts[lo : hi + 1]
+            f = self.folder[lo:hi]
+            return FileList(self.folders, f, self._names, cuts, self.sizes[lo:hi], self.mtimes[lo:hi])
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"file {i} out of range for {len(self)} files")
+        i %= len(self)
+        return self.folders[self.folder[i]] / self.name(i)
+
+    def name(self, i: int) -> str:
+        return self._names[self._cuts[i] : self._cuts[i + 1]]
+
+    def stamp(self, i: int) -> tuple[int, int]:
+        """(size, mtime_ns) of file ``i`` when it was listed."""
+        return int(self.sizes[i]), int(self.mtimes[i])
+
+    def records(self) -> Iterator[list[Any]]:
+        """``[resolved path, size, mtime_ns]`` of each file in order: what a cache's key fingerprints (as
+        :class:`Resolver` names a file, without a ``Path`` per file)."""
+        folders = [(os.fspath(f), str(f.resolve())) for f in self.folders]
+        for i in range(len(self)):
+            folder, resolved = folders[self.folder[i]]
+            name = self.name(i)
+            path = os.path.join(folder, name)
+            yield [os.path.realpath(path) if os.path.islink(path) else os.path.join(resolved, name), *self.stamp(i)]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"FileList({len(self)} files in {len(self.folders)} folder(s))"
+
+
+class FileDocuments(Sequence[DocumentSource]):
+    """A :class:`FileList` as one document per file, named by ``name(path)``, each :class:`DocumentSource` made
+    when it is asked for (none is held)."""
+
+    def __init__(
+        self, files: FileList, read: Callable[[Path], Iterator[Piece]], name: Callable[[str], str] = lambda n: n
+    ) -> None:
+        self.files, self._read, self._name = files, read, name
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    @overload
+    def __getitem__(self, i: int) -> DocumentSource: ...
+    @overload
+    def __getitem__(self, i: slice) -> FileDocuments: ...
+    def __getitem__(self, i: int | slice) -> DocumentSource | FileDocuments:
+        if isinstance(i, slice):
+            return FileDocuments(self.files[i], self._read, self._name)
+        path = self.files[i]
+        i %= len(self.files)
+        read = self._read
+        stamp = self.files.stamp(i)
+        return DocumentSource(self._name(self.files.name(i)), max(stamp[0], 0), (path,), lambda: read(path), (stamp,))
 
 
 class Resolver:
@@ -584,6 +742,8 @@ __all__ = [
     "CHUNK_CHARS",
     "Document",
     "DocumentSource",
+    "FileDocuments",
+    "FileList",
     "FileScan",
     "Piece",
     "Resolver",

@@ -14,13 +14,15 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.core.registry import corpus_format
 from compressive_transformer.data.documents import (
     Document,
     DocumentSource,
+    FileDocuments,
+    FileList,
     Piece,
     SplitStream,
     TextCounter,
@@ -29,6 +31,7 @@ from compressive_transformer.data.documents import (
     utf8_of,
 )
 
+S = TypeVar("S", bound=Sequence)
 SPLITS = ("train", "validation", "test")
 SPLIT_FRACTIONS = (0.90, 0.05, 0.05)
 EOS = "<eos>"
@@ -118,6 +121,14 @@ def file_document(path: Path, name: str, cfg: DataConfig) -> DocumentSource:
     return DocumentSource(name, path.stat().st_size, (path,), lambda: file_pieces(path, cfg.tokenizer, not_text(cfg)))
 
 
+def file_documents(files: FileList, cfg: DataConfig) -> FileDocuments:
+    """Each file as one document named by its stem, as :func:`file_document` makes it, made when it is reached."""
+    tokenizer, error = cfg.tokenizer, not_text(cfg)
+    return FileDocuments(
+        files, lambda path: file_pieces(path, tokenizer, error), lambda name: os.path.splitext(name)[0]
+    )
+
+
 def not_text(cfg: DataConfig) -> Callable[[Path, int], ConfigError]:
     """The error for a corpus file a word or subword tokenizer cannot read (binary, or not UTF-8 at ``offset``)."""
 
@@ -135,10 +146,12 @@ def read_documents(cfg: DataConfig, split: str) -> list[Document]:
     return read_split(cfg, split).documents
 
 
-def source_files(cfg: DataConfig, split: str) -> list[Path]:
-    """The files a split is read from, without reading them (the token cache fingerprints their size and mtime)."""
+def source_files(cfg: DataConfig, split: str) -> FileList:
+    """The files a split is read from, without reading them, with their size and mtime (the token cache's
+    fingerprint of the corpus)."""
     check_split(split)
-    return corpus_format(cfg.format).files(cfg, split)
+    files = corpus_format(cfg.format).files(cfg, split)
+    return files if isinstance(files, FileList) else FileList.of(files)
 
 
 def empty_split(cfg: DataConfig, split: str) -> str | None:
@@ -148,17 +161,16 @@ def empty_split(cfg: DataConfig, split: str) -> str | None:
         files = source_files(cfg, split)
     except ConfigError as e:
         return str(e)
-    sizes = [f.stat().st_size for f in files if f.is_file()]
-    if files and len(sizes) == len(files) and not any(sizes):
+    if len(files) and (files.sizes == 0).all():
         return f"its {len(files)} file(s) are empty, e.g. {files[0]}"
     return None
 
 
-def by_fraction(items: list, split: str) -> list:
+def by_fraction(items: S, split: str) -> S:
     """Deterministic 90/5/5 split of a list by count, at least one item in each split."""
     n = len(items)
     if n < 3:
-        return items if split == "train" else []
+        return items if split == "train" else items[:0]  # type: ignore[return-value]
     n_val = max(1, round(n * SPLIT_FRACTIONS[1]))
     n_test = max(1, round(n * SPLIT_FRACTIONS[2]))
     n_train = n - n_val - n_test
@@ -167,7 +179,7 @@ def by_fraction(items: list, split: str) -> list:
     return items[lo:hi]
 
 
-def split_directory(root: Path, split: str, list_files: Callable[[Path], list[Path]], kind: str) -> list[Path]:
+def split_directory(root: Path, split: str, list_files: Callable[[Path], FileList], kind: str) -> FileList:
     """The files of ``split`` in directory ``root``: those of its ``split/`` subdirectory when it has train/
     validation/ test/, else a 90/5/5 split by count of all of them (``list_files`` finds them; ``kind`` names them).
     What every directory-of-files format (text, audio) shares."""

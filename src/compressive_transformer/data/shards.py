@@ -2,10 +2,11 @@
 
 The split's pieces (:mod:`~compressive_transformer.data.documents`) are encoded a batch at a time
 (:data:`BATCH_BYTES` of text per ``encode_pieces`` call, so a subword tokenizer uses every core) and their ids
-appended to ``<stem>.build/tokens.bin``. Every :data:`SHARD_BYTES` of text the build commits a shard: the tokens are
-flushed to disk, then ``shard-NNNNN.json`` records where the stream stands (document and piece), the token count,
-the ends and names of the documents finished in the shard, the running counts and a hash of the shard's text. A
-build that stops, however it stops, resumes from its last shard: the tokens file is cut back to that shard's end,
+appended to ``<stem>.build/tokens.bin``. Every :data:`SHARD_BYTES` of text the build commits a shard: the tokens,
+and the ends and names of the documents finished in the shard (appended to ``offsets.bin`` and ``names.jsonl``:
+nothing per document is kept in memory), are flushed to disk, then ``shard-NNNNN.json`` records where the stream
+stands (document and piece), the lengths of those files, the running counts and a hash of the shard's text. A
+build that stops, however it stops, resumes from its last shard: the files are cut back to that shard's end,
 documents wholly before it are skipped unread, and the document it stopped in is read again from its start (its
 earlier pieces counted, not encoded). The shards' boundaries depend only on the stream, so a resumed build writes
 the same bytes as one that never stopped. A build whose key (corpus files, their sizes and times, the tokenizer)
@@ -14,6 +15,9 @@ no longer matches is started again, with a line saying why; a file that changes 
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import itertools
 import json
 import os
 import resource
@@ -21,24 +25,34 @@ import shutil
 import sys
 import time
 import zlib
+from array import array
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from compressive_transformer.core.config import ConfigError
-from compressive_transformer.core.fileio import write_text_atomic
-from compressive_transformer.data.documents import Piece, Resolver, SplitStream, TextCounter, content_hash
+from compressive_transformer.core.fileio import replace_file, write_text_atomic
+from compressive_transformer.data.documents import (
+    DocumentSource,
+    FileList,
+    Piece,
+    Resolver,
+    SplitStream,
+    TextCounter,
+    content_hash,
+)
 from compressive_transformer.data.tokenizers import ByteTokenizer, Tokenizer, WordTokenizer, as_text
 from compressive_transformer.data.word_ids import WordPool
 
+SOURCES_FILE = "sources.jsonl"  # a build's corpus files, [path, size, mtime_ns] a line: to say which one changed
 SHARD_BYTES = 256 << 20  # text per shard: at most this much work is lost to a kill
 BATCH_BYTES = 4 << 20  # text per encode_pieces call: a subword library is fastest near here (16 books of PG-19)
-BUILD_VERSION = 2  # 2: the byte tokenizer's pieces are the file's blocks
+BUILD_VERSION = 3  # 2: the byte tokenizer's pieces are the file's blocks; 3: the corpus's files by fingerprint
 COUNT_AHEAD = 4  # pieces read ahead of their counting (a byte cache's: a MiB each)
 IN_FLIGHT = 2  # word batches being encoded at once: the next is read while one encodes, two fill each other's tails
 
@@ -60,16 +74,21 @@ class Totals:
 
 @dataclass
 class Shard:
+    """A committed shard's record, ``shard-NNNNN.json``. The documents' ends and names are not in it: they are
+    appended to ``offsets.bin`` and ``names.jsonl`` beside the ids, so that nothing per document stays in memory."""
+
     index: int
     doc: int  # the stream stands at piece `piece` of document `doc`
     piece: int
     tokens_end: int
-    ends: list[int]  # token offsets at which documents finished in this shard end (non-empty documents only)
-    names: list[str]
+    ends: int  # documents ended so far (non-empty ones): offsets.bin holds 1 + this many int64
+    last_end: int  # the token offset at which the last of them ends
+    names_bytes: int  # the length of names.jsonl so far
     totals: dict[str, int]
     hash: str
-    files: list[list[Any]] = field(default_factory=list)  # [path, size, mtime_ns] of files read in this shard
-    tokens_crc: str = ""  # CRC-32 of the shard's ids as written: a resumed build checks what the disk kept
+    files: str  # sha256 of [path, size, mtime_ns] of each file read in this shard
+    tokens_crc: str  # CRC-32 of the shard's ids as written: a resumed build checks what the disk kept
+    index_crc: str  # CRC-32 of the shard's ends, then its names, as written
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -80,8 +99,9 @@ class BuildResult:
     """The finished split: its ids file, offsets, counts and shard fingerprints (for the cache's JSON)."""
 
     tokens_path: Path
-    offsets: np.ndarray
-    names: list[str]
+    offsets: np.ndarray  # (documents + 1,) int64, memory-mapped from offsets_path
+    offsets_path: Path
+    names_path: Path  # the documents' names, one JSON string a line
     totals: Totals
     shards: list[dict[str, Any]]
     seconds: float
@@ -99,31 +119,37 @@ def build_split(
     batch_bytes: int = BATCH_BYTES,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    listing: FileList | None = None,
 ) -> BuildResult:
-    """Encode ``stream`` into ``build_dir`` (resuming what an earlier build of the same ``key`` left there)."""
+    """Encode ``stream`` into ``build_dir`` (resuming what an earlier build of the same ``key`` left there).
+    ``listing``: the corpus files ``key`` fingerprints, kept beside the build to say which one changed."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
     start = time.perf_counter()
-    shards = _resume(build_dir, key, dtype, shard_bytes, say)
-    tokens_path = build_dir / "tokens.bin"
+    shards = _resume(build_dir, key, dtype, shard_bytes, say, listing)
+    paths = tokens_path, offsets_path, names_path = [
+        build_dir / n for n in ("tokens.bin", "offsets.bin", "names.jsonl")
+    ]
     done = shards[-1] if shards else None
-    tokens_end = done.tokens_end if done else 0
-    with tokens_path.open("r+b" if tokens_path.exists() else "wb") as f:
-        f.truncate(tokens_end * dtype.itemsize)
-        f.seek(0, os.SEEK_END)
-        writer = _Writer(stream, tokenizer, build_dir, f, dtype, shard_bytes, batch_bytes, shards, key)
+    sizes = (done.tokens_end * dtype.itemsize, (done.ends + 1) * 8, done.names_bytes) if done else (0, 0, 0)
+    with contextlib.ExitStack() as files:
+        tokens, offsets_file, names = [files.enter_context(_cut(p, n)) for p, n in zip(paths, sizes)]
+        if done is None:
+            offsets_file.write(np.zeros(1, dtype=np.int64).tobytes())  # offsets start at 0
+        writer = _Writer(
+            stream, tokenizer, build_dir, (tokens, offsets_file, names), dtype, shard_bytes, batch_bytes, shards
+        )
         if done is None or done.doc < len(stream.documents):  # else it stopped after its last shard: nothing to do
             try:
                 writer.run(progress)
             finally:
                 writer.close()
     shards = writer.shards
-    offsets = np.concatenate([[0], *[np.asarray(s.ends, dtype=np.int64) for s in shards]]).astype(np.int64)
-    names = [n for s in shards for n in s.names]
     totals = Totals(**shards[-1].totals) if shards else Totals()
     return BuildResult(
         tokens_path,
-        offsets,
-        names,
+        np.memmap(offsets_path, dtype=np.int64, mode="r"),
+        offsets_path,
+        names_path,
         totals,
         [{"doc": s.doc, "piece": s.piece, "tokens_end": s.tokens_end, "hash": s.hash} for s in shards],
         time.perf_counter() - start,
@@ -132,11 +158,16 @@ def build_split(
 
 
 def _resume(
-    build_dir: Path, key: dict[str, Any], dtype: np.dtype, shard_bytes: int, say: Callable[[str], None]
+    build_dir: Path,
+    key: dict[str, Any],
+    dtype: np.dtype,
+    shard_bytes: int,
+    say: Callable[[str], None],
+    listing: FileList | None,
 ) -> list[Shard]:
     """The shards an earlier build of the same key finished, or [] with ``build_dir`` emptied for a new build."""
     state = {"version": BUILD_VERSION, "key": key, "dtype": dtype.name, "shard_bytes": shard_bytes}
-    why = _why_not_resumable(build_dir, state)
+    why = _why_not_resumable(build_dir, state, listing)
     if why is None:
         shards = _read_shards(build_dir, dtype)
         if isinstance(shards, str):
@@ -152,11 +183,13 @@ def _resume(
     if build_dir.exists():
         shutil.rmtree(build_dir)
     build_dir.mkdir(parents=True)
+    if listing is not None:
+        replace_file(build_dir / SOURCES_FILE, lambda tmp: _write_records(tmp, listing))
     write_text_atomic(build_dir / "build.json", json.dumps(state))
     return []
 
 
-def _why_not_resumable(build_dir: Path, state: dict[str, Any]) -> str | None:
+def _why_not_resumable(build_dir: Path, state: dict[str, Any], listing: FileList | None) -> str | None:
     """Why the build in ``build_dir`` cannot continue as ``state`` describes ("" when there is none to continue)."""
     try:
         saved = json.loads((build_dir / "build.json").read_text(encoding="utf-8"))
@@ -175,25 +208,45 @@ def _why_not_resumable(build_dir: Path, state: dict[str, Any]) -> str | None:
         return None
     if old.get("tokenizer") != new.get("tokenizer"):
         return "the tokenizer changed"
-    changed = _changed_source(old.get("sources", []), new.get("sources", []))
-    if changed:
-        return f"the corpus changed since: {changed}"
+    if old.get("sources") != new.get("sources"):
+        changed = _changed_source(build_dir / SOURCES_FILE, listing) if listing is not None else ""
+        return f"the corpus changed since: {changed or 'its files differ'}"
     return "its settings changed"
 
 
-def _changed_source(old: list[Any], new: list[Any]) -> str:
-    before = {s[0]: s[1:] for s in old}
-    for path, *stat in new:
-        if path not in before:
-            return f"{path} is new"
-        if before[path] != stat:
-            return f"{path} has another size or modification time"
-    gone = set(before) - {s[0] for s in new}
-    return f"{sorted(gone)[0]} is gone" if gone else ""
+def _write_records(path: Path, listing: FileList) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in listing.records())
+
+
+def _changed_source(saved: Path, listing: FileList) -> str:
+    """The first file that differs between the listing a build kept and the corpus's now (both in the corpus's
+    order, read side by side: nothing per file is held)."""
+    try:
+        f = saved.open(encoding="utf-8")
+    except OSError:
+        return ""
+    with f:
+        for line, now in itertools.zip_longest(f, listing.records()):
+            try:
+                then = json.loads(line) if line is not None else None
+            except ValueError:
+                return ""
+            if then == now:
+                continue
+            if then is None:
+                return f"{now[0]} is new"
+            if now is None:
+                return f"{then[0]} is gone"
+            if then[0] == now[0]:
+                return f"{now[0]} has another size or modification time"
+            return f"{then[0]} is gone or {now[0]} is new"
+    return ""
 
 
 def _read_shards(build_dir: Path, dtype: np.dtype) -> list[Shard] | str:
-    """The committed shards, in order, checked against the tokens file; a reason string when they do not fit."""
+    """The committed shards, in order, checked against the files they were appended to; a reason string when they
+    do not fit."""
     shards: list[Shard] = []
     while True:
         path = build_dir / f"shard-{len(shards):05d}.json"
@@ -204,30 +257,45 @@ def _read_shards(build_dir: Path, dtype: np.dtype) -> list[Shard] | str:
             break
         except (OSError, ValueError, TypeError):
             return f"{path.name} is unreadable"
-    tokens = build_dir / "tokens.bin"
-    have = tokens.stat().st_size if tokens.exists() else 0
-    if shards and have < shards[-1].tokens_end * dtype.itemsize:
-        return "its tokens file is shorter than its shards say"
-    # the ids are not synced to disk shard by shard (the build would run at the disk's speed, not the cache's); a
-    # machine that stopped without writing back its cache may have kept a record without its ids: the last shard
-    # whose ids check out is where the build resumes
-    while (
-        shards
-        and _tokens_crc(tokens, shards[-2].tokens_end if len(shards) > 1 else 0, shards[-1].tokens_end, dtype)
-        != shards[-1].tokens_crc
-    ):
+    tokens, offsets, names = (build_dir / n for n in ("tokens.bin", "offsets.bin", "names.jsonl"))
+    if shards:
+        last = shards[-1]
+        needs = ((tokens, last.tokens_end * dtype.itemsize), (offsets, (last.ends + 1) * 8), (names, last.names_bytes))
+        short = [p.name for p, n in needs if (p.stat().st_size if p.exists() else 0) < n]
+        if short:
+            return f"its {short[0]} is shorter than its shards say"
+    # the files are not synced to disk shard by shard (the build would run at the disk's speed, not the cache's); a
+    # machine that stopped without writing back its cache may have kept a record without what it records: the last
+    # shard whose ids, ends and names check out is where the build resumes
+    while shards:
+        last, before = shards[-1], shards[-2] if len(shards) > 1 else None
+        size = dtype.itemsize
+        ids = _crc(tokens, (before.tokens_end if before else 0) * size, last.tokens_end * size)
+        index = _crc(offsets, ((before.ends if before else 0) + 1) * 8, (last.ends + 1) * 8)
+        index = _crc(names, before.names_bytes if before else 0, last.names_bytes, index)
+        if f"{ids:08x}" == last.tokens_crc and f"{index:08x}" == last.index_crc:
+            break
         shards.pop()
     return shards
 
 
-def _tokens_crc(path: Path, start: int, end: int, dtype: np.dtype) -> str:
-    """CRC-32 of ids ``[start, end)`` of a tokens file, read a block at a time."""
-    crc, step = 0, (64 << 20) // dtype.itemsize
+def _crc(path: Path, start: int, end: int, crc: int = 0) -> int:
+    """CRC-32 of bytes ``[start, end)`` of a file (continuing ``crc``), read a block at a time."""
+    step = 64 << 20
     with path.open("rb") as f:
-        f.seek(start * dtype.itemsize)
+        f.seek(start)
         for at in range(start, end, step):
-            crc = zlib.crc32(f.read((min(end, at + step) - at) * dtype.itemsize), crc)
-    return f"{crc:08x}"
+            crc = zlib.crc32(f.read(min(end, at + step) - at), crc)
+    return crc
+
+
+@contextlib.contextmanager
+def _cut(path: Path, size: int) -> Iterator[BinaryIO]:
+    """``path`` open for appending after its first ``size`` bytes (the rest, an unfinished shard's, cut off)."""
+    with path.open("r+b" if path.exists() else "wb") as f:
+        f.truncate(size)
+        f.seek(0, os.SEEK_END)
+        yield f
 
 
 class _Counts:
@@ -294,22 +362,23 @@ class _Writer:
         stream: SplitStream,
         tokenizer: Tokenizer,
         build_dir: Path,
-        f: Any,
+        files: tuple[BinaryIO, BinaryIO, BinaryIO],
         dtype: np.dtype,
         shard_bytes: int,
         batch_bytes: int,
         shards: list[Shard],
-        key: dict[str, Any],
     ) -> None:
-        self.stream, self.tokenizer, self.build_dir, self.f, self.dtype = stream, tokenizer, build_dir, f, dtype
+        self.stream, self.tokenizer, self.build_dir, self.dtype = stream, tokenizer, build_dir, dtype
+        self.f, self.offsets_file, self.names_file = files  # ids; document ends; names (appended shard by shard)
         self.shard_bytes, self.batch_bytes = shard_bytes, batch_bytes
         self.shards, self.new_shards = shards, 0
         last = shards[-1] if shards else None
         self.totals = Totals(**last.totals) if last else Totals()
         self.tokens = last.tokens_end if last else 0
-        self.doc_start = self._last_end()
+        self.doc_start = last.last_end if last else 0
+        self.documents_ended = last.ends if last else 0
+        self.names_bytes = last.names_bytes if last else 0
         self.resume_at = (last.doc, last.piece) if last else (0, 0)
-        self.stat = {s[0]: s[1:] for s in key.get("sources", [])}
         self.resolved = Resolver()
         self.batch: list[str | bytes | _End] = []  # pieces to encode, and the ends of documents among them
         self.batch_size = 0
@@ -344,32 +413,26 @@ class _Writer:
             return self.pool([as_text(t, "words") for t in texts])
         return self.tokenizer.encode_pieces(texts)
 
-    def _last_end(self) -> int:
-        for s in reversed(self.shards):
-            if s.ends:
-                return s.ends[-1]
-        return 0
-
     def _new_shard(self) -> None:
-        self.ends: list[int] = []
-        self.names: list[str] = []
+        self.ends = array("q")  # the shard's document ends and names, until it is committed
+        self.names = bytearray()
         self.hash = content_hash()
         self.tokens_crc = 0
         self.shard_start = self.totals.text_bytes
-        self.files: dict[str, Path] = {}
+        self.files = hashlib.sha256()  # [path, size, mtime_ns] of each file read in this shard
+        self.unlisted: dict[str, tuple[Path, list[int] | None]] = {}  # files whose stream has no stamp for them
 
     def run(self, progress: bool) -> None:
         d0, k0 = self.resume_at
         documents = self.stream.documents
         bar = tqdm(
-            total=self.stream.total_bytes, initial=sum(doc.size for doc in documents[:d0]), unit="B", unit_scale=True,
+            total=self.stream.total_bytes, initial=sum(documents[d].size for d in range(d0)), unit="B", unit_scale=True,
             desc=f"tokenize {self.stream.split}", disable=None if progress else True,
         )  # fmt: skip
         with bar:
             for d in range(d0, len(documents)):
                 doc = documents[d]
-                for path in doc.files:
-                    self.files[self.resolved(path)] = path
+                self._note_files(doc)
                 counter, articles = TextCounter(), 0
                 for k, piece in enumerate(doc.read()):
                     raw = self.counts.add(counter, piece)
@@ -388,10 +451,32 @@ class _Writer:
                         self._flush()
                 self.counts.finish(counter, articles, self.totals)
                 self.batch.append(_End(doc.name))  # placed once the ids before it are written
+                for path, stamp in zip(doc.files, doc.stamps):  # read whole as it was listed, or it changed
+                    self._check(path, list(stamp))
             self._flush()
             self._commit(len(documents), 0, final=True)
         for note in self.stream.notes():
             print(note, file=sys.stderr)
+
+    def _note_files(self, doc: DocumentSource) -> None:
+        """Record the document's files in the shard's fingerprint; those without a stamp from the stream (a file
+        read by many documents) stamped when first read, checked when the shard is committed."""
+        stamps = [list(s) for s in doc.stamps] if doc.stamps else [None] * len(doc.files)
+        for path, stamp in zip(doc.files, stamps):
+            name = self.resolved(path)
+            if stamp is None:
+                if name in self.unlisted:
+                    continue
+                stamp = _stamp(path)
+                self.unlisted[name] = (path, stamp)
+            self.files.update(json.dumps([name, *(stamp or [])]).encode() + b"\n")
+
+    def _check(self, path: Path, stamp: list[int] | None) -> None:
+        if _stamp(path) != stamp:
+            raise ConfigError(
+                f"data.path: {path} changed while its token cache was being built (its size or modification time); "
+                "build again once the corpus no longer changes"
+            )
 
     def _flush(self) -> None:
         """Send the batch's pieces to be encoded in one call; write the oldest batches beyond those kept in flight."""
@@ -421,7 +506,7 @@ class _Writer:
                 self.tokens += next(lengths)
             elif self.tokens > self.doc_start:  # an empty document holds nothing to predict: no reset for it
                 self.ends.append(self.tokens)
-                self.names.append(item.name)
+                self.names += (json.dumps(item.name) + "\n").encode()
                 self.doc_start = self.tokens
 
     def _commit(self, doc: int, piece: int, *, final: bool = False) -> None:
@@ -431,32 +516,42 @@ class _Writer:
         self.counts.settle(self.totals)
         if not final and self.totals.text_bytes == self.shard_start and not self.ends:
             return
-        self.f.flush()
-        for name, path in self.files.items():
-            st = path.stat() if path.exists() else None
-            now = [st.st_size, st.st_mtime_ns] if st else None
-            if name in self.stat and self.stat[name] != now:
-                raise ConfigError(
-                    f"data.path: {path} changed while its token cache was being built (its size or modification time); "
-                    "build again once the corpus no longer changes"
-                )
+        for path, listed in self.unlisted.values():
+            self._check(path, listed)
+        ends, names = self.ends.tobytes(), bytes(self.names)
+        self.offsets_file.write(ends)
+        self.names_file.write(names)
+        for f in (self.f, self.offsets_file, self.names_file):
+            f.flush()
+        self.documents_ended += len(self.ends)
+        self.names_bytes += len(names)
         shard = Shard(
             len(self.shards),
             doc,
             piece,
             self.tokens,
-            self.ends,
-            self.names,
+            self.documents_ended,
+            self.doc_start,
+            self.names_bytes,
             self.totals.to_dict(),
             self.hash.hexdigest(),
-            [[n, *self.stat.get(n, [])] for n in sorted(self.files)],
+            self.files.hexdigest(),
             self.hash.hexdigest() if self.as_bytes else f"{self.tokens_crc:08x}",
+            f"{zlib.crc32(names, zlib.crc32(ends)):08x}",
         )
         write_text_atomic(self.build_dir / f"shard-{shard.index:05d}.json", json.dumps(shard.to_dict()))
-        shard.files = []  # recorded, never read again: a long build keeps only what the cache's JSON needs
         self.shards.append(shard)
         self.new_shards += 1
         self._new_shard()
+
+
+def _stamp(path: Path) -> list[int] | None:
+    """[size, mtime_ns] of a file now; None when it is gone."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
 
 
 def peak_rss_mib() -> float:

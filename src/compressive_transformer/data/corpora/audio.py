@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Iterator
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.data.documents import DocumentSource, Piece, SplitStream, rechunk
+from compressive_transformer.data.documents import DocumentSource, FileList, Piece, SplitStream, rechunk
 from compressive_transformer.data.download import Source
 from compressive_transformer.data.mulaw import mulaw_encode
 from compressive_transformer.data.readers import RawSplit, existing_path, materialize, split_directory
 from compressive_transformer.data.soundfiles import AUDIO_SUFFIXES, downmix_note, read_audio_channels
 
 
-def files(cfg: DataConfig, split: str) -> list[Path]:
+def files(cfg: DataConfig, split: str) -> FileList:
     """The sound files of ``split``, without reading them."""
     root = existing_path(cfg)
     if root.is_file():
@@ -28,8 +28,8 @@ def files(cfg: DataConfig, split: str) -> list[Path]:
     return split_directory(root, split, _sound_files, "sound")
 
 
-def _sound_files(directory: Path) -> list[Path]:
-    files = sorted(p for p in directory.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file())
+def _sound_files(directory: Path) -> FileList:
+    files = FileList.of(sorted(p for p in directory.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()))
     if not files:
         raise ConfigError(
             f"data.path: {directory} has no sound files ({', '.join(AUDIO_SUFFIXES)}); point it at a folder of WAV files"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from compressive_transformer.core.config import ConfigError, DataConfig
-from compressive_transformer.data.documents import SplitStream
+from compressive_transformer.data.documents import FileList, SplitStream
 from compressive_transformer.data.download import Source
-from compressive_transformer.data.readers import RawSplit, existing_path, file_document, materialize
+from compressive_transformer.data.readers import RawSplit, existing_path, file_documents, materialize
 
 
 @dataclass(frozen=True)
@@ -23,22 +24,28 @@ class Pg19Book:
 def stream(cfg: DataConfig, split: str) -> SplitStream:
     """One document per book, named by its id, in id order; each book read when the stream reaches it."""
     books = files(cfg, split)
-    return SplitStream(split, [file_document(f, f.stem, cfg) for f in books], tuple(books))
+    return SplitStream(split, file_documents(books, cfg), books)
 
 
 def read(cfg: DataConfig, split: str) -> RawSplit:
     return materialize(stream(cfg, split))
 
 
-def files(cfg: DataConfig, split: str) -> list[Path]:
+def files(cfg: DataConfig, split: str) -> FileList:
     root = existing_path(cfg)
     directory = root / split
     if not directory.is_dir():
         raise ConfigError(f"data.path: PG-19 directory {root} has no {split}/ subdirectory; add {directory}")
-    books = [p for p in directory.glob("*.txt") if p.is_file()]
+    books = FileList.scan(directory, ".txt", key=_book_order)
     if not books:
         raise ConfigError(f"data.path: {directory} has no <id>.txt books; put the {split} books there")
-    return sorted(books, key=lambda p: (0, int(p.stem), "") if p.stem.isdigit() else (1, 0, p.stem))
+    return books
+
+
+def _book_order(name: str) -> tuple[int, int, str]:
+    """Books by numeric id, then any others by name."""
+    stem = os.path.splitext(name)[0]
+    return (0, int(stem), "") if stem.isdigit() else (1, 0, stem)
 
 
 def read_pg19_metadata(directory: str | Path) -> dict[str, Pg19Book]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from compressive_transformer.core.config import ConfigError, DataConfig
 from compressive_transformer.data.documents import (
     DocumentSource,
+    FileList,
     SplitStream,
     byte_of_char,
     file_pieces,
@@ -20,7 +21,7 @@ from compressive_transformer.data.readers import (
     SPLIT_FRACTIONS,
     RawSplit,
     existing_path,
-    file_document,
+    file_documents,
     materialize,
     not_text,
     source_files,
@@ -40,22 +41,22 @@ def stream(cfg: DataConfig, split: str) -> SplitStream:
         doc = DocumentSource(split, hi - lo, (root,), lambda: file_pieces(root, cfg.tokenizer, not_text(cfg), lo, hi))
         return SplitStream(split, [doc], (root,))
     files = source_files(cfg, split)
-    return SplitStream(split, [file_document(f, f.stem, cfg) for f in files], tuple(files))
+    return SplitStream(split, file_documents(files, cfg), files)
 
 
 def read(cfg: DataConfig, split: str) -> RawSplit:
     return materialize(stream(cfg, split))
 
 
-def files(cfg: DataConfig, split: str) -> list[Path]:
+def files(cfg: DataConfig, split: str) -> FileList:
     root = existing_path(cfg)
     if root.is_file():
-        return [root]
+        return FileList.of([root])
     return split_directory(root, split, _txt_files, ".txt")
 
 
-def _txt_files(directory: Path) -> list[Path]:
-    files = sorted(p for p in directory.glob("*.txt") if p.is_file())
+def _txt_files(directory: Path) -> FileList:
+    files = FileList.scan(directory, ".txt")
     if not files:
         raise ConfigError(f"data.path: {directory} has no .txt files; point data.path at a directory of .txt documents")
     return files
