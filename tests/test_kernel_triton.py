@@ -18,15 +18,24 @@ from hypothesis import strategies as st
 
 pytest.importorskip("triton")
 
+from triton.runtime import interpreter  # noqa: E402
+
+from compressive_transformer.core.kernels import fused_triton  # noqa: E402
 from compressive_transformer.core.kernels.fused_triton import (  # noqa: E402
+    BAND_PAD,
+    BLOCKS,
     FORWARD,
     FORWARD_TILES,
+    INTERPRETER_TILES,
     KEY_GRADS,
     KEY_TILES,
     QUERY_GRAD_TILES,
     QUERY_GRADS,
     TUNED_WORK,
+    Tiles,
+    _band_table,
     _configs_worth_timing,
+    band_reach,
     fused_relative_attention,
 )
 
@@ -207,6 +216,73 @@ def test_each_gpu_tile_configuration_matches_the_reference_in_the_interpreter(ti
     the interpreter: several query blocks, a window, every kind of key block."""
     tensors, key_valid = inputs(2, 1, 150, 40, 140, 32, p_invalid=0.2)
     assert_close_fp32(run_both(tensors, key_valid, 40, 100, tiles)[0])
+
+
+def test_the_key_pass_tables_padding_is_zero_and_enough_for_every_tile() -> None:
+    """The key pass reads each table followed by BAND_PAD zero rows, enough for the band of every tile a call may
+    run with (the tuned ones, the interpreter's, the largest blocks a call may give); a band reaching farther is
+    refused on the host."""
+    table = torch.randn(2, 37, 16)
+    band = _band_table(table, KEY_TILES)
+    assert band.shape == (2, 37 + BAND_PAD, 16) and band.is_contiguous()
+    assert torch.equal(band[:, :37], table) and not band[:, 37:].any()
+    largest = Tiles(max(BLOCKS), max(BLOCKS))
+    assert all(band_reach(t) <= BAND_PAD for t in (*KEY_TILES, INTERPRETER_TILES.transposed(), largest))
+    with pytest.raises(AssertionError, match="band reaches 511 rows past its table, padded by 256"):
+        _band_table(table, (Tiles(2 * max(BLOCKS), 2 * max(BLOCKS)),))
+
+
+def poisoned_band_table(reads: list):
+    """A stand-in for ``_band_table`` whose padding is NaN, each head's followed by BAND_PAD guard rows in the same
+    allocation (a band read past the padding lands there); it records, per table, (first address, head stride,
+    real rows, rows with padding, row bytes), for :func:`recording_loads`."""
+
+    def band_table(table, tiles):
+        H, rows, dh = table.shape
+        zeros = _band_table(table, tiles)
+        buffer = torch.full((H, rows + 2 * BAND_PAD, dh), float("nan"), dtype=table.dtype)
+        band = buffer[:, : rows + BAND_PAD]
+        band[:, :rows] = zeros[:, :rows]
+        head = buffer.stride(0) * buffer.element_size()
+        reads.append(dict(start=band.data_ptr(), head=head, end=band.data_ptr() + H * head, rows=rows,
+                          padded=rows + BAND_PAD, row=dh * buffer.element_size(), read=set()))  # fmt: skip
+        return band
+
+    return band_table
+
+
+def recording_loads(tables: list):
+    """The interpreter's masked load, recording which rows of the poisoned tables each load reads."""
+    load = interpreter.interpreter_builder.create_masked_load
+
+    def create_masked_load(ptrs, mask, other, cache_policy, is_volatile):
+        addresses = ptrs.data[mask.data].astype("int64")
+        for t in tables:
+            off = addresses[(addresses >= t["start"]) & (addresses < t["end"])] - t["start"]
+            t["read"].update(((off % t["head"]) // t["row"]).tolist())
+        return load(ptrs, mask, other, cache_policy, is_volatile)
+
+    return create_masked_load
+
+
+# (T, C, M, window, blocks): bands past both tables' ends (the tables as short as allowed), T off the key pass's
+# query block (a block straddles T), a window
+PADDED_CASES = [(45, 20, 37, 0, (32, 32)), (48, 13, 30, 20, (16, 32)), (40, 24, 40, 0, (32, 16))]
+
+
+@pytest.mark.parametrize(("T", "C", "M", "window", "blocks"), PADDED_CASES)
+def test_the_key_pass_reads_its_tables_padding_but_no_gradient_depends_on_it(T, C, M, window, blocks, monkeypatch):
+    """With the padding NaN: the key pass's bands read into it and never past it, and the output and every gradient
+    still equal the reference (a padded row only meets keys the tile's mask or the keys' bias removes, whose
+    gradient rows are not stored); a padded row that reached a kept score would make a gradient NaN."""
+    tables: list = []
+    monkeypatch.setattr(fused_triton, "_band_table", poisoned_band_table(tables))
+    monkeypatch.setattr(interpreter.interpreter_builder, "create_masked_load", recording_loads(tables))
+    tensors, key_valid = inputs(1, 2, T, C, M, 16, extra_rows=0)
+    assert_close_fp32(run_both(tensors, key_valid, C, window, blocks)[0])
+    assert len(tables) == 2  # the compressed stream's table, then the memory + segment stream's
+    for t in tables:
+        assert max(t["read"]) >= t["rows"] and max(t["read"]) < t["padded"], (t["rows"], max(t["read"]))
 
 
 ENVIRONMENT_PROBE = textwrap.dedent(

@@ -252,6 +252,26 @@ def _rows(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 and t.stride(-2) < ROW_STRIDE_LIMIT else t.contiguous()
 
 
+BAND_PAD = 256  # zero rows after each table the key pass reads: at least every allowed tile's band reach
+
+
+def band_reach(tiles: Tiles) -> int:
+    """How many rows past a table's last real row the key pass's band may read with these tiles: a tile's band
+    starts at row n0 - i0 + T - BLOCK_M and has BAND rows; the compressed stream's keys n0 < C read a table of
+    >= C + T - 1 rows (BAND - BLOCK_M past it), and a memory + segment key block n0 is read by query blocks from
+    (n0 - M) rounded down to BLOCK_M, so n0 - i0 <= M + BLOCK_M - 1 against >= M + T rows (BAND - 1 past it)."""
+    return tiles.kwargs["BAND"] - 1
+
+
+def _band_table(table: Tensor, tiles: tuple[Tiles, ...]) -> Tensor:
+    """table (H, rows, dh) followed by BAND_PAD zero rows, for the key pass: its tiles' bands may run past the last
+    real row, and reading zeros there inside the allocation spares every tile whose queries are below T a row mask
+    (those rows only meet keys that the tile's mask or the keys' bias removes)."""
+    reach = max(band_reach(t) for t in tiles)
+    assert reach <= BAND_PAD, f"a key pass band reaches {reach} rows past its table, padded by {BAND_PAD}"
+    return torch.nn.functional.pad(table, (0, 0, 0, BAND_PAD))
+
+
 def _key_bias(key_valid: Tensor, n_cmem: int) -> tuple[Tensor, int]:
     """The keys' additive bias, fp32: 0 where a slot holds a state, -inf where it is empty (a tile adds it to its
     scores: one load and one add per score, no compare and select), each stream's padded with -inf to a whole number
@@ -300,11 +320,13 @@ def _backward(grad, qu, k, v, qv, r, qc, rc, key_valid, out, lse, n_cmem, window
     drc = torch.zeros((g.H, rc.shape[1], g.dh), dtype=torch.float32, device=g.device) if g.C > 0 else drm
     streams = [(qc, rc, 0, g.C, 0, False)] if g.C > 0 else []
     streams.append((qv, r, g.C, g.M + g.T, kb_mem, True))
+    key_tiles = KEY_GRADS.configs if g.key_tiles is None else (g.key_tiles,)
     with g.launch_context():
         for qp, table, key0, n_keys, kb0, mem in streams:
+            band = _band_table(table, key_tiles)
             args = (
-                qu, qp, k, v, table, kb[:, kb0:], grad, lse, di, dk, dv,
-                *k.stride()[:3], *v.stride()[:3], *table.stride()[:2], kb.stride(0),
+                qu, qp, k, v, band, kb[:, kb0:], grad, lse, di, dk, dv,
+                *k.stride()[:3], *v.stride()[:3], *band.stride()[:2], kb.stride(0),
                 g.H, g.T, g.M, table.shape[1], key0, n_keys, g.K, g.dh, g.win,
             )  # fmt: skip
             _launch(KEY_GRADS, g.key_grid(n_keys), args, dict(MEM=mem, **g.meta), g.device, g.key_tiles)

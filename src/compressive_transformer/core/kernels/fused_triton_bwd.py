@@ -26,7 +26,6 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
     first_chunks,
     head,
     interior,
-    key_interior,
     key_tile,
     load_rows,
     memory_blocks,
@@ -46,23 +45,40 @@ from compressive_transformer.core.kernels.fused_triton_tiles import (
 
 
 @triton.jit
-def _key_value_grads(
-    dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, lo, hi, T, M, win, dh,
+def _key_value_tile(
+    dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, i0, bh, T, M, win, dh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
     MASK: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
-    """Add query blocks lo..hi to the gradients of key block n0 (EDGE False: interior blocks, :func:`key_interior`)."""
+    """Add query block i0 to the gradients of key block n0. EDGE False: every query row is below T, so no load has
+    a row mask: the band's first table row, n0 - i0 + T - BLOCK_M, is then never negative, and its rows past the
+    table's last are the host's zero padding (``fused_triton.BAND_PAD``), inside the allocation."""
+    qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D, EDGE)
+    qp = query_rows(QP, bh, i0, T, dh, BLOCK_M, D, EDGE)
+    do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D, EDGE)
+    lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M, EDGE)
+    content = mma(qu, tl.trans(k), PREC)
+    pos = band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND, EDGE)
+    s = scores(content, pos, kb, i0, n0, T, M, win, BLOCK_M, BLOCK_N, MASK, EDGE)
+    p, ds = probs_and_dscores(s, do, v, lse, di, PREC)
+    dv += mma(tl.trans(p.to(do.dtype)), do, PREC)
+    dk += mma(tl.trans(ds.to(qu.dtype)), qu, PREC)
+    return dk, dv
+
+
+@triton.jit
+def _key_value_grads(
+    dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, lo, hi, T, M, win, dh,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, PREC: tl.constexpr,
+    MASK: tl.constexpr,
+):  # fmt: skip
+    """Add query blocks lo..hi, all wholly below T, to the gradients of key block n0: no load in the loop has a row
+    mask."""
     for i0 in range(lo, hi, BLOCK_M):
-        qu = query_rows(QU, bh, i0, T, dh, BLOCK_M, D, EDGE)
-        qp = query_rows(QP, bh, i0, T, dh, BLOCK_M, D, EDGE)
-        do = query_rows(DO, bh, i0, T, dh, BLOCK_M, D, EDGE)
-        lse, di = row_stats(LSE, DI, bh, i0, T, BLOCK_M, EDGE)
-        content = mma(qu, tl.trans(k), PREC)
-        pos = band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND, EDGE)
-        s = scores(content, pos, kb, i0, n0, T, M, win, BLOCK_M, BLOCK_N, MASK)
-        p, ds = probs_and_dscores(s, do, v, lse, di, PREC)
-        dv += mma(tl.trans(p.to(do.dtype)), do, PREC)
-        dk += mma(tl.trans(ds.to(qu.dtype)), qu, PREC)
+        dk, dv = _key_value_tile(
+            dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, i0, bh, T, M, win, dh,
+            BLOCK_M, BLOCK_N, D, BAND, PREC, MASK, False,
+        )  # fmt: skip
     return dk, dv
 
 
@@ -75,8 +91,10 @@ def key_value_grad_kernel(
     MEM: tl.constexpr,
 ):  # fmt: skip
     """dk, dv of key block n0 of one stream (key slots key0 + n0 ..), summed over the query blocks that read it:
-    those on the diagonal or the window's edge with the mask (memory + segment only), the others without (and the
-    interior ones also without row masks on their loads). KB: the stream's keys' bias, from its first key."""
+    those on the diagonal or the window's edge with the mask (memory + segment only), the others without; all but
+    the one that straddles T (if any, after the loops, with row masks) without row masks on their loads. TAB: the
+    stream's table, padded by the host with zero rows past its n_rows real ones. KB: the stream's keys' bias, from
+    its first key."""
     n0 = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -90,27 +108,24 @@ def key_value_grad_kernel(
     dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     idx = band_index(k, PREC, BLOCK_M, BLOCK_N, D, BAND)
-    s, e = key_interior(lo, b1, b2, n0, T, n_keys, n_rows, BLOCK_M, BLOCK_N, BAND)
+    inside = T // BLOCK_M * BLOCK_M  # the query blocks before it lie wholly below T
     dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, lo, b1, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM, True,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, lo, tl.minimum(b1, inside), T, M,
+        win, dh, BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, b1, s, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, False, True,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, b1, tl.minimum(b2, inside), T, M,
+        win, dh, BLOCK_M, BLOCK_N, D, BAND, PREC, False,
     )  # fmt: skip
     dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, s, e, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, False, False,
+        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, b2, tl.minimum(hi, inside), T, M,
+        win, dh, BLOCK_M, BLOCK_N, D, BAND, PREC, MEM,
     )  # fmt: skip
-    dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, e, b2, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, False, True,
-    )  # fmt: skip
-    dk, dv = _key_value_grads(
-        dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, bh, b2, hi, T, M, win, dh,
-        BLOCK_M, BLOCK_N, D, BAND, PREC, MEM, True,
-    )  # fmt: skip
+    if inside < hi:  # the block that straddles T, in the walk when it reads this key block (lo <= inside)
+        dk, dv = _key_value_tile(
+            dk, dv, k, v, idx, QU, QP, DO, LSE, DI, tab, st_t, n_rows, kb, n0, inside, bh, T, M, win, dh,
+            BLOCK_M, BLOCK_N, D, BAND, PREC, MEM, True,
+        )  # fmt: skip
     store_rows(dense(DK, bh, n_all, dh), dk * LN2, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
     store_rows(dense(DV, bh, n_all, dh), dv, key0 + n0, key0 + n_keys, dh, dh, BLOCK_N, D)
 

@@ -236,12 +236,14 @@ def band_part(z, q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def scores(content, pos, kb, i0, n0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr):
+def scores(content, pos, kb, i0, n0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+           EDGE: tl.constexpr = True):  # fmt: skip
     """Base-2 scores of tile (i0, n0), qu . k + positional from queries the host scaled by log2(e) (no multiply per
     score), with -inf where a key may not be read: an empty slot (every tile: kb, the stream's additive bias, 0 or
     -inf, which the host pads with -inf past the stream's end to a whole number of the largest blocks, so its load
     needs no mask on any tile); with MASK (memory + segment tiles on the diagonal or the window's edge) also a future
-    key or one farther back than ``win``, except that a query always reads itself."""
+    key or one farther back than ``win``, except that a query always reads itself (a row past T does not; EDGE
+    False: the caller knows every query row is below T, and the tile skips that test)."""
     raw = content + pos
     c = tl.arange(0, BLOCK_N)
     bias = tl.load(kb + n0 + c)  # (BLOCK_N,)
@@ -249,7 +251,9 @@ def scores(content, pos, kb, i0, n0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: 
         i = i0 + tl.arange(0, BLOCK_M)
         dist = M + i[:, None] - (n0 + c)[None, :]
         near = dist.to(tl.uint32) <= tl.cast(win, tl.uint32)  # 0 <= dist <= win in one comparison
-        own = (dist == 0) & (i < T)[:, None]
+        own = dist == 0
+        if EDGE:
+            own = own & (i < T)[:, None]
         s = tl.where(own, raw, tl.where(near, raw + bias[None, :], float("-inf")))
     else:
         s = raw + bias[None, :]
@@ -318,19 +322,6 @@ def memory_blocks(i0, T, M, win, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     full_hi = (M + i0) // BLOCK_N * BLOCK_N  # key blocks ending at or before the first query: all strictly earlier
     b1, b2 = split(lo, full_lo, full_hi, hi)
     return lo, b1, b2, hi
-
-
-@triton.jit
-def key_interior(lo, b1, b2, n0, T, n_keys, n_rows, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BAND: tl.constexpr):  # fmt: skip
-    """The interior query blocks [s, e) of [b1, b2) in key block n0's walk from lo: all their rows below T and their
-    band's table rows inside [0, n_rows) (band_row0 falls as i0 grows), in a key block wholly inside its stream
-    (none when it is not), so their loads need no row mask."""
-    s = lo + tl.maximum(n0 + T - BLOCK_M + BAND - n_rows - lo + BLOCK_M - 1, 0) // BLOCK_M * BLOCK_M
-    e = lo + tl.maximum(T - lo, 0) // BLOCK_M * BLOCK_M  # after the last block ending at or before T
-    e = tl.where(n0 + BLOCK_N <= n_keys, e, s)
-    s = tl.minimum(tl.maximum(s, b1), b2)
-    return s, tl.minimum(tl.maximum(e, s), b2)
 
 
 @triton.jit
