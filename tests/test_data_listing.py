@@ -116,15 +116,22 @@ def build_dir(cache: Path) -> Path:
     return next(cache.glob("*.build"))
 
 
-def test_a_build_keeps_its_documents_ends_and_names_on_disk_not_in_its_shards(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def interrupted_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shards: int) -> tuple[DataConfig, WordTokenizer]:
+    """Twelve books' train split built into ``tmp_path / "cache"`` until it has committed ``shards`` shards, then
+    stopped by Ctrl-C; the corpus and tokenizer, to build it again."""
     cfg = write_books(tmp_path / "books", n=12)
     tok = WordTokenizer.train(read_split(cfg, "train").documents)
-    interrupt_after_shards(monkeypatch, 2)
+    interrupt_after_shards(monkeypatch, shards)
     with pytest.raises(KeyboardInterrupt):
         load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=300, batch_bytes=100)
     monkeypatch.undo()
+    return cfg, tok
+
+
+def test_a_build_keeps_its_documents_ends_and_names_on_disk_not_in_its_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg, tok = interrupted_build(tmp_path, monkeypatch, 2)
     work = build_dir(tmp_path / "cache")
     records = [json.loads(p.read_text()) for p in sorted(work.glob("shard-*.json"))]
     assert len(records) == 2 and all(isinstance(r["ends"], int) and "names" not in r for r in records)
@@ -146,12 +153,7 @@ def test_a_build_keeps_its_documents_ends_and_names_on_disk_not_in_its_shards(
 def test_a_resumed_build_does_not_trust_a_shard_whose_ends_or_names_the_disk_did_not_keep(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damaged: str
 ) -> None:
-    cfg = write_books(tmp_path / "books", n=12)
-    tok = WordTokenizer.train(read_split(cfg, "train").documents)
-    interrupt_after_shards(monkeypatch, 3)
-    with pytest.raises(KeyboardInterrupt):
-        load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=300, batch_bytes=100)
-    monkeypatch.undo()
+    cfg, tok = interrupted_build(tmp_path, monkeypatch, 3)
     path = build_dir(tmp_path / "cache") / damaged
     data = bytearray(path.read_bytes())
     data[-2] ^= 0x01  # the last shard's last byte but one, as a machine that lost its page cache may leave it
@@ -175,12 +177,7 @@ def test_a_resumed_build_does_not_trust_a_shard_whose_ends_or_names_the_disk_did
 def test_a_build_that_cannot_resume_names_the_file_that_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, change, said: tuple[str, ...]
 ) -> None:
-    cfg = write_books(tmp_path / "books", n=12)
-    tok = WordTokenizer.train(read_split(cfg, "train").documents)
-    interrupt_after_shards(monkeypatch, 1)
-    with pytest.raises(KeyboardInterrupt):
-        load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=300, batch_bytes=100)
-    monkeypatch.undo()
+    cfg, tok = interrupted_build(tmp_path, monkeypatch, 1)
     capsys.readouterr()
     change(tmp_path / "books" / "train")
     corpus = load_corpus(cfg, "train", tok, tmp_path / "cache", progress=False, shard_bytes=300, batch_bytes=100)
