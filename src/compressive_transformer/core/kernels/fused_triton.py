@@ -58,10 +58,8 @@ class Tiles:
     @property
     def kwargs(self) -> dict:
         """The tile constexprs: the blocks, R (chunks a query walk carries) and BAND (the rows of a key walk's band,
-        >= BLOCK_M + BLOCK_N - 1: three chunks of the shorter side when one side is twice the other, 96 rows for
-        95, else a power of 2)."""
-        short, long = sorted((self.block_m, self.block_n))
-        band = 3 * short if long == 2 * short else triton.next_power_of_2(self.block_m + self.block_n)
+        >= BLOCK_M + BLOCK_N - 1, a power of 2)."""
+        band = triton.next_power_of_2(self.block_m + self.block_n)
         return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, R=max(self.block_m // self.block_n, 1), BAND=band)
 
     def transposed(self) -> Tiles:

@@ -197,45 +197,19 @@ def next_chunks(band, qp, tab, idx, n0, i0, T, n_rows, st_t, dh, PREC: tl.conste
 @triton.jit
 def band_scores(qp, idx, tab, n0, i0, T, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, D: tl.constexpr, BAND: tl.constexpr, EDGE: tl.constexpr):  # fmt: skip
-    """The positional scores of tile (i0, n0) from the queries' products with its whole band of BAND >= BLOCK_M +
-    BLOCK_N - 1 table rows, for a walk over query blocks, whose tiles share no band rows' products (the queries
-    change). BAND a power of two: one product; three times a power of two (tiles twice as long one way as the
-    other, 95 rows of a 32 x 64 tile in 96, not 128): three products of BAND // 3 rows (:func:`band_thirds`).
-    idx: :func:`band_index`."""
-    row0 = band_row0(n0, i0, T, BLOCK_M)
-    if BAND % 3 == 0:
-        out = band_thirds(qp, idx, tab, row0, n_rows, st_t, dh, PREC, BLOCK_M, BLOCK_N, D, BAND // 3, EDGE)
-    else:
-        rows = load_rows(tab, row0, n_rows, st_t, dh, BAND, D, EDGE)
-        band = mma(qp, tl.trans(rows), PREC)  # (BLOCK_M, BAND), fp32 as chunk()'s
-        out = take(band, idx, BLOCK_M * BAND, BLOCK_M, BLOCK_N)
-    return out
-
-
-@triton.jit
-def band_thirds(qp, idx, tab, row0, n_rows, st_t, dh, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, D: tl.constexpr, CH: tl.constexpr, EDGE: tl.constexpr):  # fmt: skip
-    """:func:`band_scores` from three chunks of CH rows, row0 .., moved by one gather from their products joined
-    (slots 0, 1, 2 the chunks in order, 3 the last again: joins come in powers of two). A quarter fewer table rows
-    loaded and multiplied than a power-of-two band; the gather's shared memory is the same."""
-    c0 = chunk(qp, tab, row0, n_rows, st_t, dh, PREC, CH, D, EDGE)
-    c1 = chunk(qp, tab, row0 + CH, n_rows, st_t, dh, PREC, CH, D, EDGE)
-    c2 = chunk(qp, tab, row0 + 2 * CH, n_rows, st_t, dh, PREC, CH, D, EDGE)
-    src = tl.permute(tl.join(tl.join(c0, c1), tl.join(c2, c2)), (3, 2, 0, 1))  # (4, BLOCK_M, CH): slot, row, row
-    return take(src, idx, 4 * BLOCK_M * CH, BLOCK_M, BLOCK_N)
+    """The positional scores of tile (i0, n0) from one product with its whole band (BAND >= BLOCK_M + BLOCK_N - 1
+    rows), for a walk over query blocks, whose tiles share no band rows' products (the queries change). idx:
+    :func:`band_index`."""
+    rows = load_rows(tab, band_row0(n0, i0, T, BLOCK_M), n_rows, st_t, dh, BAND, D, EDGE)
+    band = mma(qp, tl.trans(rows), PREC)  # (BLOCK_M, BAND), fp32 as chunk()'s
+    return take(band, idx, BLOCK_M * BAND, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
 def band_index(qp, PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                BAND: tl.constexpr):  # fmt: skip
-    """:func:`band_scores`' gather index: tile element (a, c) from band column j = c + BLOCK_M - 1 - a of row a (of
-    chunk j // CH, column j % CH, when the band is three chunks of CH rows)."""
-    j = band_column(BLOCK_M, BLOCK_N)
-    if BAND % 3 == 0:
-        index = j // (BAND // 3) * (BLOCK_M * (BAND // 3)) + tile_rows(BLOCK_M) * (BAND // 3) + j % (BAND // 3)
-    else:
-        index = tile_rows(BLOCK_M) * BAND + j
-    return anchored(index, qp, PREC, BLOCK_M, BLOCK_N, D)
+    """:func:`band_scores`' gather index: tile element (a, c) from band column j = c + BLOCK_M - 1 - a of row a."""
+    return anchored(tile_rows(BLOCK_M) * BAND + band_column(BLOCK_M, BLOCK_N), qp, PREC, BLOCK_M, BLOCK_N, D)
 
 
 @triton.jit
