@@ -741,7 +741,7 @@ def measure(args, results: Results, fmt: str, kind: str, size_gb: float, repeat:
     }
     tag = f"{fmt}-{kind}-{size_gb:g}gb-r{repeat}"
     run_dir, anchor_dir = args.work / "runs" / tag, args.work / "anchor" / tag
-    pipelines = [p for p in PIPELINES if not (p == "anchor-encode" and kind == "bytes")]
+    pipelines = [p for p in PIPELINES if p in args.pipelines and not (p == "anchor-encode" and kind == "bytes")]
     for pipeline in pipelines:
         settings = base | {"pipeline": pipeline}
         have = None if args.force else results.find(settings)
@@ -795,7 +795,8 @@ def needs_ours_dir(args, results: Results, base: dict[str, Any], run_dir: Path) 
     measured and needs the tokenizer (and sample) that run wrote, which is gone."""
     if base["tokenizer"] == "bytes" or (run_dir / "tokenizer.json").is_file():
         return False
-    return any(args.force or results.find(base | {"pipeline": p}) is None for p in PIPELINES[1:])
+    wanted = [p for p in PIPELINES[1:] if p in args.pipelines]
+    return any(args.force or results.find(base | {"pipeline": p}) is None for p in wanted)
 
 
 def line_of(record: dict[str, Any]) -> str:
@@ -906,7 +907,10 @@ def markdown(data: dict[str, Any]) -> str:
         "Seconds are the timed phases of each child (imports excluded); MB/s is the whole corpus (every split) over "
         "them; peak RSS is the child's own high-water mark (`VmHWM`) over its imports and phases; tree PSS the peak "
         "of the proportional set size of the child and any worker processes it starts, sampled every 0.2 s (shared "
-        "pages counted once; a peak shorter than that can be missed). `tokenizer` is tokenizer training (ours: "
+        "pages counted once; a peak shorter than that can be missed), over the child's whole life: after its timed "
+        "phases each child reads every id it wrote back from a memory map for the sha256 check, and those mapped "
+        "pages count: tree PSS grows with the ids written; the build's own memory is peak RSS. `tokenizer` is "
+        "tokenizer training (ours: "
         "`prepare_tokenizer`; anchor-encode: loading the project's file), `encode` the cache build / the anchor's "
         "encoding of every split. Ratios are ours' throughput over the other's (> 1: ours faster). `tokens equal`: "
         "the anchor's encoding with the project's own tokenizer gives ours' token count per split (and ids, by "
@@ -1052,6 +1056,12 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{kind}-sizes", type=floats, default=None, help=f"the {kind} tokenizer's (default {default})")
     p.add_argument("--formats", type=names(FORMATS), default=list(FORMATS))
     p.add_argument("--tokenizers", type=names(TOKENIZERS), default=["bytes", "words", "bpe"])
+    p.add_argument(
+        "--pipelines",
+        type=names(PIPELINES),
+        default=list(PIPELINES),
+        help="which to run (anchor-encode, the equivalence check, costs as much as the anchor's encoding)",
+    )
     p.add_argument("--repeats", type=int, default=1, help="measurements per setting (the median is reported)")
     p.add_argument("--vocab-size", type=int, default=32_000, help="bpe/unigram vocabulary (configs/pg19.toml's)")
     p.add_argument("--tokenizer-sample", type=int, default=None, help="data.tokenizer_sample (default: the project's)")

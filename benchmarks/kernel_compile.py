@@ -345,15 +345,15 @@ def query_pass_products(shape: dict, bm: int, bn: int) -> tuple[int, int]:
 
 
 def key_pass_products(shape: dict, bm: int, bn: int) -> tuple[int, int]:
-    """The key pass's tensor-core FLOPs per (b, h) with its own tiles, bm queries by bn keys (scores, the whole band
-    of next_power_of_2(bm + bn) rows, dP, dV, dK per tile), and its tiles."""
+    """The key pass's tensor-core FLOPs per (b, h) with its own tiles, bm queries by bn keys (scores, dP, dV, dK and
+    the whole band per tile: the kernel's BAND rows, ``Tiles.kwargs``), and its tiles."""
     T, C, M = shape["T"], shape["C"], shape["M"]
     tiles = cdiv(C, bn) * cdiv(T, bm)
     for n0 in range(0, M + T, bn):
         lo, hi = _memory_query_range(n0, T, M, M + T, bm, bn, first=False)
         tiles += cdiv(max(hi - lo, 0), bm)
-    band = triton.next_power_of_2(bm + bn) // bn  # the band product in (bm, bn, dh) units
-    return tiles * (4 + band) * 2 * bm * bn * shape["dh"], tiles
+    band = current.Tiles(bm, bn).kwargs["BAND"]
+    return tiles * (4 * bn + band) * 2 * bm * shape["dh"], tiles
 
 
 def current_design_products(shape: dict, bm: int, bn: int) -> dict:
