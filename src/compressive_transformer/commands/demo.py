@@ -10,7 +10,7 @@ from compressive_transformer.core.install import program
 from compressive_transformer.training.demo import demo
 
 NAME = "demo"
-HELP = "train, evaluate and sample a small model on the pydoc topics in a few minutes"
+HELP = "train, evaluate and sample a small model on the pydoc topics in about a minute on two CPU cores"
 DESCRIPTION = (
     "Train a small Compressive Transformer on Python's own help topics (bytes), evaluate it and sample from it."
 )
