@@ -116,13 +116,9 @@ def _memory_pieces(doc: Document) -> Iterator[Piece]:
         yield Piece(text, len(utf8_of(doc)) if i == 0 else 0)
 
 
-def file_document(path: Path, name: str, cfg: DataConfig) -> DocumentSource:
-    """One file as one document, read in pieces (text, or bytes where only the byte tokenizer reads it)."""
-    return DocumentSource(name, path.stat().st_size, (path,), lambda: file_pieces(path, cfg.tokenizer, not_text(cfg)))
-
-
 def file_documents(files: FileList, cfg: DataConfig) -> FileDocuments:
-    """Each file as one document named by its stem, as :func:`file_document` makes it, made when it is reached."""
+    """Each file as one document named by its stem, read in pieces (text, or bytes where only the byte tokenizer
+    reads it), made when it is reached."""
     tokenizer, error = cfg.tokenizer, not_text(cfg)
     return FileDocuments(
         files, lambda path: file_pieces(path, tokenizer, error), lambda name: os.path.splitext(name)[0]
